@@ -1,0 +1,253 @@
+"""What every clipping rule shares: parameters, the registry, the token batch, metrics.
+
+A rule is a small class whose `terms` method is a pure tensor function of per-token inputs: no
+`.item()`, no Python branching on tensor values, so that the same code runs in eager mode (the TRL
+path) and inside unsloth_zoo's `torch.compile(fullgraph=True)` loss (the Unsloth path). Calling the
+rule (`rule(logp, old_logp, advantages, mask)`) validates the inputs, runs `terms` and turns the
+result into the `ClipOutput` of the public contract: a `[B, T]` per-token loss and float metrics.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, NamedTuple
+
+import torch
+from torch import Tensor
+
+# exp(±20) ≈ 4.9e8 / 2.1e-9. Ratios are evaluated at the clamped log-ratio, but the clamp is a
+# straight-through one (see `ratio_from_log`), so a token far outside keeps a gradient of bounded size.
+LOG_RATIO_LIMIT = 20.0
+
+SEMANTICS = ("min", "mask")
+
+
+# ----------------------------------------------------------------------------------------- parameters
+@dataclass(frozen=True)
+class Param:
+    """One hyperparameter of a rule: its default (from the source paper) and its valid range."""
+
+    name: str
+    default: Any
+    allowed: str  # human-readable range, used in error messages ("> 0", "in (0, 1)", ...)
+    check: Callable[[Any], bool]
+    doc: str = ""
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def positive(name: str, default: float, doc: str = "") -> Param:
+    return Param(name, default, "a finite number > 0", lambda v: _is_number(v) and v > 0, doc)
+
+
+def open_unit(name: str, default: float, doc: str = "") -> Param:
+    return Param(name, default, "a number in (0, 1)", lambda v: _is_number(v) and 0 < v < 1, doc)
+
+
+def number(name: str, default: float, allowed: str, check: Callable[[float], bool], doc: str = "") -> Param:
+    return Param(name, default, allowed, lambda v: _is_number(v) and check(v), doc)
+
+
+def choice(name: str, default: str, options: tuple[str, ...], doc: str = "") -> Param:
+    return Param(name, default, "one of " + ", ".join(repr(o) for o in options), lambda v: v in options, doc)
+
+
+def semantics_param() -> Param:
+    return choice(
+        "semantics",
+        "min",
+        SEMANTICS,
+        "'min': the general operator inside PPO's min (a violating token loses its gradient only on the "
+        "side its advantage pushes; Thm 4.1). 'mask': it loses its gradient whenever the constraint fails.",
+    )
+
+
+# ------------------------------------------------------------------------------------------ token batch
+class TokenBatch(NamedTuple):
+    """Per-token inputs after validation, all `[B, T]` float32 except `mask` (bool).
+
+    Masked positions are sanitised to 0 in every float tensor, so a `-inf` log-prob in padding can
+    never turn into a NaN gradient (`0 * inf`) through `exp` or products.
+    """
+
+    logp: Tensor  # log π_θ(y_t|s_t), carries the gradient
+    old_logp: Tensor  # log π_old(y_t|s_t), no gradient
+    log_ratio: Tensor  # logp - old_logp
+    advantages: Tensor  # A_t broadcast to [B, T]
+    mask: Tensor  # bool, True on completion tokens that count
+
+
+def ratio_from_log(log_ratio: Tensor) -> Tensor:
+    """w = exp(s) with s clamped to ±LOG_RATIO_LIMIT in value only.
+
+    A plain `clamp` would zero the gradient of tokens beyond the limit; here the forward value is
+    exp(clamp(s)) and the gradient is exp(clamp(s)) · ∂s, so extreme tokens stay finite *and* keep the
+    direction of their gradient.
+    """
+    clamped = log_ratio.clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)
+    return torch.exp(log_ratio + (clamped - log_ratio).detach())
+
+
+def make_batch(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor) -> TokenBatch:
+    """Validate shapes, broadcast advantages, sanitise masked positions (pure tensor ops)."""
+    if logp.dim() != 2:
+        raise ValueError(f"logp must be [B, T], got shape {tuple(logp.shape)}")
+    if old_logp.shape != logp.shape:
+        raise ValueError(f"old_logp must match logp {tuple(logp.shape)}, got {tuple(old_logp.shape)}")
+    if mask.shape != logp.shape:
+        raise ValueError(f"mask must match logp {tuple(logp.shape)}, got {tuple(mask.shape)}")
+    batch = logp.shape[0]
+    if advantages.dim() == 1:
+        advantages = advantages.unsqueeze(1)
+    if advantages.dim() != 2 or advantages.shape[0] != batch or advantages.shape[1] not in (1, logp.shape[1]):
+        raise ValueError(f"advantages must be [B], [B, 1] or [B, T] with B={batch}, got {tuple(advantages.shape)}")
+    valid = mask.bool()
+    zero = logp.new_zeros(())
+    logp = torch.where(valid, logp.float(), zero)
+    old_logp = torch.where(valid, old_logp.detach().float(), zero)
+    adv = torch.where(valid, advantages.detach().float().expand_as(logp), zero)
+    return TokenBatch(logp, old_logp, logp - old_logp, adv, valid)
+
+
+# ---------------------------------------------------------------------------------------------- outputs
+@dataclass
+class RuleTerms:
+    """What a rule's pure tensor core returns; every tensor is `[B, T]`.
+
+    `frozen_low` / `frozen_high`: tokens whose gradient the rule zeroes or truncates, split by the side
+    of the trust region the ratio is on (ratio < 1 / ratio ≥ 1). `frozen_other`: tokens frozen for a
+    reason that is not the ratio (Clip-Cov's covariance selection). `extra`: rule-specific per-token
+    quantities, reported as their mean over valid tokens under the given metric name.
+    """
+
+    loss: Tensor
+    frozen_low: Tensor
+    frozen_high: Tensor
+    frozen_other: Tensor | None = None
+    extra: dict[str, Tensor] = field(default_factory=dict)
+
+
+@dataclass
+class ClipOutput:
+    """The public result of a rule call (contracts §1)."""
+
+    loss: Tensor  # [B, T] per-token loss to minimise, 0 where mask == 0
+    metrics: dict[str, float]
+
+
+METRIC_KEYS = ("clip/frac_low", "clip/frac_high", "clip/frac", "ratio/mean", "ratio/min", "ratio/max")
+
+
+def rule_metrics(batch: TokenBatch, terms: RuleTerms) -> dict[str, float]:
+    """Token-weighted metrics over valid tokens, with one host sync for all of them.
+
+    With no valid token at all, fractions are 0 and ratio statistics are 1 (nothing moved).
+    """
+    with torch.no_grad():
+        valid = batch.mask
+        count = valid.sum().clamp(min=1).float()
+        frozen = terms.frozen_low | terms.frozen_high
+        if terms.frozen_other is not None:
+            frozen = frozen | terms.frozen_other
+        log_ratio = batch.log_ratio.clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)
+        ratio = torch.exp(log_ratio)
+        any_valid = valid.any()
+        one = ratio.new_ones(())
+        stats = {
+            "clip/frac_low": (terms.frozen_low & valid).sum() / count,
+            "clip/frac_high": (terms.frozen_high & valid).sum() / count,
+            "clip/frac": (frozen & valid).sum() / count,
+            "ratio/mean": torch.where(any_valid, (ratio * valid).sum() / count, one),
+            "ratio/min": torch.where(any_valid, torch.where(valid, ratio, math.inf).min(), one),
+            "ratio/max": torch.where(any_valid, torch.where(valid, ratio, -math.inf).max(), one),
+            # mean k3 estimate of KL(π_old ‖ π_θ): the approximate trust-region size of this update
+            "kl/kl3_mean": torch.where(valid, torch.expm1(log_ratio) - log_ratio, 0.0).sum() / count,
+        }
+        for key, value in terms.extra.items():
+            stats[key] = (torch.where(valid, value.float(), 0.0)).sum() / count
+        values = torch.stack([v.float() for v in stats.values()]).tolist()
+    return dict(zip(stats.keys(), values))
+
+
+# ---------------------------------------------------------------------------------------------- the rule
+class ClipRule:
+    """Base class. Subclasses set `name`, `params`, optionally `needs`, and implement `terms`."""
+
+    name: ClassVar[str]
+    params: ClassVar[tuple[Param, ...]] = ()
+    needs: ClassVar[tuple[str, ...]] = ()  # extras a call must pass: "full_kl", "generator"
+    summary: ClassVar[str] = ""  # one line for the README / `--help` style listings
+    source: ClassVar[str] = ""  # the paper (and equation) the rule comes from
+
+    def __init__(self, **values: Any) -> None:
+        known = {p.name: p for p in self.params}
+        for key in values:
+            if key not in known:
+                allowed = ", ".join(known) or "(none)"
+                raise ValueError(f"clipping rule {self.name!r} has no parameter {key!r}; allowed: {allowed}")
+        for param in self.params:
+            value = values.get(param.name, param.default)
+            if isinstance(value, int) and not isinstance(value, bool) and isinstance(param.default, float):
+                value = float(value)
+            if not param.check(value):
+                raise ValueError(
+                    f"clipping rule {self.name!r}: parameter {param.name!r} must be {param.allowed}, got {value!r}"
+                )
+            setattr(self, param.name, value)
+        self.validate()
+
+    def validate(self) -> None:
+        """Cross-parameter checks (e.g. dual-clip's c > 1 + eps_high); raise ValueError naming the key."""
+
+    def config(self) -> dict[str, Any]:
+        return {p.name: getattr(self, p.name) for p in self.params}
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.config().items())
+        return f"{type(self).__name__}({args})"
+
+    def terms(self, batch: TokenBatch, **extras: Any) -> RuleTerms:
+        raise NotImplementedError
+
+    def check_extras(self, extras: dict[str, Any]) -> None:
+        for need in self.needs:
+            if extras.get(need) is None:
+                raise ValueError(f"clipping rule {self.name!r} needs the extra {need!r}; pass {need}=... in the call")
+
+    def __call__(self, logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, **extras: Any) -> ClipOutput:
+        """Per-token loss `[B, T]` (gradient to `logp` only) and metrics over valid tokens."""
+        self.check_extras(extras)
+        batch = make_batch(logp, old_logp, advantages, mask)
+        terms = self.terms(batch, **extras)
+        loss = torch.where(batch.mask, terms.loss, 0.0)
+        return ClipOutput(loss=loss, metrics=rule_metrics(batch, terms))
+
+
+# ------------------------------------------------------------------------------------------- registry
+RULES: dict[str, type[ClipRule]] = {}
+
+
+def register(cls: type[ClipRule]) -> type[ClipRule]:
+    """Class decorator: make a rule available by its `name` to `build_rule` and to the configs."""
+    if cls.name in RULES:
+        raise ValueError(f"clipping rule {cls.name!r} is registered twice")
+    RULES[cls.name] = cls
+    return cls
+
+
+def build_rule(name: str, **params: Any) -> ClipRule:
+    """Instantiate a registered rule; unknown names or bad parameters raise ValueError with the options."""
+    if name not in RULES:
+        raise ValueError(f"unknown clipping rule {name!r}; allowed: {', '.join(sorted(RULES))}")
+    return RULES[name](**params)
+
+
+def rule_defaults(name: str) -> dict[str, Any]:
+    """The source-paper defaults of a rule's parameters."""
+    if name not in RULES:
+        raise ValueError(f"unknown clipping rule {name!r}; allowed: {', '.join(sorted(RULES))}")
+    return {p.name: p.default for p in RULES[name].params}

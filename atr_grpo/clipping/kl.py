@@ -1,0 +1,148 @@
+"""The general operator (Eq. 5) with divergence constraints: ATR (KL3) and the Table 3 alternatives.
+
+Each rule evaluates a per-token estimator of the divergence between π_old and π_θ and keeps w_t where
+it is ≤ δ; elsewhere the operator substitutes the constant w(θ_old) = 1 (see `general.py`). With
+Schulman's convention (samples from π_old, r = π_θ/π_old = w) the estimators of KL(π_old ‖ π_θ) are
+
+    k1 = -log w,    k2 = ½ (log w)²,    k3 = w - 1 - log w    (the paper's KL3, Eq. 6)
+
+Estimators are evaluated on the log-ratio s = log w, in a form that does not cancel near s = 0
+(k3 = expm1(s) - s), with s clamped to ±20: every estimator is monotone beyond, so no decision changes
+for any δ below k3(-20) ≈ 19.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from atr_grpo.clipping.base import (
+    LOG_RATIO_LIMIT,
+    ClipRule,
+    RuleTerms,
+    TokenBatch,
+    choice,
+    positive,
+    register,
+)
+from atr_grpo.clipping.base import semantics_param as _semantics
+from atr_grpo.clipping.general import general_operator
+
+
+def _s(batch: TokenBatch) -> Tensor:
+    return batch.log_ratio.detach().clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)
+
+
+def k3(s: Tensor) -> Tensor:
+    """KL3 = w - 1 - log w ≥ 0, from s = log w."""
+    return torch.expm1(s) - s
+
+
+def _delta() -> Any:
+    return positive("delta", 0.07, "trust-region threshold δ (§6.4: 0.07)")
+
+
+class _DivergenceRule(ClipRule):
+    """A rule whose constraint is `estimate(batch) ≤ delta`, applied through the general operator."""
+
+    def estimate(self, batch: TokenBatch, **extras: Any) -> Tensor:
+        raise NotImplementedError
+
+    def terms(self, batch: TokenBatch, **extras: Any) -> RuleTerms:
+        estimate = self.estimate(batch, **extras)
+        terms = general_operator(batch, estimate <= self.delta, self.semantics)
+        terms.extra["kl/estimate_mean"] = estimate
+        return terms
+
+
+@register
+class ATR(_DivergenceRule):
+    """ATR-GRPO: KL3 = w - 1 - log w ≤ δ (paper §4.2). Under min semantics its gradient is exactly
+    Clip-Higher's with ε_low = 1 - l_δ, ε_high = u_δ - 1 (Thm 4.1 + Thm 4.2); for δ = 0.07, [0.671, 1.422]."""
+
+    name = "atr"
+    params = (_delta(), _semantics())
+    summary = "KL3 = w-1-log w ≤ δ (⇔ w ∈ [l_δ, u_δ])"
+    source = "this paper (ATR-GRPO), Eq. 5-6"
+
+    def estimate(self, batch: TokenBatch, **_: Any) -> Tensor:
+        return k3(_s(batch))
+
+
+@register
+class KL1(_DivergenceRule):
+    """k1 ≤ δ. Default reading -log w (Schulman's k1 with samples from π_old, the same direction
+    KL(π_old ‖ π_θ) as the paper's KL3): w ≥ e^(-δ) with no upper bound, so under min semantics only
+    negative-advantage tokens are ever frozen. `variant` offers the other readings: "log" (log w ≤ δ,
+    w ≤ e^δ) and "abs_log" (|log w| ≤ δ, the symmetric interval)."""
+
+    name = "kl1"
+    params = (
+        _delta(),
+        _semantics(),
+        choice("variant", "neg_log", ("neg_log", "log", "abs_log"), "sign convention"),
+    )
+    summary = "k1 = -log w ≤ δ"
+    source = "Schulman 2020 (k1); Table 3"
+
+    def estimate(self, batch: TokenBatch, **_: Any) -> Tensor:
+        s = _s(batch)
+        return {"neg_log": -s, "log": s, "abs_log": s.abs()}[self.variant]
+
+
+@register
+class KL2(_DivergenceRule):
+    """k2 = ½ (log w)² ≤ δ ⇔ |log w| ≤ √(2δ): the symmetric-in-log interval [e^(-√2δ), e^(√2δ)]."""
+
+    name = "kl2"
+    params = (_delta(), _semantics())
+    summary = "k2 = ½ log² w ≤ δ"
+    source = "Schulman 2020 (k2); Table 3"
+
+    def estimate(self, batch: TokenBatch, **_: Any) -> Tensor:
+        return 0.5 * _s(batch) ** 2
+
+
+@register
+class ISKL3(_DivergenceRule):
+    """Importance-weighted KL3 ≤ δ.
+
+    Default `form="reverse"`: w · k3(1/w) = 1 - w + w log w, the k3 estimator of the reverse direction
+    KL(π_θ ‖ π_old) made unbiased under π_old samples by the weight w (the correction of the RPG paper,
+    which the paper's "IS-weighted" name points to). It is convex with minimum 0 at w = 1, so it is
+    again an interval: [0.650, 1.397] for δ = 0.07. `form="literal"` is w · (w - 1 - log w), which is not
+    convex and tends to 0 as w → 0, so tiny ratios count as inside: kept as an ablation.
+    """
+
+    name = "is_kl3"
+    params = (_delta(), _semantics(), choice("form", "reverse", ("reverse", "literal"), "which weighting"))
+    summary = "w·k3(1/w) = 1 - w + w log w ≤ δ"
+    source = "Zhang et al. 2025 (RPG) importance weighting; Table 3"
+
+    def estimate(self, batch: TokenBatch, **_: Any) -> Tensor:
+        s = _s(batch)
+        if self.form == "reverse":
+            return torch.exp(s) * s - torch.expm1(s)  # 1 - w + w log w
+        return torch.exp(s) * k3(s)
+
+
+@register
+class FullKL(_DivergenceRule):
+    """KL(π_old(·|s_t) ‖ π_θ(·|s_t)) ≤ δ over the whole vocabulary (Truly-PPO / TRGPPO condition).
+
+    The caller passes the exact per-token divergence as the extra `full_kl` ([B, T]); it is a property of
+    the state, so every token at s_t sees the same constraint, decided without any gradient.
+    """
+
+    name = "full_kl"
+    needs = ("full_kl",)
+    params = (_delta(), _semantics())
+    summary = "full-vocabulary KL(π_old ‖ π_θ) ≤ δ"
+    source = "Wang et al. 2019 (TRGPPO), 2020 (Truly PPO); Table 3"
+
+    def estimate(self, batch: TokenBatch, full_kl: Tensor | None = None, **_: Any) -> Tensor:
+        if full_kl is None or full_kl.shape != batch.mask.shape:
+            raise ValueError(f"clipping rule 'full_kl' needs the extra 'full_kl' of shape {tuple(batch.mask.shape)}")
+        return torch.where(batch.mask, full_kl.detach().float(), 0.0)

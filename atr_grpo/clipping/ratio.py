@@ -1,0 +1,149 @@
+"""Ratio-interval rules: REINFORCE with the ratio, PPO/GRPO clip, DAPO clip-higher, dual clip, RPG clip.
+
+All of them constrain w = π_θ/π_old to an interval [low, high] inside PPO's min,
+
+    J_t = min(w A, clip(w, low, high) A),
+
+so a token loses its gradient only on the side its advantage pushes: A > 0 and w > high, or
+A < 0 and w < low (TRL's `clip_ratio/{low,high}_mean` count exactly these sets).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from atr_grpo.clipping.base import (
+    ClipRule,
+    RuleTerms,
+    TokenBatch,
+    number,
+    open_unit,
+    ratio_from_log,
+    register,
+)
+
+
+def ppo_clip_terms(
+    batch: TokenBatch, low: float | Tensor, high: float | Tensor, dual_c: float | None = None
+) -> RuleTerms:
+    """PPO's clipped surrogate with ratio bounds `low`/`high` (floats or `[B, T]` tensors).
+
+    With `dual_c`, negative-advantage tokens are also floored at c·A (Ye et al. 2020): a token with
+    A < 0 and w > c keeps the constant value -c·A and no gradient.
+    """
+    ratio = ratio_from_log(batch.log_ratio)
+    adv = batch.advantages
+    clipped = torch.clamp(ratio, low, high)
+    objective = torch.minimum(ratio * adv, clipped * adv)
+    frozen_low = (adv < 0) & (ratio < low)
+    frozen_high = (adv > 0) & (ratio > high)
+    extra: dict[str, Tensor] = {}
+    if dual_c is not None:
+        objective = torch.where(adv < 0, torch.maximum(objective, dual_c * adv), objective)
+        dual = (adv < 0) & (ratio > dual_c)
+        frozen_high = frozen_high | dual
+        extra["clip/frac_dual"] = dual
+    return RuleTerms(loss=-objective, frozen_low=frozen_low, frozen_high=frozen_high, extra=extra)
+
+
+@register
+class NoClip(ClipRule):
+    """REINFORCE with the importance ratio, loss -w·A: no constraint (a reference point)."""
+
+    name = "no_clip"
+    summary = "-w·A, no constraint"
+    source = "Williams 1992 (with the PPO importance ratio)"
+
+    def terms(self, batch: TokenBatch, **_: Any) -> RuleTerms:
+        ratio = ratio_from_log(batch.log_ratio)
+        never = torch.zeros_like(batch.mask)
+        return RuleTerms(loss=-ratio * batch.advantages, frozen_low=never, frozen_high=never)
+
+
+@register
+class Clip(ClipRule):
+    """PPO / GRPO symmetric clip, w ∈ [1 - ε, 1 + ε] (paper Eq. 3 with l = 1 - ε, u = 1 + ε)."""
+
+    name = "clip"
+    params = (open_unit("eps", 0.2, "clip range ε (PPO/GRPO default 0.2)"),)
+    summary = "w ∈ [1-ε, 1+ε]"
+    source = "Schulman et al. 2017; Shao et al. 2024"
+
+    def terms(self, batch: TokenBatch, **_: Any) -> RuleTerms:
+        return ppo_clip_terms(batch, 1 - self.eps, 1 + self.eps)
+
+
+@register
+class ClipHigher(ClipRule):
+    """DAPO's decoupled clip, w ∈ [1 - ε_low, 1 + ε_high] with a larger upper range (DAPO §3.1)."""
+
+    name = "clip_higher"
+    params = (
+        open_unit("eps_low", 0.2, "lower clip range (DAPO 0.2)"),
+        number("eps_high", 0.28, "a number > 0", lambda v: v > 0, "upper clip range (DAPO 0.28)"),
+    )
+    summary = "w ∈ [1-ε_low, 1+ε_high]"
+    source = "Yu et al. 2025 (DAPO)"
+
+    def terms(self, batch: TokenBatch, **_: Any) -> RuleTerms:
+        return ppo_clip_terms(batch, 1 - self.eps_low, 1 + self.eps_high)
+
+
+class _DualParams(ClipRule):
+    """Shared validation: the dual-clip floor c must lie above the upper clip bound."""
+
+    def validate(self) -> None:
+        if not self.c > 1 + self.eps_high:
+            raise ValueError(
+                f"clipping rule {self.name!r}: parameter 'c' must be > 1 + eps_high = {1 + self.eps_high:g} "
+                f"(below it the floor c·A would cut into the clip range), got {self.c!r}"
+            )
+
+
+@register
+class DualClip(_DualParams):
+    """Dual-clip PPO (Ye et al. 2020): PPO's clip plus the floor c·A for A < 0, verl's default loss."""
+
+    name = "dual_clip"
+    params = (
+        open_unit("eps_low", 0.2, "lower clip range"),
+        number("eps_high", 0.2, "a number > 0", lambda v: v > 0, "upper clip range"),
+        number("c", 3.0, "a number > 1 + eps_high", lambda v: v > 1, "floor ratio for negative advantages (3)"),
+    )
+    summary = "clip, plus the floor c·A when A < 0"
+    source = "Ye et al. 2020 (dual-clip PPO); verl default"
+
+    def terms(self, batch: TokenBatch, **_: Any) -> RuleTerms:
+        return ppo_clip_terms(batch, 1 - self.eps_low, 1 + self.eps_high, dual_c=self.c)
+
+
+@register
+class RPGClip(_DualParams):
+    """RPG's dual-clipped REINFORCE (Zhang et al. 2025): loss -sg(w)·A·log π on kept tokens.
+
+    The gradient -A·w·∇log π equals the ratio surrogate's, and the frozen set is Dual-Clip's
+    ({A > 0, w ≥ 1+ε_high} ∪ {A < 0, w < 1-ε_low or w ≥ c}), so the gradient is Dual-Clip's; only the
+    loss *value* differs (it carries log π). Frozen tokens keep the same expression, detached.
+    """
+
+    name = "rpg_clip"
+    params = (
+        open_unit("eps_low", 0.2, "lower clip range (RPG recipe 0.2)"),
+        number("eps_high", 0.28, "a number > 0", lambda v: v > 0, "upper clip range (RPG recipe 0.28)"),
+        number("c", 10.0, "a number > 1 + eps_high", lambda v: v > 1, "dual-clip ratio (RPG recipe 10)"),
+    )
+    summary = "-sg(w)·A·log π with Dual-Clip's frozen set"
+    source = "Zhang et al. 2025 (RPG)"
+
+    def terms(self, batch: TokenBatch, **_: Any) -> RuleTerms:
+        ratio = ratio_from_log(batch.log_ratio).detach()
+        adv = batch.advantages
+        frozen_low = (adv < 0) & (ratio < 1 - self.eps_low)
+        dual = (adv < 0) & (ratio >= self.c)
+        frozen_high = ((adv > 0) & (ratio >= 1 + self.eps_high)) | dual
+        surrogate = ratio * adv * batch.logp
+        loss = -torch.where(frozen_low | frozen_high, surrogate.detach(), surrogate)
+        return RuleTerms(loss=loss, frozen_low=frozen_low, frozen_high=frozen_high, extra={"clip/frac_dual": dual})
