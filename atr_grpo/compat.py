@@ -1,0 +1,117 @@
+"""A pure-torch stand-in for TRL 1.15's Triton log-prob kernel, installed only when Triton is absent.
+
+TRL 1.15 scores completions through a fused LM head (`trl.trainer.utils.add_fused_lm_head`) that calls
+`_ChunkedLogProbFunction.apply(...)`; without Triton (CPU wheels of torch, macOS) that name is `None` and
+every GRPO step fails with "'NoneType' object has no attribute 'apply'". This module provides the same
+call signature and outputs, computed chunk by chunk over tokens with activation checkpointing, so the
+memory of the backward pass stays at one `[token_chunk, V]` tile instead of `[N, V]`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import torch
+from torch import Tensor
+from torch.utils.checkpoint import checkpoint
+
+TOKEN_CHUNK = 1024
+OUTPUTS = ("log_probs", "entropy", "log_sum_sq_probs", "mean_logits", "is_top1")
+
+
+def _transformed_logits(
+    hidden: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    temperature: float,
+    softcap: float | None,
+    scale: float,
+) -> Tensor:
+    """TRL's order: logits · logit_scale, then softcap · tanh(· / softcap), then / temperature (fp32)."""
+    logits = torch.nn.functional.linear(
+        hidden, weight.to(hidden.dtype), None if bias is None else bias.to(hidden.dtype)
+    )
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32)) * scale  # at least fp32
+    if softcap is not None:
+        logits = softcap * torch.tanh(logits / softcap)
+    return logits / temperature
+
+
+def _chunk_stats(
+    hidden: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    targets: Tensor,
+    temperature: float,
+    softcap: float | None,
+    scale: float,
+    want_entropy: bool,
+) -> tuple[Tensor, Tensor]:
+    logits = _transformed_logits(hidden, weight, bias, temperature, softcap, scale)
+    logp_all = torch.log_softmax(logits, dim=-1)
+    logp = logp_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    entropy = -(logp_all.exp() * logp_all).sum(-1) if want_entropy else torch.zeros_like(logp)
+    return logp, entropy
+
+
+class TorchChunkedLogProb:
+    """Drop-in for `trl.kernels.ChunkedLogProbFunction`: `apply(...)` returns the same 5-tuple
+    `(log_probs, entropy, log_sum_sq_probs, mean_logits, is_top1)`, each `[N]` or None when not requested.
+    `log_probs` and `entropy` are differentiable with respect to `hidden`, `weight` and `bias`."""
+
+    @staticmethod
+    def apply(
+        hidden: Tensor,
+        weight: Tensor,
+        bias: Tensor | None,
+        targets: Tensor,
+        temperature: float,
+        chunk_size: int,
+        final_logit_softcapping: float | None = None,
+        logit_scale: float = 1.0,
+        outputs: tuple[str, ...] = ("log_probs",),
+    ) -> tuple[Tensor | None, ...]:
+        del chunk_size  # the vocabulary is processed whole; tokens are chunked instead
+        want_entropy = "entropy" in outputs
+        logps, entropies, extras = [], [], {"log_sum_sq_probs": [], "mean_logits": [], "is_top1": []}
+        for start in range(0, hidden.shape[0], TOKEN_CHUNK):
+            h, t = hidden[start : start + TOKEN_CHUNK], targets[start : start + TOKEN_CHUNK]
+            args = (h, weight, bias, t, temperature, final_logit_softcapping, logit_scale, want_entropy)
+            if torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad):
+                logp, entropy = checkpoint(_chunk_stats, *args, use_reentrant=False)
+            else:
+                logp, entropy = _chunk_stats(*args)
+            logps.append(logp)
+            entropies.append(entropy)
+            if any(name in outputs for name in extras):
+                with torch.no_grad():
+                    z = _transformed_logits(h, weight, bias, temperature, final_logit_softcapping, logit_scale)
+                    logz = torch.logsumexp(z, dim=-1)
+                    extras["log_sum_sq_probs"].append(torch.logsumexp(2 * (z - logz[:, None]), dim=-1))
+                    extras["mean_logits"].append(z.mean(dim=-1))
+                    # the kernel's test: the target is the maximum and no earlier entry ties it
+                    extras["is_top1"].append(z.argmax(dim=-1) == t)
+        empty = hidden.new_zeros(0, dtype=torch.promote_types(hidden.dtype, torch.float32))
+        cat = lambda xs: torch.cat(xs) if xs else empty
+        return (
+            cat(logps),
+            cat(entropies) if want_entropy else None,
+            *(
+                cat(extras[name]) if name in outputs else None
+                for name in ("log_sum_sq_probs", "mean_logits", "is_top1")
+            ),
+        )
+
+
+def triton_available() -> bool:
+    return importlib.util.find_spec("triton") is not None
+
+
+def install_trl_logprob_fallback() -> bool:
+    """Use the torch stand-in if (and only if) TRL could not import its Triton kernel. Returns True if installed."""
+    import trl.trainer.utils as trl_utils
+
+    if getattr(trl_utils, "_ChunkedLogProbFunction", None) is None:
+        trl_utils._ChunkedLogProbFunction = TorchChunkedLogProb
+        return True
+    return False

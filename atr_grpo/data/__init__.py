@@ -1,0 +1,1 @@
+"""Datasets and the one prompt format shared by SFT, GRPO and evaluation."""

@@ -1,0 +1,191 @@
+"""The run directory: the files every number in this project is computed from (contracts §3).
+
+    <run_dir>/
+      config.yaml            fully resolved config of the run
+      env.json               package versions, git commit, python, device, start time
+      metrics.jsonl          one JSON object per logged training step
+      checkpoints/           trainer checkpoints (resume continues from the newest)
+      eval/step_<step:06d>/<benchmark>.jsonl   one line per (problem, sample)
+      eval/summary.jsonl     one line per (step, benchmark)
+
+Writers here never truncate an existing file: JSONL files are appended to, JSON files are written
+through a temporary file and renamed, and a file that must not change is refused if present.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+CONFIG_FILE = "config.yaml"
+ENV_FILE = "env.json"
+METRICS_FILE = "metrics.jsonl"
+CHECKPOINT_DIR = "checkpoints"
+EVAL_DIR = "eval"
+SUMMARY_FILE = "summary.jsonl"
+DONE_FILE = "DONE"  # written when a training run reached its last step
+
+# Packages whose version changes what a run computes (STYLE.md convention 7).
+TRACKED_PACKAGES = (
+    "torch",
+    "transformers",
+    "trl",
+    "peft",
+    "accelerate",
+    "datasets",
+    "math-verify",
+    "latex2sympy2_extended",
+    "hydra-core",
+    "wandb",
+    "unsloth",
+    "unsloth_zoo",
+    "vllm",
+)
+
+
+@contextmanager
+def file_lock(path: str | Path) -> Iterator[None]:
+    """An exclusive advisory lock on `path` (created if needed): serialises cache builds across processes."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def eval_step_dir(run_dir: str | Path, step: int) -> Path:
+    return Path(run_dir) / EVAL_DIR / f"step_{step:06d}"
+
+
+def summary_path(run_dir: str | Path) -> Path:
+    return Path(run_dir) / EVAL_DIR / SUMMARY_FILE
+
+
+def append_jsonl(path: str | Path, records: dict[str, Any] | Iterable[dict[str, Any]]) -> None:
+    """Append one record (a dict) or several to a JSONL file, creating parent folders."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(records, dict):
+        records = [records]
+    with path.open("a", encoding="utf-8") as handle:
+        for record in records:
+            handle.write(json.dumps(record, ensure_ascii=False, allow_nan=True) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def iter_jsonl(path: str | Path) -> Iterator[dict[str, Any]]:
+    """Records of a JSONL file; a torn last line (a run killed mid-write) is skipped, others must parse."""
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            yield json.loads(line)
+        except json.JSONDecodeError:
+            if number == len(lines):
+                return
+            raise ValueError(f"{path}:{number}: not valid JSON") from None
+
+
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    return list(iter_jsonl(path))
+
+
+def read_json(path: str | Path) -> Any:
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def write_json(path: str | Path, obj: Any, overwrite: bool = True) -> None:
+    """Write JSON atomically (temporary file + rename). With overwrite=False an existing file is an error."""
+    path = Path(path)
+    if not overwrite and path.exists():
+        raise FileExistsError(f"{path} exists and is not overwritten")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(json.dumps(obj, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def write_text(path: str | Path, text: str, overwrite: bool = True) -> None:
+    path = Path(path)
+    if not overwrite and path.exists():
+        raise FileExistsError(f"{path} exists and is not overwritten")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def find_run_dirs(root: str | Path) -> list[Path]:
+    """Every run directory below `root`, recognised by its config.yaml, in a stable order."""
+    root = Path(root)
+    if not root.exists():
+        return []
+    return sorted(p.parent for p in root.rglob(CONFIG_FILE) if CHECKPOINT_DIR not in p.parts)
+
+
+def package_versions(names: Iterable[str] = TRACKED_PACKAGES) -> dict[str, str | None]:
+    versions: dict[str, str | None] = {}
+    for name in names:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def git_commit(cwd: str | Path | None = None) -> str | None:
+    """The commit of the source tree, with '-dirty' when it has uncommitted changes; None outside git."""
+    cwd = cwd or Path(__file__).resolve().parent
+    try:
+        sha = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, check=True, timeout=10
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return sha + ("-dirty" if dirty else "")
+
+
+def device_info() -> dict[str, Any]:
+    import torch
+
+    info: dict[str, Any] = {"cuda": torch.cuda.is_available(), "cpu_threads": torch.get_num_threads()}
+    if torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(0)
+        info["gpu_count"] = torch.cuda.device_count()
+        info["cuda_version"] = torch.version.cuda
+    return info
+
+
+def environment() -> dict[str, Any]:
+    """What env.json records: versions, commit, interpreter, device and the time of this launch."""
+    return {
+        "packages": package_versions(),
+        "git_commit": git_commit(),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "device": device_info(),
+        "start_time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "argv": sys.argv,
+    }

@@ -1,0 +1,80 @@
+"""The torch stand-in for TRL's Triton log-prob kernel computes exactly the dense log-softmax quantities."""
+
+import pytest
+import torch
+
+from atr_grpo import compat
+from atr_grpo.compat import TorchChunkedLogProb, install_trl_logprob_fallback
+
+
+def dense_reference(hidden, weight, bias, targets, temperature, softcap, scale):
+    logits = (hidden @ weight.T + (0 if bias is None else bias)) * scale
+    if softcap is not None:
+        logits = softcap * torch.tanh(logits / softcap)
+    logp_all = torch.log_softmax(logits / temperature, dim=-1)
+    logp = logp_all.gather(-1, targets[:, None]).squeeze(-1)
+    entropy = -(logp_all.exp() * logp_all).sum(-1)
+    return logp, entropy, logp_all
+
+
+@pytest.fixture
+def inputs():
+    g = torch.Generator().manual_seed(0)
+    hidden = torch.randn(37, 16, generator=g, dtype=torch.float64)
+    weight = torch.randn(50, 16, generator=g, dtype=torch.float64)
+    bias = torch.randn(50, generator=g, dtype=torch.float64)
+    targets = torch.randint(0, 50, (37,), generator=g)
+    return hidden, weight, bias, targets
+
+
+@pytest.mark.parametrize("softcap", [None, 3.0])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_logprobs_entropy_and_gradients_match_dense_computation(inputs, monkeypatch, softcap, with_bias):
+    """Values and gradients equal the dense log-softmax, across token-chunk boundaries (chunk = 8 < N = 37)."""
+    monkeypatch.setattr(compat, "TOKEN_CHUNK", 8)
+    hidden, weight, bias, targets = inputs
+    bias = bias if with_bias else None
+    h1, w1 = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+    h2, w2 = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+    logp, entropy, *_ = TorchChunkedLogProb.apply(
+        h1, w1, bias, targets, 0.7, 4096, softcap, 1.3, ("log_probs", "entropy")
+    )
+    ref_logp, ref_entropy, _ = dense_reference(h2, w2, bias, targets, 0.7, softcap, 1.3)
+    torch.testing.assert_close(logp, ref_logp)
+    torch.testing.assert_close(entropy, ref_entropy)
+    (logp.sum() + 0.5 * entropy.sum()).backward()
+    (ref_logp.sum() + 0.5 * ref_entropy.sum()).backward()
+    torch.testing.assert_close(h1.grad, h2.grad)
+    torch.testing.assert_close(w1.grad, w2.grad)
+
+
+def test_optional_outputs_match_their_definitions(inputs):
+    hidden, weight, bias, targets = inputs
+    outputs = ("log_probs", "entropy", "log_sum_sq_probs", "mean_logits", "is_top1")
+    _, _, log_sum_sq, mean_logits, is_top1 = TorchChunkedLogProb.apply(
+        hidden, weight, bias, targets, 1.0, 4096, None, 1.0, outputs
+    )
+    _, _, logp_all = dense_reference(hidden, weight, bias, targets, 1.0, None, 1.0)
+    torch.testing.assert_close(log_sum_sq, torch.log((logp_all.exp() ** 2).sum(-1)))
+    torch.testing.assert_close(mean_logits, (hidden @ weight.T + bias).mean(-1))
+    assert torch.equal(is_top1, (hidden @ weight.T + bias).argmax(-1) == targets)
+    # a target equal to the argmax must be reported as top-1
+    assert TorchChunkedLogProb.apply(
+        hidden, weight, bias, (hidden @ weight.T + bias).argmax(-1), 1.0, 1, None, 1.0, outputs
+    )[4].all()
+
+
+def test_unrequested_outputs_are_none(inputs):
+    hidden, weight, bias, targets = inputs
+    logp, entropy, a, b, c = TorchChunkedLogProb.apply(hidden, weight, bias, targets, 1.0, 4096)
+    assert logp.shape == (37,) and entropy is None and a is None and b is None and c is None
+
+
+def test_fallback_is_installed_only_when_trl_has_no_kernel(monkeypatch):
+    import trl.trainer.utils as trl_utils
+
+    sentinel = object()
+    monkeypatch.setattr(trl_utils, "_ChunkedLogProbFunction", sentinel)
+    assert install_trl_logprob_fallback() is False and trl_utils._ChunkedLogProbFunction is sentinel
+    monkeypatch.setattr(trl_utils, "_ChunkedLogProbFunction", None)
+    assert install_trl_logprob_fallback() is True and trl_utils._ChunkedLogProbFunction is TorchChunkedLogProb
