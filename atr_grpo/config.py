@@ -1,0 +1,471 @@
+"""Typed configuration: one dataclass per config group, registered in Hydra's ConfigStore.
+
+The YAML files under `conf/` extend these schemas, so a misspelled key fails when Hydra composes the
+config (the error names the key and lists the allowed ones), and `__post_init__` checks values (δ ≤ 0,
+ε ∉ (0, 1), batch sizes that don't divide, K > n) before anything heavy is imported or loaded.
+Library code below the entry points takes these dataclasses and never imports Hydra.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegaconf import MISSING, OmegaConf
+
+from atr_grpo.clipping import RULES, build_rule, rule_defaults
+from atr_grpo.data.prompts import DEFAULT_SYSTEM_PROMPT
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid; the message names the key and the allowed values."""
+
+
+def _check(ok: bool, key: str, allowed: str, value: Any) -> None:
+    if not ok:
+        raise ConfigError(f"invalid config: {key} must be {allowed}, got {value!r}")
+
+
+def _one_of(key: str, value: Any, options: tuple[str, ...]) -> None:
+    _check(value in options, key, "one of " + ", ".join(repr(o) for o in options), value)
+
+
+def _keys_in_name(cls: type, group: str) -> type:
+    """Name the schema after its keys, so OmegaConf's "Key 'x' not in '<name>'" lists the allowed keys."""
+    keys = ", ".join(f.name for f in dataclasses.fields(cls))
+    cls.__name__ = cls.__qualname__ = f"{group} (allowed keys: {keys})"
+    return cls
+
+
+# ------------------------------------------------------------------------------------------------ model
+@dataclass
+class LoraConfig:
+    r: int = 32  # Table 4
+    alpha: int = 64  # Table 4
+    dropout: float = 0.0  # 0 so that recomputed π_old log-probs are exact and stale ratios are real
+    target_modules: list[str] = field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    )
+
+    def __post_init__(self) -> None:
+        _check(self.r > 0, "model.lora.r", "> 0", self.r)
+        _check(self.alpha > 0, "model.lora.alpha", "> 0", self.alpha)
+        _check(0 <= self.dropout < 1, "model.lora.dropout", "in [0, 1)", self.dropout)
+        if self.dropout > 0:
+            warnings.warn(
+                "model.lora.dropout > 0: recomputed π_old log-probs see a different dropout mask, so the "
+                "ratio w differs from 1 even on-policy and clipping acts on noise",
+                stacklevel=2,
+            )
+
+
+@dataclass
+class TinyModelConfig:
+    """A small Qwen3 built from this config with a locally trained tokenizer: nothing is downloaded."""
+
+    vocab_size: int = 384
+    hidden_size: int = 64
+    intermediate_size: int = 256
+    num_hidden_layers: int = 2
+    num_attention_heads: int = 4
+    num_key_value_heads: int = 2
+    head_dim: int = 16
+    max_position_embeddings: int = 512
+    init_seed: int = 0
+    # A short full-parameter "pretraining" on plain arithmetic statements ("12 + 35 = 47."), the stand-in
+    # for what a real base model has seen: it knows some arithmetic, imperfectly, and not the answer format.
+    pretrain_steps: int = 900
+    pretrain_batch_size: int = 32
+    pretrain_learning_rate: float = 3e-3
+    pretrain_max_operand: int = 49
+    pretrain_operations: list[str] = field(default_factory=lambda: ["+", "-"])
+
+
+@dataclass
+class ModelConfig:
+    name: str = MISSING  # short name used in run names and tables (qwen3-1.7b, qwen3-8b, tiny)
+    path: str | None = None  # hub id or local directory; null for the locally built tiny model
+    max_seq_length: int = 2048  # Table 4
+    dtype: str = "auto"  # auto: bfloat16 on GPU, float32 on CPU
+    load_in_4bit: bool = False  # the paper trains 16-bit LoRA
+    gpu_memory_utilization: float = 0.5  # share of GPU memory for the colocated vLLM engine (Unsloth)
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    tiny: TinyModelConfig | None = None
+
+    def __post_init__(self) -> None:
+        _check(self.path is not None or self.tiny is not None, "model.path", "set (or model=tiny)", self.path)
+        _check(self.max_seq_length > 0, "model.max_seq_length", "> 0", self.max_seq_length)
+        _one_of("model.dtype", self.dtype, ("auto", "bfloat16", "float16", "float32"))
+        _check(
+            0 < self.gpu_memory_utilization < 1,
+            "model.gpu_memory_utilization",
+            "in (0, 1)",
+            self.gpu_memory_utilization,
+        )
+
+
+# ----------------------------------------------------------------------------------------------- prompt
+@dataclass
+class PromptConfig:
+    system: str = DEFAULT_SYSTEM_PROMPT
+    enable_thinking: bool = False  # Qwen3 chat templates: no <think> block (2,048-token training budget)
+
+
+# ------------------------------------------------------------------------------------------------- data
+@dataclass
+class DataConfig:
+    name: str = MISSING  # dapo_math | arithmetic
+    hub_id: str | None = None
+    hub_config: str | None = None
+    split: str = "train"
+    path: str | None = None  # local .jsonl/.json/.parquet instead of the hub
+    problem_field: str = "prompt"  # dotted paths reach nested fields, e.g. prompt.0.content
+    answer_field: str = "solution"
+    max_examples: int | None = None
+    # synthetic arithmetic task (the CPU demo), generated by the package
+    num_train: int = 0
+    num_eval: int = 0
+    max_operand: int = 0
+    operations: list[str] = field(default_factory=list)
+    generator_seed: int = 0  # fixed, so the evaluation problems do not change with the run's seed
+
+    def __post_init__(self) -> None:
+        _one_of("data.name", self.name, ("dapo_math", "arithmetic"))
+        if self.name == "arithmetic":
+            _check(self.num_train > 0, "data.num_train", "> 0", self.num_train)
+            _check(self.max_operand > 0, "data.max_operand", "> 0", self.max_operand)
+            for op in self.operations:
+                _one_of("data.operations[]", op, ("+", "-", "*"))
+        elif self.path is None:
+            _check(self.hub_id is not None, "data.hub_id", "set when data.path is null", self.hub_id)
+
+
+# -------------------------------------------------------------------------------------------------- sft
+@dataclass
+class SFTConfig:
+    """The short SFT "format" stage before GRPO (App. B; settings of Unsloth's Qwen3 GRPO notebook)."""
+
+    name: str = MISSING  # openmath | arithmetic | none
+    hub_id: str | None = None
+    split: str = "cot"
+    path: str | None = None
+    problem_field: str = "problem"
+    solution_field: str = "generated_solution"
+    answer_field: str = "expected_answer"
+    numeric_answers_only: bool = True
+    max_length_fraction: float = 0.5  # keep examples whose rendered length ≤ this × model.max_seq_length
+    max_examples: int | None = None
+    # synthetic task only: the fraction of demonstrations that stop after the working, without the boxed
+    # final answer (inconsistent demonstrations, as real SFT data often are; the reward only credits boxes)
+    unboxed_fraction: float = 0.0
+    num_epochs: float = 2.0
+    learning_rate: float = 2e-4
+    per_device_train_batch_size: int = 1
+    gradient_accumulation_steps: int = 1
+    weight_decay: float = 0.01
+    warmup_steps: int = 5
+    lr_scheduler_type: str = "linear"
+    seed: int = 3407  # fixed (notebook value): every method and seed of a model starts from one adapter
+    cache_dir: str = "results/cache/sft"  # adapters keyed by a hash of the SFT-relevant config
+
+    def __post_init__(self) -> None:
+        _one_of("sft.name", self.name, ("openmath", "arithmetic", "none"))
+        _check(self.num_epochs > 0, "sft.num_epochs", "> 0", self.num_epochs)
+        _check(self.learning_rate > 0, "sft.learning_rate", "> 0", self.learning_rate)
+        _check(
+            0 < self.max_length_fraction <= 1,
+            "sft.max_length_fraction",
+            "in (0, 1]",
+            self.max_length_fraction,
+        )
+        _check(0 <= self.unboxed_fraction < 1, "sft.unboxed_fraction", "in [0, 1)", self.unboxed_fraction)
+
+    @property
+    def enabled(self) -> bool:
+        return self.name != "none"
+
+
+# ---------------------------------------------------------------------------------------------- trainer
+@dataclass
+class TrainerConfig:
+    backend: str = "auto"  # auto: unsloth on a CUDA machine with unsloth installed, else trl
+    learning_rate: float = 5e-6  # Table 4
+    weight_decay: float = 1e-3  # Table 4
+    optim: str = "adamw_torch"  # AdamW (Table 4); set explicitly because Unsloth defaults to adamw_8bit
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.99
+    lr_scheduler_type: str = "linear"
+    warmup_ratio: float = 0.1  # fraction of max_steps (passed as transformers 5 `warmup_steps` < 1)
+    max_grad_norm: float = 1.0
+    per_device_train_batch_size: int = 8  # Table 4
+    gradient_accumulation_steps: int = 4  # Table 4
+    num_generations: int = 8  # group size G, Table 4
+    temperature: float = 1.0  # Table 4
+    top_p: float = 1.0  # Table 4
+    top_k: int = -1  # Table 4; -1 = off
+    max_steps: int = 1000  # §6.1
+    beta: float = 0.0  # KL to the reference policy, App. B
+    kl_estimator: str = "k3"  # only used when beta > 0 (RPG paper's estimators)
+    kl_importance_weight: bool = True  # the w-correction that makes k3's off-policy gradient unbiased
+    max_prompt_length: int = 512
+    max_completion_length: int = 1536  # = model.max_seq_length - max_prompt_length; also Dr.GRPO's constant
+    loss_agg: str = "dr_grpo"  # Dr.GRPO backbone (§6.1); token_mean and seq_mean as ablations
+    scale_rewards: str = "none"  # Dr.GRPO: advantages are R - mean(R), no std division
+    mask_truncated_completions: bool = False
+    logging_steps: int = 1
+    save_steps: int = 50
+    save_total_limit: int | None = 3
+    bf16: str = "auto"  # auto: true on GPU, false on CPU
+    gradient_checkpointing: str = "auto"  # auto: on for GPU backends, off on CPU
+    vllm_importance_sampling_correction: bool = False  # Unsloth's default, used on both paths alike
+    log_completions: bool = False
+    num_threads: int | None = None  # torch CPU threads (None: leave torch's choice)
+
+    def __post_init__(self) -> None:
+        _one_of("trainer.backend", self.backend, ("auto", "unsloth", "trl"))
+        _check(self.learning_rate > 0, "trainer.learning_rate", "> 0", self.learning_rate)
+        _check(self.weight_decay >= 0, "trainer.weight_decay", ">= 0", self.weight_decay)
+        _check(0 <= self.warmup_ratio < 1, "trainer.warmup_ratio", "in [0, 1)", self.warmup_ratio)
+        _check(self.per_device_train_batch_size > 0, "trainer.per_device_train_batch_size", "> 0",
+               self.per_device_train_batch_size)  # fmt: skip
+        _check(self.gradient_accumulation_steps > 0, "trainer.gradient_accumulation_steps", "> 0",
+               self.gradient_accumulation_steps)  # fmt: skip
+        _check(self.num_generations >= 2, "trainer.num_generations", ">= 2 (a group needs a baseline)",
+               self.num_generations)  # fmt: skip
+        _check(0 < self.temperature <= 10, "trainer.temperature", "in (0, 10]", self.temperature)
+        _check(0 < self.top_p <= 1, "trainer.top_p", "in (0, 1]", self.top_p)
+        _check(self.top_k == -1 or self.top_k > 0, "trainer.top_k", "-1 (off) or > 0", self.top_k)
+        _check(self.max_steps > 0, "trainer.max_steps", "> 0", self.max_steps)
+        _check(self.beta >= 0, "trainer.beta", ">= 0", self.beta)
+        _one_of("trainer.kl_estimator", self.kl_estimator, ("k1", "k2", "k3"))
+        _one_of("trainer.loss_agg", self.loss_agg, ("dr_grpo", "token_mean", "seq_mean"))
+        _one_of("trainer.scale_rewards", self.scale_rewards, ("none", "group", "batch"))
+        _one_of("trainer.bf16", self.bf16, ("auto", "true", "false"))
+        _one_of("trainer.gradient_checkpointing", self.gradient_checkpointing, ("auto", "true", "false"))
+        _check(self.max_prompt_length > 0, "trainer.max_prompt_length", "> 0", self.max_prompt_length)
+        _check(self.max_completion_length > 0, "trainer.max_completion_length", "> 0", self.max_completion_length)
+        _check(self.save_steps > 0, "trainer.save_steps", "> 0", self.save_steps)
+
+
+@dataclass
+class RolloutConfig:
+    """How stale π_old is. TRL generates `steps_per_generation` micro-batches at once and reuses each
+    generation batch `num_iterations` times; only the first optimizer step after a generation is
+    on-policy (w ≡ 1, every ratio rule gives the same gradient)."""
+
+    name: str = MISSING
+    steps_per_generation: int | None = None  # micro-batches per generation; null = gradient_accumulation_steps
+    num_iterations: int = 1
+
+    def __post_init__(self) -> None:
+        _check(self.num_iterations >= 1, "rollout.num_iterations", ">= 1", self.num_iterations)
+        if self.steps_per_generation is not None:
+            _check(
+                self.steps_per_generation > 0,
+                "rollout.steps_per_generation",
+                "> 0",
+                self.steps_per_generation,
+            )
+
+
+# ------------------------------------------------------------------------------------------------- eval
+BENCHMARK_NAMES = ("amc23", "aime24", "aime25", "arithmetic")
+
+
+@dataclass
+class EvalConfig:
+    enabled: bool = True
+    every_steps: int = 50  # §6.1
+    at_start: bool = True  # step 0: the model GRPO starts from (Table 2's base row for sft=none)
+    benchmarks: list[str] = field(default_factory=lambda: ["amc23", "aime24", "aime25"])
+    paths: dict[str, str] = field(default_factory=dict)  # benchmark -> local file instead of the hub
+    strict: bool = True  # check each benchmark's row count
+    n: int = 8  # samples per problem
+    k: int = 8  # the K of Mean@K / Pass@K in tables (Table 2: 8)
+    temperature: float = 0.3  # Table 4
+    top_p: float = 0.95  # Table 4
+    top_k: int = -1  # Table 4
+    max_tokens: int = 32768  # Table 4
+    seed: int = 0
+    backend: str = "auto"  # auto: vllm on GPU when installed, else hf
+    batch_size: int = 16  # prompts per HF generate call
+    max_problems: int | None = None
+    grader_workers: int | None = None  # None: one per CPU core
+    grader_timeout: float = 5.0  # seconds per answer; a timeout counts as wrong
+
+    def __post_init__(self) -> None:
+        for name in self.benchmarks:
+            _one_of("eval.benchmarks[]", name, BENCHMARK_NAMES)
+        for name in self.paths:
+            _one_of("eval.paths key", name, BENCHMARK_NAMES)
+        _check(self.every_steps > 0, "eval.every_steps", "> 0", self.every_steps)
+        _check(self.n >= 1, "eval.n", ">= 1", self.n)
+        _check(1 <= self.k <= self.n, "eval.k", f"in [1, eval.n={self.n}] (Pass@K needs n ≥ K samples)", self.k)
+        _check(self.temperature >= 0, "eval.temperature", ">= 0", self.temperature)
+        _check(self.temperature > 0 or self.n == 1, "eval.temperature", "> 0 when eval.n > 1", self.temperature)
+        _check(0 < self.top_p <= 1, "eval.top_p", "in (0, 1]", self.top_p)
+        _check(self.top_k == -1 or self.top_k > 0, "eval.top_k", "-1 (off) or > 0", self.top_k)
+        _check(self.max_tokens > 0, "eval.max_tokens", "> 0", self.max_tokens)
+        _one_of("eval.backend", self.backend, ("auto", "vllm", "hf"))
+        _check(self.grader_timeout > 0, "eval.grader_timeout", "> 0", self.grader_timeout)
+
+
+# ----------------------------------------------------------------------------------------------- logger
+@dataclass
+class LoggerConfig:
+    name: str = "wandb"  # wandb | none
+    project: str = "atr-grpo"
+    entity: str | None = None
+    mode: str = "auto"  # auto: online with an API key, else offline
+    group: str | None = None  # default: the experiment, so one experiment's runs sit side by side
+    tags: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        _one_of("logger.name", self.name, ("wandb", "none"))
+        _one_of("logger.mode", self.mode, ("auto", "online", "offline"))
+
+
+# ------------------------------------------------------------------------------------------- clipping
+@dataclass
+class ClippingConfig:
+    """Base of the per-rule schemas generated below from the registry (one per rule)."""
+
+    name: str = MISSING
+
+    def __post_init__(self) -> None:
+        params = {k: v for k, v in dataclasses.asdict(self).items() if k != "name"}
+        try:
+            build_rule(self.name, **params)
+        except ValueError as err:
+            raise ConfigError(f"invalid config: clipping: {err}") from None
+
+    def params(self) -> dict[str, Any]:
+        return {k: v for k, v in dataclasses.asdict(self).items() if k != "name"}
+
+
+def _clipping_schema(rule_name: str) -> type:
+    fields = []
+    for param in RULES[rule_name].params:
+        kind = type(param.default)
+        fields.append((param.name, kind, field(default=param.default)))
+    cls = dataclasses.make_dataclass(f"Clipping_{rule_name}", fields, bases=(ClippingConfig,))
+    return _keys_in_name(cls, f"clipping={rule_name}")
+
+
+CLIPPING_SCHEMAS: dict[str, type] = {name: _clipping_schema(name) for name in sorted(RULES)}
+
+
+# ------------------------------------------------------------------------------------------------- root
+@dataclass
+class TrainConfig:
+    experiment: str = "default"
+    seed: int = 0
+    method: str = "${atr_method:${clipping}}"  # the rule plus any non-default parameter, e.g. clip-eps0.3
+    run_name: str = "${experiment}__${method}__s${seed}"
+    run_dir: str = "results/runs/${experiment}/${run_name}"
+    resume: bool = False  # continue from the newest checkpoint in run_dir (a finished run is left as is)
+    model: ModelConfig = MISSING
+    prompt: PromptConfig = field(default_factory=PromptConfig)
+    data: DataConfig = MISSING
+    sft: SFTConfig = MISSING
+    clipping: Any = MISSING
+    trainer: TrainerConfig = MISSING
+    rollout: RolloutConfig = MISSING
+    eval: EvalConfig = MISSING
+    logger: LoggerConfig = MISSING
+
+    def __post_init__(self) -> None:
+        tr, ro = self.trainer, self.rollout
+        spg = ro.steps_per_generation or tr.gradient_accumulation_steps
+        _check(spg % tr.gradient_accumulation_steps == 0, "rollout.steps_per_generation",
+               f"a multiple of trainer.gradient_accumulation_steps={tr.gradient_accumulation_steps} "
+               "(otherwise a rollout is generated in the middle of an optimizer step)", spg)  # fmt: skip
+        generation_batch = tr.per_device_train_batch_size * spg
+        _check(generation_batch % tr.num_generations == 0, "trainer.per_device_train_batch_size",
+               f"such that per_device_train_batch_size × steps_per_generation ({generation_batch}) is divisible "
+               f"by trainer.num_generations={tr.num_generations}", tr.per_device_train_batch_size)  # fmt: skip
+        total = self.trainer.max_prompt_length + self.trainer.max_completion_length
+        _check(total <= self.model.max_seq_length, "trainer.max_completion_length",
+               f"≤ model.max_seq_length - trainer.max_prompt_length = "
+               f"{self.model.max_seq_length - self.trainer.max_prompt_length}", tr.max_completion_length)  # fmt: skip
+
+    @property
+    def steps_per_generation(self) -> int:
+        return self.rollout.steps_per_generation or self.trainer.gradient_accumulation_steps
+
+    @property
+    def optimizer_steps_per_rollout(self) -> int:
+        """How many optimizer steps share one generation batch (1 = strictly on-policy)."""
+        per_generation = self.steps_per_generation // self.trainer.gradient_accumulation_steps
+        return per_generation * self.rollout.num_iterations
+
+
+@dataclass
+class EvaluateConfig:
+    """`python -m atr_grpo.evaluate`: a base model or an adapter, standalone."""
+
+    model: ModelConfig = MISSING
+    prompt: PromptConfig = field(default_factory=PromptConfig)
+    eval: EvalConfig = MISSING
+    adapter: str | None = None  # a LoRA adapter directory (e.g. a run's checkpoint); null = the base model
+    out_dir: str = MISSING  # a run directory to write eval/ into
+    step: int = 0  # the step label of this evaluation in summary.jsonl
+    force: bool = False  # re-evaluate (step, benchmark) pairs already in summary.jsonl
+
+
+for _cls, _group in (
+    (LoraConfig, "model.lora"),
+    (TinyModelConfig, "model.tiny"),
+    (ModelConfig, "model"),
+    (PromptConfig, "prompt"),
+    (DataConfig, "data"),
+    (SFTConfig, "sft"),
+    (TrainerConfig, "trainer"),
+    (RolloutConfig, "rollout"),
+    (EvalConfig, "eval"),
+    (LoggerConfig, "logger"),
+):
+    _keys_in_name(_cls, _group)
+
+
+# --------------------------------------------------------------------------------------- registration
+def method_label(clipping: Any) -> str:
+    """`atr`, `clip-eps0.3`, `clip_higher-eps_low0.329-eps_high0.6`: the rule and its non-default values."""
+    values = OmegaConf.to_container(clipping, resolve=True) if OmegaConf.is_config(clipping) else dict(clipping)
+    name = values.pop("name")
+    defaults = rule_defaults(name)
+    parts = [name] + [f"{k}{v:g}" if isinstance(v, float) else f"{k}{v}"
+                      for k, v in values.items() if k in defaults and v != defaults[k]]  # fmt: skip
+    return "-".join(parts)
+
+
+def register_configs() -> None:
+    """Register schemas and resolvers (idempotent); entry points and tests call this before composing."""
+    from hydra.core.config_store import ConfigStore
+
+    OmegaConf.register_new_resolver("atr_method", method_label, replace=True)
+    OmegaConf.register_new_resolver("atr_mul", lambda a, b: a * b, replace=True)
+    store = ConfigStore.instance()
+    store.store(name="train_schema", node=TrainConfig)
+    store.store(name="evaluate_schema", node=EvaluateConfig)
+    groups = {
+        "model": ModelConfig,
+        "data": DataConfig,
+        "sft": SFTConfig,
+        "trainer": TrainerConfig,
+        "rollout": RolloutConfig,
+        "eval": EvalConfig,
+        "logger": LoggerConfig,
+        "prompt": PromptConfig,
+    }
+    for group, node in groups.items():
+        store.store(group=f"schema/{group}", name="base", node=node)
+    for name, node in CLIPPING_SCHEMAS.items():
+        store.store(group="schema/clipping", name=name, node=node)
+
+
+def to_object(cfg: Any) -> Any:
+    """Resolve a composed DictConfig into its dataclasses, running every validation."""
+    return OmegaConf.to_object(cfg)
