@@ -1,0 +1,132 @@
+"""`python -m atr_grpo.evaluate model=NAME [adapter=DIR] out_dir=DIR [step=N] [eval.KEY=VALUE ...]`
+
+Evaluates a base model, or a LoRA adapter on it, standalone, and writes the same `eval/` files as the
+in-training evaluator (contracts §3) into `out_dir`: `eval/step_<step>/<benchmark>.jsonl` and a line
+per benchmark in `eval/summary.jsonl`. A (step, benchmark) already there is skipped unless `force=true`.
+
+    python -m atr_grpo.evaluate model=qwen3-1.7b out_dir=results/evals/qwen3-1.7b-base
+    python -m atr_grpo.evaluate model=qwen3-1.7b adapter=RUN/checkpoints/checkpoint-1000 out_dir=RUN step=1000
+    python -m atr_grpo.evaluate model=tiny eval=arithmetic ...               # CPU, transformers backend
+
+Backend: `eval.backend=auto` uses vLLM on a CUDA machine where it is installed, else transformers.
+Run one evaluation per process (vLLM does not reliably free GPU memory), so no Hydra multirun with vLLM.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import sys
+from typing import Any
+
+import hydra
+from omegaconf import DictConfig
+from omegaconf.errors import OmegaConfBaseException
+
+from atr_grpo.config import ConfigError, EvaluateConfig, register_configs, to_object
+
+log = logging.getLogger(__name__)
+register_configs()
+
+
+def choose_backend(requested: str) -> str:
+    """auto → vllm when CUDA and vLLM are both available, else hf; an explicit vllm must be possible."""
+    import torch
+
+    vllm_ok = torch.cuda.is_available() and importlib.util.find_spec("vllm") is not None
+    if requested == "vllm" and not vllm_ok:
+        raise ConfigError("invalid config: eval.backend='vllm' needs a CUDA GPU and vLLM (`pip install -e .[gpu]`)")
+    if requested == "auto":
+        return "vllm" if vllm_ok else "hf"
+    return requested
+
+
+def build_generator(cfg: EvaluateConfig, backend: str, benchmarks: list[Any]) -> tuple[Any, Any]:
+    """(generator, tokenizer) for the configured model and adapter."""
+    from atr_grpo.data.prompts import render_prompt
+    from atr_grpo.evaluation import HFGenerator, VLLMGenerator
+    from atr_grpo.models import load_model_and_tokenizer, load_tokenizer, resolve_model_path
+
+    if backend == "hf":
+        model, tokenizer = load_model_and_tokenizer(cfg.model, adapter_path=cfg.adapter)
+        return HFGenerator(model, tokenizer, batch_size=cfg.eval.batch_size), tokenizer
+    tokenizer = load_tokenizer(cfg.model)
+    longest = max(
+        len(tokenizer(render_prompt(tokenizer, p.problem, cfg.prompt.system, cfg.prompt.enable_thinking))["input_ids"])
+        for bench in benchmarks
+        for p in bench.problems
+    )
+    generator = VLLMGenerator.from_pretrained(
+        resolve_model_path(cfg.model),
+        cfg.adapter,
+        seed=cfg.eval.seed,
+        # room for the longest prompt plus max_tokens: no sample is cut by the context instead of max_tokens
+        max_model_len=getattr(cfg.eval, "max_model_len", None) or longest + cfg.eval.max_tokens,
+        gpu_memory_utilization=getattr(cfg.eval, "gpu_memory_utilization", None) or 0.9,
+        dtype=cfg.model.dtype,
+    )
+    return generator, tokenizer
+
+
+def evaluate(cfg: EvaluateConfig) -> dict[str, float]:
+    """Load the benchmarks, build the backend, evaluate at `cfg.step` into `cfg.out_dir`."""
+    from atr_grpo.evaluation import SamplingConfig, load_benchmark, run_evaluation
+
+    ev = cfg.eval
+    benchmarks = [load_benchmark(name, ev.paths.get(name), ev.max_problems, ev.strict) for name in ev.benchmarks]
+    sampling = SamplingConfig(
+        n=ev.n,
+        temperature=ev.temperature,
+        top_p=ev.top_p,
+        top_k=ev.top_k,
+        max_tokens=ev.max_tokens,
+        seed=ev.seed,
+    )
+    generator, tokenizer = build_generator(cfg, choose_backend(ev.backend), benchmarks)
+    return run_evaluation(
+        generator,
+        tokenizer,
+        benchmarks,
+        sampling,
+        cfg.out_dir,
+        cfg.step,
+        system_prompt=cfg.prompt.system,
+        enable_thinking=cfg.prompt.enable_thinking,
+        k=ev.k,
+        grader_workers=ev.grader_workers,
+        grader_timeout=ev.grader_timeout,
+        force=cfg.force,
+        metadata={"model": cfg.model.name, "adapter": cfg.adapter},
+    )
+
+
+def format_results(metrics: dict[str, float], k: int) -> str:
+    """A small table: one row per benchmark (and the average), Mean@k and Pass@k in percent."""
+    names = sorted({key.split("/")[1] for key in metrics if key.endswith(f"/mean@{k}")} - {"average"})
+    rows = [(name, metrics[f"eval/{name}/mean@{k}"], metrics[f"eval/{name}/pass@{k}"]) for name in names]
+    if f"eval/average/mean@{k}" in metrics:
+        rows.append(("average", metrics[f"eval/average/mean@{k}"], metrics[f"eval/average/pass@{k}"]))
+    width = max([len("benchmark"), *(len(r[0]) for r in rows)])
+    lines = [f"{'benchmark':<{width}}  {f'Mean@{k}':>8}  {f'Pass@{k}':>8}"]
+    lines += [f"{name:<{width}}  {100 * mean:7.2f}%  {100 * passed:7.2f}%" for name, mean, passed in rows]
+    return "\n".join(lines)
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="evaluate")
+def main(cfg: DictConfig) -> None:
+    try:
+        eval_cfg = to_object(cfg)
+    except (ConfigError, OmegaConfBaseException) as err:
+        print(err, file=sys.stderr)
+        sys.exit(2)
+    try:
+        metrics = evaluate(eval_cfg)
+    except (ConfigError, ValueError) as err:  # a bad benchmark file, k > n, a context that cannot fit
+        print(err, file=sys.stderr)
+        sys.exit(2)
+    print(format_results(metrics, eval_cfg.eval.k))
+    print(f"files: {eval_cfg.out_dir}/eval/")
+
+
+if __name__ == "__main__":
+    main()

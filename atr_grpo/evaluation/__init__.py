@@ -1,0 +1,69 @@
+"""Evaluation: benchmarks, generation backends, grading, Mean@K / Pass@K, and the run-directory files.
+
+Contracts §5: `grade`, `grade_many`, `pass_at_k`, `mean_at_k`. Backends and the callback import their
+heavy dependencies (vLLM, Unsloth, transformers) only when used.
+"""
+
+from atr_grpo.evaluation.backends import (
+    Generator,
+    HFGenerator,
+    Sample,
+    SamplingConfig,
+    UnslothVLLMGenerator,
+    VLLMGenerator,
+)
+from atr_grpo.evaluation.benchmarks import (
+    BENCHMARKS,
+    Benchmark,
+    BenchmarkError,
+    BenchmarkSpec,
+    Problem,
+    load_benchmark,
+    register_benchmark,
+)
+from atr_grpo.evaluation.grader import (
+    STATUSES,
+    GoldParseError,
+    GradeResult,
+    grade,
+    grade_many,
+    grade_sample,
+    grade_samples,
+    last_boxed,
+    status_counts,
+)
+from atr_grpo.evaluation.metrics import average, mean_at_k, pass_at_k, summarize
+from atr_grpo.evaluation.outputs import read_summary
+from atr_grpo.evaluation.runner import flat_metrics, run_evaluation
+
+__all__ = [
+    "BENCHMARKS",
+    "STATUSES",
+    "Benchmark",
+    "BenchmarkError",
+    "BenchmarkSpec",
+    "Generator",
+    "GoldParseError",
+    "GradeResult",
+    "HFGenerator",
+    "Problem",
+    "Sample",
+    "SamplingConfig",
+    "UnslothVLLMGenerator",
+    "VLLMGenerator",
+    "average",
+    "flat_metrics",
+    "grade",
+    "grade_many",
+    "grade_sample",
+    "grade_samples",
+    "last_boxed",
+    "load_benchmark",
+    "mean_at_k",
+    "pass_at_k",
+    "read_summary",
+    "register_benchmark",
+    "run_evaluation",
+    "status_counts",
+    "summarize",
+]

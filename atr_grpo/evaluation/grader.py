@@ -1,0 +1,300 @@
+"""Is a completion's final answer equal to the gold answer? (contracts §5)
+
+The rules, chosen so that no harness convention can silently change a score:
+
+- **The prediction is the completion's final `\\boxed{...}`**, found by brace matching from the last
+  `\\boxed{`, so nested braces (`\\boxed{\\frac{1}{2}}`) and several boxes (the last one wins, however
+  close together) work. There is no fallback to "the last number in the text": a completion without a
+  box has no answer. If the last box never closes, the answer is malformed and counts as no answer
+  (an earlier box is not credited: the model moved on from it).
+- **The box is parsed with math-verify's LaTeX extractor** (which drops `\\text{...}` units, `\\!`, `$`,
+  `\\dfrac`, ...), falling back to its plain-expression extractor. Only the box is given to math-verify,
+  so its habit of joining nearby boxes into a set (`{5, 7}`) cannot happen here.
+- **The gold is parsed as an expression first** (`33`, `033`, `27.0`, `-1`, `1/2`), then as LaTeX;
+  golds with LaTeX markup (`\\frac{1}{2}`, `2^{10}`, `3\\sqrt{2}`) go to LaTeX first, because the
+  expression extractor would pick out a number inside them. They are compared with
+  `verify(gold, prediction)` (gold first: the function is not symmetric). A gold that parses to
+  nothing raises `GoldParseError`.
+- **A truncated sample (finish_reason "length") is never correct**, even if it holds a box: an
+  unfinished answer is not a final answer (and the model may have been about to revise it). Its last
+  box is still recorded in `extracted` for inspection.
+- **Every answer runs under a time limit.** math-verify's own limits use `signal.alarm`, which fails
+  outside a process's main thread and is cancelled by nested use; we switch them off and arm one
+  interval timer around the whole answer instead. Its exception derives from `BaseException`, so the
+  `except Exception` blocks inside math-verify cannot swallow it. Off the main thread no timer can be
+  armed; `grade_samples` therefore runs answers in worker processes, and also bounds their wall time
+  from outside (see `atr_grpo.evaluation.pool`).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import signal
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+log = logging.getLogger(__name__)
+
+STATUSES = ("correct", "wrong", "no_answer", "truncated", "timeout")
+FINISH_REASONS = ("stop", "length")
+DEFAULT_TIMEOUT = 5.0  # seconds per answer, as math-verify's own default
+_BOX = "\\boxed"
+
+
+class GoldParseError(ValueError):
+    """A gold answer that math-verify cannot parse: a data problem, never a wrong prediction."""
+
+
+class GradingTimeout(BaseException):
+    """Raised by the answer timer. A BaseException so that `except Exception` in libraries lets it through."""
+
+
+@dataclass(frozen=True)
+class GradeResult:
+    status: str  # one of STATUSES
+    correct: bool
+    extracted: str | None  # the final box's content (also for truncated samples), None without a box
+
+
+# ------------------------------------------------------------------------------------------ extraction
+def _group_end(text: str, open_index: int) -> int | None:
+    """Index of the `}` closing the `{` at `open_index`; escaped braces (`\\{`, `\\}`) don't count."""
+    depth, i, end = 0, open_index, len(text)
+    while i < end:
+        char = text[i]
+        if char == "\\":
+            i += 2
+            continue
+        if char == "{":
+            depth += 1
+        elif char == "}":
+            depth -= 1
+            if depth == 0:
+                return i
+        i += 1
+    return None
+
+
+def last_boxed(text: str) -> str | None:
+    """The content of the last `\\boxed{...}` in `text`; None if there is none or it never closes."""
+    pos = text.rfind(_BOX)
+    while pos != -1:
+        after = pos + len(_BOX)
+        j = after
+        while j < len(text) and text[j] in " \t\n":
+            j += 1
+        if j < len(text) and text[j] == "{":
+            close = _group_end(text, j)
+            return None if close is None else text[j + 1 : close]
+        # `\boxed` not followed by a group (prose, `\boxedx`): look further left
+        pos = text.rfind(_BOX, 0, pos)
+    return None
+
+
+def _clean_box(content: str) -> str:
+    """Strip what a model puts around the value inside the box: spaces, `$...$`, a final full stop."""
+    answer = content.strip()
+    while len(answer) >= 2 and answer[0] == "$" and answer[-1] == "$":
+        answer = answer[1:-1].strip()
+    return answer.rstrip(".").strip()
+
+
+# ------------------------------------------------------------------------------------------ parsing
+@functools.cache
+def _math_verify() -> tuple:
+    """Import math-verify once; silence its "timeout disabled" warning (time is bounded here instead)."""
+    import math_verify
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig
+
+    class _DropTimeoutDisabled(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            return "Timeout is disabled" not in record.getMessage()
+
+    for name in ("math_verify.parser", "math_verify.grader"):
+        logging.getLogger(name).addFilter(_DropTimeoutDisabled())
+    expr = [ExprExtractionConfig()]
+    latex = [LatexExtractionConfig(boxed_match_priority=0)]
+    return math_verify.parse, math_verify.verify, expr, latex
+
+
+def _parse(text: str, config: list) -> list:
+    parse, _, _, _ = _math_verify()
+    return parse(text, extraction_config=config, fallback_mode="no_fallback", parsing_timeout=None)
+
+
+_LATEX_MARKS = ("\\", "{", "}", "$")
+
+
+@functools.lru_cache(maxsize=8192)
+def parse_gold(gold: str) -> tuple:
+    """The parsed gold: a plain expression (`33`, `033`, `27.0`, `-1`, `1/2`) through math-verify's
+    expression extractor, LaTeX (`\\frac{1}{2}`, `2^{10}`, `3\\sqrt{2}`) through its LaTeX extractor.
+
+    The expression extractor goes first (math-verify's advice for plain numbers) but only for golds
+    without LaTeX markup: it finds *an* expression in a text, so on `3\\sqrt{2}` it would return 3.
+    """
+    _, _, expr, latex = _math_verify()
+    text = str(gold).strip()
+    as_latex = text if "\\boxed" in text else f"${text}$"
+    if not text:
+        parsed = []
+    elif any(mark in text for mark in _LATEX_MARKS):
+        parsed = _parse(as_latex, latex) or _parse(text, expr)
+    else:
+        parsed = _parse(text, expr) or _parse(as_latex, latex)
+    if not parsed:
+        raise GoldParseError(f"gold answer {gold!r} does not parse with math-verify")
+    return tuple(parsed)
+
+
+def parse_prediction(answer: str) -> list:
+    """The parsed content of a box: LaTeX extraction (with its normalisations), else a plain expression."""
+    _, _, expr, latex = _math_verify()
+    parsed = _parse(f"\\boxed{{{answer}}}", latex)
+    return parsed or _parse(answer, expr)
+
+
+# ------------------------------------------------------------------------------------------ time limit
+def can_time_limit() -> bool:
+    """Whether an in-process answer timer can be armed here (main thread of a POSIX process)."""
+    return hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+
+
+@contextmanager
+def time_limit(seconds: float | None) -> Iterator[None]:
+    """Raise GradingTimeout in this block after `seconds` (a no-op off the main thread or for None).
+
+    The timer re-fires every 50 ms after the first expiry, so that a library swallowing one interrupt
+    (with a bare `except:`) is interrupted again.
+    """
+    if seconds is None or not can_time_limit():
+        yield
+        return
+    armed = True
+
+    def on_alarm(signum: int, frame: object) -> None:
+        if armed:
+            raise GradingTimeout
+
+    previous_handler = signal.signal(signal.SIGALRM, on_alarm)
+    previous_delay, previous_interval = signal.setitimer(signal.ITIMER_REAL, seconds, 0.05)
+    started = time.monotonic()
+    try:
+        yield
+    finally:
+        armed = False
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous_handler)
+        if previous_delay > 0:  # give an outer timer back what is left of it
+            left = max(previous_delay - (time.monotonic() - started), 1e-3)
+            signal.setitimer(signal.ITIMER_REAL, left, previous_interval)
+
+
+# ------------------------------------------------------------------------------------------ grading
+def grade_sample(
+    completion: str, gold: str, finish_reason: str | None = "stop", timeout: float | None = DEFAULT_TIMEOUT
+) -> GradeResult:
+    """Grade one sample: correct, wrong, no_answer, truncated or timeout (see the module docstring)."""
+    if finish_reason not in (*FINISH_REASONS, None):
+        raise ValueError(f"finish_reason must be one of {FINISH_REASONS} (or None), got {finish_reason!r}")
+    box = last_boxed(completion)
+    if finish_reason == "length":
+        return GradeResult("truncated", False, box)
+    if box is None:
+        return GradeResult("no_answer", False, None)
+    answer = _clean_box(box)
+    if not answer:
+        return GradeResult("no_answer", False, box)
+    _, verify, _, _ = _math_verify()
+    try:
+        with time_limit(timeout):
+            gold_parsed = list(parse_gold(gold))
+            predicted = parse_prediction(answer)
+            correct = bool(predicted) and bool(verify(gold_parsed, predicted, timeout_seconds=None))
+    except GradingTimeout:
+        return GradeResult("timeout", False, box)
+    return GradeResult("correct" if correct else "wrong", correct, box)
+
+
+def grade(completion: str, gold: str) -> bool:
+    """True when the completion's final `\\boxed{}` is math-verify-equivalent to `gold` (contracts §5).
+
+    In-process, under a signal timer in the main thread (no timer in other threads); use `grade_many`
+    for batches and for a hard wall-time bound.
+    """
+    return grade_sample(completion, gold, "stop").correct
+
+
+def usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def grade_samples(
+    items: Sequence[tuple[str, str, str | None]],
+    workers: int | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+    progress: object | None = None,
+) -> list[GradeResult]:
+    """Grade (completion, gold, finish_reason) triples, in order, in `workers` processes.
+
+    workers: None = one per usable CPU; 0 = in this process (signal timer only, no outer bound).
+    Each answer has `timeout` seconds inside its worker; a worker still busy well after that (a C-level
+    call ignoring the signal) is killed and replaced, and its answer counts as "timeout".
+    progress: an object with `update(int)` (e.g. a tqdm bar), called as answers complete.
+    """
+    from atr_grpo.evaluation.pool import run_with_deadline
+
+    jobs = [(str(c), str(g), f, timeout) for c, g, f in items]
+    workers = usable_cpus() if workers is None else workers
+    if workers <= 0 or not jobs:
+        results = []
+        for job in jobs:
+            results.append(_grade_job(job))
+            if progress is not None:
+                progress.update(1)  # type: ignore[attr-defined]
+        return results
+    _grade_job(("\\boxed{1}", "1", "stop", timeout))  # import and warm math-verify once, before forking
+    return run_with_deadline(
+        _grade_job,
+        jobs,
+        workers=min(workers, len(jobs)),
+        deadline_s=outer_deadline(timeout),
+        on_failure=_failed_job,
+        progress=progress,
+    )
+
+
+def outer_deadline(timeout: float) -> float:
+    """Wall time after which a worker is killed: the inner timer plus room for it to unwind."""
+    return 2.0 * timeout + 1.0
+
+
+def _grade_job(job: tuple[str, str, str | None, float]) -> GradeResult:
+    completion, gold, finish_reason, timeout = job
+    return grade_sample(completion, gold, finish_reason, timeout)
+
+
+def _failed_job(job: tuple[str, str, str | None, float], reason: str) -> GradeResult:
+    """A worker that was killed at the deadline or died: the answer could not be graded in time."""
+    log.warning("grading %s: counted as timeout (gold %r)", reason, job[1])
+    return GradeResult("timeout", False, last_boxed(job[0]))
+
+
+def grade_many(pairs: Sequence[tuple[str, str]], workers: int | None = None) -> list[bool]:
+    """`grade` over (completion, gold) pairs in worker processes (contracts §5); a timeout is wrong."""
+    return [result.correct for result in grade_samples([(c, g, "stop") for c, g in pairs], workers=workers)]
+
+
+def status_counts(results: Sequence[GradeResult]) -> dict[str, int]:
+    """How many results have each status (every status present, zeros included)."""
+    counts = Counter(result.status for result in results)
+    return {status: counts.get(status, 0) for status in STATUSES}

@@ -1,0 +1,58 @@
+"""The evaluation files of a run directory (contracts §3), written so that nothing is ever lost.
+
+    <run_dir>/eval/step_<step:06d>/<benchmark>.jsonl   one line per (problem, sample)
+    <run_dir>/eval/summary.jsonl                        one line per (step, benchmark)
+
+The summary line is the commit record: the per-sample file is written completely (temporary file +
+rename) before its summary line is appended. Hence:
+- a (step, benchmark) with a summary line is done, and a re-run skips it (unless forced);
+- a per-sample file without a summary line is an interrupted evaluation: it is moved aside to
+  `<benchmark>.jsonl.interrupted-<i>` before the new one is written;
+- a forced re-evaluation moves the old per-sample file to `<benchmark>.jsonl.replaced-<i>` and appends a
+  new summary line; when a (step, benchmark) has several summary lines, the last one is authoritative
+  (`read_summary` returns only those).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from atr_grpo import rundir
+
+
+def sample_file(run_dir: str | Path, step: int, benchmark: str) -> Path:
+    return rundir.eval_step_dir(run_dir, step) / f"{benchmark}.jsonl"
+
+
+def read_summary(run_dir: str | Path) -> dict[tuple[int, str], dict[str, Any]]:
+    """The authoritative (last) summary line of every evaluated (step, benchmark)."""
+    path = rundir.summary_path(run_dir)
+    if not path.exists():
+        return {}
+    return {(int(row["step"]), str(row["benchmark"])): row for row in rundir.iter_jsonl(path)}
+
+
+def move_aside(path: Path, tag: str) -> Path:
+    """Rename `path` to the first free `<path>.<tag>-<i>`; returns the new name."""
+    for i in range(1, 100_000):
+        target = path.with_name(f"{path.name}.{tag}-{i}")
+        if not target.exists():
+            path.rename(target)
+            return target
+    raise RuntimeError(f"no free name to move {path} aside")
+
+
+def write_samples(path: Path, records: Iterable[dict[str, Any]]) -> None:
+    """Write the per-sample file through a temporary file, so that a partial file never has the real name."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    with tmp.open("w", encoding="utf-8") as handle:
+        for record in records:
+            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)

@@ -1,0 +1,180 @@
+"""One evaluation of one model at one step: prompts → samples → grades → files and metrics.
+
+`run_evaluation` renders every problem with the training prompt (`atr_grpo.data.prompts.render_prompt`),
+draws n samples per problem from a backend, grades them in worker processes, writes the per-sample
+file and the summary line of each benchmark (contracts §3; see `outputs` for the overwrite policy) and
+returns a flat dict for the logger: `eval/<benchmark>/mean@K`, `eval/<benchmark>/pass@K`,
+`eval/average/...` for K in {1, k}, and `eval/<benchmark>/status/<status>` counts.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from importlib import metadata as importlib_metadata
+from pathlib import Path
+from typing import Any
+
+from atr_grpo import rundir
+from atr_grpo.data.prompts import DEFAULT_SYSTEM_PROMPT, prompt_fingerprint, render_prompt
+from atr_grpo.evaluation.backends import Generator, SamplingConfig
+from atr_grpo.evaluation.benchmarks import Benchmark
+from atr_grpo.evaluation.grader import DEFAULT_TIMEOUT, STATUSES, grade_samples, status_counts
+from atr_grpo.evaluation.metrics import average, summarize
+from atr_grpo.evaluation.outputs import move_aside, read_summary, sample_file, write_samples
+
+log = logging.getLogger(__name__)
+
+
+def _grader_version() -> str:
+    try:
+        return f"math-verify=={importlib_metadata.version('math-verify')}"
+    except importlib_metadata.PackageNotFoundError:
+        return "math-verify"
+
+
+def evaluate_benchmark(
+    generator: Generator,
+    tokenizer: Any,
+    benchmark: Benchmark,
+    sampling: SamplingConfig,
+    *,
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT,
+    enable_thinking: bool = False,
+    grader_workers: int | None = None,
+    grader_timeout: float = DEFAULT_TIMEOUT,
+    show_progress: bool = True,
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Sample and grade one benchmark; returns (per-sample records, summary fields without step/benchmark)."""
+    from tqdm.auto import tqdm
+
+    problems = benchmark.problems
+    prompts = [render_prompt(tokenizer, p.problem, system_prompt, enable_thinking) for p in problems]
+    started = time.time()
+    samples = generator.generate(prompts, sampling)
+    generated = time.time()
+    jobs = [(s.text, p.gold, s.finish_reason) for p, row in zip(problems, samples) for s in row]
+    with tqdm(total=len(jobs), desc=f"grade {benchmark.name}", disable=not show_progress, leave=False) as bar:
+        results = grade_samples(jobs, workers=grader_workers, timeout=grader_timeout, progress=bar)
+    grades = iter(results)
+
+    records, matrix = [], []
+    for problem, row in zip(problems, samples):
+        verdicts = []
+        for index, sample in enumerate(row):
+            result = next(grades)
+            verdicts.append(result.correct)
+            records.append(
+                {
+                    "problem_id": problem.id,
+                    "sample": index,
+                    "completion": sample.text,
+                    "extracted": result.extracted,
+                    "gold": problem.gold,
+                    "correct": result.correct,
+                    "status": result.status,
+                    "finish_reason": sample.finish_reason,
+                    "num_tokens": sample.num_tokens,
+                }
+            )
+        matrix.append(verdicts)
+    counts = status_counts(results)
+    summary = {
+        "num_problems": len(problems),
+        "n": sampling.n,
+        **summarize(matrix),
+        "status_counts": counts,
+        "mean_num_tokens": sum(r["num_tokens"] for r in records) / len(records),
+        "content_hash": benchmark.content_hash,
+        "source": benchmark.source,
+        "prompt_hash": prompt_fingerprint(tokenizer, system_prompt, enable_thinking),
+        "enable_thinking": enable_thinking,
+        "temperature": sampling.temperature,
+        "top_p": sampling.top_p,
+        "top_k": sampling.top_k,
+        "max_tokens": sampling.max_tokens,
+        "seed": sampling.seed,
+        "backend": getattr(generator, "name", type(generator).__name__),
+        "grader": _grader_version(),
+        "generate_s": round(generated - started, 2),
+        "grade_s": round(time.time() - generated, 2),
+        "time_s": round(time.time() - started, 2),
+    }
+    return records, summary
+
+
+def run_evaluation(
+    generator: Generator,
+    tokenizer: Any,
+    benchmarks: Sequence[Benchmark],
+    sampling: SamplingConfig,
+    run_dir: str | Path,
+    step: int,
+    *,
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT,
+    enable_thinking: bool = False,
+    k: int = 8,
+    grader_workers: int | None = None,
+    grader_timeout: float = DEFAULT_TIMEOUT,
+    force: bool = False,
+    metadata: dict[str, Any] | None = None,
+    show_progress: bool = True,
+) -> dict[str, float]:
+    """Evaluate every benchmark at `step` into `run_dir/eval/`; returns the logger's flat metrics dict.
+
+    A (step, benchmark) already in eval/summary.jsonl is not evaluated again (its recorded values are
+    returned) unless `force`. `metadata` (e.g. the model and adapter) is added to each summary line.
+    """
+    if not 1 <= k <= sampling.n:
+        raise ValueError(f"k={k} must be in 1..n={sampling.n}: Pass@K needs at least K samples per problem")
+    names = [b.name for b in benchmarks]
+    if len(set(names)) != len(names):
+        raise ValueError(f"benchmark names repeat: {names}")
+    done = read_summary(run_dir)
+    rows: dict[str, dict[str, Any]] = {}
+    for benchmark in benchmarks:
+        key = (step, benchmark.name)
+        if key in done and not force:
+            log.info("step %d, %s: already in summary.jsonl; skipped", step, benchmark.name)
+            rows[benchmark.name] = done[key]
+            continue
+        path = sample_file(run_dir, step, benchmark.name)
+        if path.exists():
+            moved = move_aside(path, "replaced" if key in done else "interrupted")
+            log.warning("step %d, %s: moved the earlier per-sample file to %s", step, benchmark.name, moved)
+        records, summary = evaluate_benchmark(
+            generator,
+            tokenizer,
+            benchmark,
+            sampling,
+            system_prompt=system_prompt,
+            enable_thinking=enable_thinking,
+            grader_workers=grader_workers,
+            grader_timeout=grader_timeout,
+            show_progress=show_progress,
+        )
+        row = {"step": step, "benchmark": benchmark.name, **summary, **(metadata or {})}
+        write_samples(path, records)
+        rundir.append_jsonl(rundir.summary_path(run_dir), row)  # the commit record, written last
+        mean, passed = row[f"mean@{k}"], row[f"pass@{k}"]
+        counts, seconds = row["status_counts"], row["time_s"]
+        message = "step %d, %s: mean@%d %.4f, pass@%d %.4f, %s (%.0f s)"
+        log.info(message, step, benchmark.name, k, mean, k, passed, counts, seconds)
+        rows[benchmark.name] = row
+    return flat_metrics(rows, k)
+
+
+def flat_metrics(rows: dict[str, dict[str, Any]], k: int) -> dict[str, float]:
+    """`eval/<benchmark>/{mean,pass}@{1,k}`, `eval/<benchmark>/status/<status>` and `eval/average/...`."""
+    ks = sorted({1, k})
+    out: dict[str, float] = {}
+    per_benchmark = []
+    for name, row in rows.items():
+        values = {f"{m}@{K}": row[f"{m}@{K}"] for K in ks for m in ("mean", "pass") if f"{m}@{K}" in row}
+        per_benchmark.append(values)
+        out.update({f"eval/{name}/{key}": value for key, value in values.items()})
+        counts = row.get("status_counts", {})
+        out.update({f"eval/{name}/status/{status}": counts.get(status, 0) for status in STATUSES})
+    out.update({f"eval/average/{key}": value for key, value in average(per_benchmark).items()})
+    return out

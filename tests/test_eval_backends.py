@@ -1,0 +1,285 @@
+"""The vLLM and Unsloth backends' glue, against fakes with vLLM 0.31's API; the real engines under `gpu`."""
+
+import importlib.util
+import json
+import sys
+import types
+from types import SimpleNamespace
+
+import pytest
+
+from atr_grpo.evaluation import SamplingConfig, UnslothVLLMGenerator, VLLMGenerator
+from atr_grpo.evaluation.backends import adapter_rank, vllm_max_lora_rank
+
+
+class FakeTokenizer:
+    def encode(self, text, add_special_tokens=False):
+        return text.split()
+
+
+class FakeLLM:
+    """`vllm.LLM` as far as the backends use it: generate(...) -> [RequestOutput], sleep mode, tokenizer."""
+
+    def __init__(self, max_model_len=64, sleeping=False, short=False, **kwargs):
+        self.kwargs, self.calls, self.events, self.sleeping, self.short = kwargs, [], [], sleeping, short
+        engine = SimpleNamespace(model_config=SimpleNamespace(max_model_len=max_model_len))
+        engine.is_sleeping = lambda: self.sleeping
+        self.llm_engine = engine
+
+    def get_tokenizer(self):
+        return FakeTokenizer()
+
+    def wake_up(self, tags=None):
+        self.events.append("wake_up")
+        self.sleeping = False
+
+    def sleep(self, level=1):
+        self.events.append(f"sleep({level})")
+        self.sleeping = True
+
+    def generate(self, prompts, sampling_params=None, *, use_tqdm=True, lora_request=None):
+        self.events.append("generate")
+        self.calls.append((prompts, sampling_params, lora_request))
+        n = sampling_params.n - (1 if self.short else 0)
+        outputs = []
+        for prompt in prompts:
+            completions = [
+                SimpleNamespace(
+                    index=j,
+                    text=f"{prompt} -> \\boxed{{{j}}}",
+                    token_ids=list(range(j + 1)),
+                    finish_reason="length" if j == 0 else "stop",
+                )
+                for j in reversed(range(n))  # out of order on purpose: the backend sorts by index
+            ]
+            outputs.append(SimpleNamespace(prompt=prompt, outputs=completions))
+        return outputs
+
+
+class FakeSamplingParams:
+    def __init__(self, **kwargs):
+        self.__dict__.update(kwargs)
+
+
+class FakeLoRARequest:
+    def __init__(self, lora_name, lora_int_id, lora_path=""):
+        self.lora_name, self.lora_int_id, self.lora_path = lora_name, lora_int_id, lora_path
+
+
+@pytest.fixture
+def fake_vllm(monkeypatch):
+    created = []
+
+    def make_llm(**kwargs):
+        llm = FakeLLM(**kwargs)
+        llm.kwargs = kwargs  # everything the backend passed, max_model_len included
+        created.append(llm)
+        return llm
+
+    vllm = types.ModuleType("vllm")
+    vllm.LLM, vllm.SamplingParams = make_llm, FakeSamplingParams
+    lora = types.ModuleType("vllm.lora")
+    request = types.ModuleType("vllm.lora.request")
+    request.LoRARequest = FakeLoRARequest
+    for name, module in (("vllm", vllm), ("vllm.lora", lora), ("vllm.lora.request", request)):
+        monkeypatch.setitem(sys.modules, name, module)
+    return created
+
+
+@pytest.fixture
+def adapter_dir(tmp_path):
+    path = tmp_path / "adapter"
+    path.mkdir()
+    (path / "adapter_config.json").write_text(json.dumps({"r": 32, "lora_alpha": 64}))
+    return path
+
+
+PARAMS = SamplingConfig(n=3, temperature=0.3, top_p=0.95, top_k=-1, max_tokens=16, seed=7)
+
+
+def test_vllm_engine_and_lora_request(fake_vllm, adapter_dir):
+    first = VLLMGenerator.from_pretrained("base-model", adapter_dir, seed=5, max_model_len=4096)
+    second = VLLMGenerator.from_pretrained("base-model", adapter_dir)
+    kwargs = fake_vllm[0].kwargs
+    assert kwargs["model"] == "base-model" and kwargs["seed"] == 5 and kwargs["max_model_len"] == 4096
+    assert kwargs["enable_lora"] is True and kwargs["max_lora_rank"] == 32 and kwargs["enable_prefix_caching"] is True
+    assert first.lora_request.lora_path == str(adapter_dir.resolve())
+    assert second.lora_request.lora_int_id > first.lora_request.lora_int_id >= 1, "a fresh id for every adapter"
+
+
+def test_vllm_base_model_has_no_lora(fake_vllm):
+    generator = VLLMGenerator.from_pretrained("base-model")
+    assert generator.lora_request is None and "enable_lora" not in fake_vllm[0].kwargs
+
+
+def test_vllm_generate_passes_table4_sampling_and_converts_outputs(fake_vllm, adapter_dir):
+    generator = VLLMGenerator.from_pretrained("base-model", adapter_dir, max_model_len=64)
+    samples = generator.generate(["p one", "p two"], PARAMS)
+    prompts, sp, lora_request = fake_vllm[0].calls[0]
+    assert prompts == ["p one", "p two"] and lora_request is generator.lora_request
+    assert (sp.n, sp.temperature, sp.top_p, sp.top_k, sp.max_tokens, sp.seed) == (3, 0.3, 0.95, -1, 16, 7)
+    assert [len(row) for row in samples] == [3, 3]
+    assert [s.text for s in samples[1]] == [f"p two -> \\boxed{{{j}}}" for j in range(3)]
+    assert [(s.finish_reason, s.num_tokens) for s in samples[0]] == [("length", 1), ("stop", 2), ("stop", 3)]
+
+
+def test_vllm_refuses_fewer_samples_and_too_long_contexts(fake_vllm):
+    short = VLLMGenerator(FakeLLM(short=True))
+    with pytest.raises(RuntimeError, match="instead of n=3"):
+        short.generate(["p"], PARAMS)
+    tight = VLLMGenerator(FakeLLM(max_model_len=20))
+    with pytest.raises(ValueError, match="max_model_len"):
+        tight.generate(["five tokens in this prompt"], PARAMS)  # 5 + 16 > 20
+
+
+def test_lora_ranks():
+    assert [vllm_max_lora_rank(r) for r in (1, 8, 20, 32, 64, 300)] == [1, 8, 32, 32, 64, 320]
+    with pytest.raises(ValueError):
+        vllm_max_lora_rank(1024)
+
+
+def test_adapter_rank_reads_rank_pattern(tmp_path):
+    (tmp_path / "adapter_config.json").write_text(json.dumps({"r": 16, "rank_pattern": {"q_proj": 48}}))
+    assert adapter_rank(tmp_path) == 48
+
+
+class FakeUnslothModel:
+    def __init__(self, engine):
+        self.vllm_engine, self.loaded = engine, []
+
+    def load_lora(self, path, load_tensors=False):
+        self.loaded.append((path, load_tensors))
+        return f"live-lora-{len(self.loaded)}"
+
+    def fast_generate(self, prompts, sampling_params=None, lora_request=None, use_tqdm=True):
+        return self.vllm_engine.generate(prompts, sampling_params, lora_request=lora_request, use_tqdm=use_tqdm)
+
+
+def test_unsloth_uses_the_live_adapter_and_wakes_a_sleeping_engine(fake_vllm, tmp_path, monkeypatch):
+    monkeypatch.setenv("VLLM_SLEEP_MODE", "2")
+    engine = FakeLLM(sleeping=True)
+    model = FakeUnslothModel(engine)
+    generator = UnslothVLLMGenerator(model, tmp_path / "live_lora")
+    samples = generator.generate(["a prompt"], PARAMS)
+    assert model.loaded == [(str(tmp_path / "live_lora"), True)] and (tmp_path / "live_lora").is_dir()
+    assert engine.calls[0][2] == "live-lora-1"
+    assert engine.events == ["wake_up", "generate", "sleep(2)"], "woken for generation, asleep again after"
+    assert [s.num_tokens for s in samples[0]] == [1, 2, 3]
+    generator.generate(["again"], PARAMS)
+    assert engine.calls[1][2] == "live-lora-2", "every evaluation serves the adapter as it is now"
+
+
+def test_unsloth_engine_awake_or_without_sleep_mode(fake_vllm, tmp_path):
+    engine = FakeLLM(sleeping=False)
+    UnslothVLLMGenerator(FakeUnslothModel(engine), tmp_path / "l").generate(["p"], PARAMS)
+    assert engine.events == ["generate"]
+    del engine.llm_engine.is_sleeping  # an engine built without sleep mode support
+    UnslothVLLMGenerator(FakeUnslothModel(engine), tmp_path / "l").generate(["p"], PARAMS)
+
+
+# ------------------------------------------------------------------------------------ real engines (GPU)
+def _cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+needs_vllm = pytest.mark.skipif(
+    not (_cuda() and importlib.util.find_spec("vllm") is not None), reason="needs a CUDA GPU and vLLM"
+)
+
+
+def _tiny_checkpoint(path):
+    """A small random Qwen3 with a locally trained tokenizer, saved where vLLM can load it (no downloads)."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+
+    tok = Tokenizer(models.BPE(unk_token=None))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=512,
+        special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(["What is 12 + 7? The answer is \\boxed{19}. Let me think step by step."] * 50, trainer)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>", bos_token=None
+    )
+    tokenizer.chat_template = (
+        "{% for m in messages %}"
+        "{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}{% endfor %}"
+        "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+    )
+    config = Qwen3Config(
+        vocab_size=len(tokenizer),
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=64,
+        max_position_embeddings=1024,
+        tie_word_embeddings=True,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None,
+    )
+    torch.manual_seed(0)
+    model = Qwen3ForCausalLM(config)
+    model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return model, tokenizer
+
+
+@pytest.mark.gpu
+@needs_vllm
+def test_vllm_generator_on_a_tiny_model_with_an_adapter(tmp_path):
+    from peft import LoraConfig, get_peft_model
+
+    model, _ = _tiny_checkpoint(tmp_path / "base")
+    peft_model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"]))
+    peft_model.save_pretrained(tmp_path / "adapter")
+    generator = VLLMGenerator.from_pretrained(
+        str(tmp_path / "base"),
+        tmp_path / "adapter",
+        seed=0,
+        max_model_len=256,
+        gpu_memory_utilization=0.2,
+        enforce_eager=True,
+    )
+    params = SamplingConfig(n=4, temperature=0.3, top_p=0.95, max_tokens=16, seed=1)
+    first = generator.generate(["What is 12 + 7?", "What is 3 + 4?"], params)
+    again = generator.generate(["What is 12 + 7?", "What is 3 + 4?"], params)
+    assert [len(row) for row in first] == [4, 4]
+    assert first == again, "seeded requests are reproducible"
+    assert all(s.finish_reason in ("stop", "length") and 1 <= s.num_tokens <= 16 for row in first for s in row)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(
+    not (_cuda() and importlib.util.find_spec("unsloth") is not None and importlib.util.find_spec("vllm") is not None),
+    reason="needs a CUDA GPU, Unsloth and vLLM",
+)
+def test_unsloth_generator_on_a_tiny_model(tmp_path):
+    import unsloth  # noqa: F401  (must come before transformers/peft patches)
+    from unsloth import FastLanguageModel
+
+    _tiny_checkpoint(tmp_path / "base")
+    model, _ = FastLanguageModel.from_pretrained(
+        str(tmp_path / "base"),
+        max_seq_length=256,
+        fast_inference=True,
+        max_lora_rank=8,
+        gpu_memory_utilization=0.2,
+        load_in_4bit=False,
+    )
+    model = FastLanguageModel.get_peft_model(model, r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"])
+    params = SamplingConfig(n=2, temperature=0.3, top_p=0.95, max_tokens=16, seed=1)
+    samples = UnslothVLLMGenerator(model, tmp_path / "live_lora").generate(["What is 12 + 7?"], params)
+    assert len(samples) == 1 and len(samples[0]) == 2

@@ -1,0 +1,78 @@
+"""The in-training evaluation callback, driven by a fake Trainer loop."""
+
+import logging
+from types import SimpleNamespace
+
+import pytest
+from transformers import TrainerCallback
+
+from atr_grpo.evaluation.callback import EvaluationCallback
+
+
+def train(callback, max_steps, start_step=0, world_zero=True):
+    """What transformers' Trainer does around the optimizer steps, minus the training."""
+    state = SimpleNamespace(global_step=start_step, is_world_process_zero=world_zero)
+    control = SimpleNamespace()
+    assert callback.on_train_begin(None, state, control) is control
+    while state.global_step < max_steps:
+        state.global_step += 1
+        assert callback.on_step_end(None, state, control) is control
+    callback.on_train_end(None, state, control)
+
+
+class Recorder:
+    def __init__(self, fail_at=()):
+        self.steps, self.logged, self.fail_at = [], [], set(fail_at)
+
+    def evaluate(self, step):
+        self.steps.append(step)
+        if step in self.fail_at:
+            raise RuntimeError(f"boom at {step}")
+        return {"eval/average/mean@8": step / 100}
+
+    def log(self, metrics, step):
+        self.logged.append((step, metrics))
+
+
+def test_schedule_every_steps_start_and_end():
+    rec = Recorder()
+    callback = EvaluationCallback(rec.evaluate, every_steps=2, at_start=True, log_fn=rec.log)
+    assert isinstance(callback, TrainerCallback)
+    train(callback, max_steps=5)
+    assert rec.steps == [0, 2, 4, 5]
+    assert rec.logged == [(s, {"eval/average/mean@8": s / 100}) for s in (0, 2, 4, 5)]
+
+
+def test_the_last_step_is_evaluated_once_even_when_it_is_a_multiple():
+    rec = Recorder()
+    train(EvaluationCallback(rec.evaluate, every_steps=2), max_steps=4)
+    assert rec.steps == [2, 4]
+
+
+def test_a_failed_evaluation_is_logged_and_training_continues(caplog):
+    rec = Recorder(fail_at={2})
+    callback = EvaluationCallback(rec.evaluate, every_steps=2, log_fn=rec.log)
+    with caplog.at_level(logging.ERROR, logger="atr_grpo.evaluation.callback"):
+        train(callback, max_steps=6)
+    assert rec.steps == [2, 4, 6] and [s for s, _ in rec.logged] == [4, 6]
+    assert callback.failures == [2]
+    (record,) = caplog.records
+    assert "step 2 failed" in record.getMessage() and record.exc_info is not None  # the traceback is kept
+    assert "boom at 2" in caplog.text
+
+
+def test_a_resumed_run_does_not_evaluate_step_zero():
+    rec = Recorder()
+    train(EvaluationCallback(rec.evaluate, every_steps=5, at_start=True), max_steps=12, start_step=10)
+    assert rec.steps == [12]
+
+
+def test_only_the_main_process_evaluates():
+    rec = Recorder()
+    train(EvaluationCallback(rec.evaluate, every_steps=1, at_start=True), max_steps=3, world_zero=False)
+    assert rec.steps == []
+
+
+def test_every_steps_must_be_positive():
+    with pytest.raises(ValueError):
+        EvaluationCallback(lambda step: {}, every_steps=0)
