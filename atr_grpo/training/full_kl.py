@@ -1,0 +1,112 @@
+"""Full-vocabulary KL(π_old(·|s_t) ‖ π_θ(·|s_t)) per completion token, for the `full_kl` rule.
+
+π_old is the policy that generated the rollout. Its whole distribution is recomputed from a snapshot of
+the LoRA weights taken at generation time (a few MB, swapped in for one no-grad forward), and the KL is
+accumulated over vocabulary chunks with an online log-sum-exp, so no `[B, T, V]` tensor ever exists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from torch import Tensor
+
+
+def adapter_snapshot(model: Any) -> dict[str, Tensor]:
+    """A detached copy of every trainable parameter (the LoRA weights): π_old at rollout time."""
+    return {name: p.detach().clone() for name, p in model.named_parameters() if p.requires_grad}
+
+
+@contextmanager
+def swapped_parameters(model: Any, snapshot: dict[str, Tensor]) -> Iterator[None]:
+    """Temporarily replace parameter values by the snapshot's (no copy, restored on exit)."""
+    params = dict(model.named_parameters())
+    saved = {}
+    try:
+        for name, value in snapshot.items():
+            saved[name] = params[name].data
+            params[name].data = value
+        yield
+    finally:
+        for name, data in saved.items():
+            params[name].data = data
+
+
+@torch.no_grad()
+def chunked_kl(
+    old_hidden: Tensor,
+    new_hidden: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    temperature: float = 1.0,
+    vocab_chunk: int = 8192,
+    token_chunk: int = 2048,
+) -> Tensor:
+    """KL(softmax(h_old W^T / τ) ‖ softmax(h_new W^T / τ)) for each row, `[N, H]` → `[N]`.
+
+    With z = logits of π_old and y = logits of π_θ over one vocabulary chunk, running over chunks keeps
+    m (running max of z), s = Σ e^(z-m), t = Σ e^(z-m)(z - y) and the log-sum-exp of y; then
+    KL = t/s - (m + log s) + lse(y). Memory is `[token_chunk, vocab_chunk]` at a time.
+    """
+    out = torch.empty(old_hidden.shape[0], dtype=torch.float32, device=old_hidden.device)
+    vocab = weight.shape[0]
+    for start in range(0, old_hidden.shape[0], token_chunk):
+        h_old = old_hidden[start : start + token_chunk]
+        h_new = new_hidden[start : start + token_chunk]
+        n = h_old.shape[0]
+        m = torch.full((n,), -torch.inf, device=h_old.device)
+        s = torch.zeros(n, device=h_old.device)
+        t = torch.zeros(n, device=h_old.device)
+        lse_new = torch.full((n,), -torch.inf, device=h_old.device)
+        for v0 in range(0, vocab, vocab_chunk):
+            w = weight[v0 : v0 + vocab_chunk]
+            b = None if bias is None else bias[v0 : v0 + vocab_chunk]
+            z = torch.nn.functional.linear(h_old, w, b).float() / temperature
+            y = torch.nn.functional.linear(h_new, w, b).float() / temperature
+            m_new = torch.maximum(m, z.max(dim=1).values)
+            scale = torch.exp(m - m_new)  # rescales what was accumulated under the previous maximum
+            e = torch.exp(z - m_new[:, None])
+            s = s * scale + e.sum(dim=1)
+            t = t * scale + (e * (z - y)).sum(dim=1)
+            m = m_new
+            lse_new = torch.logaddexp(lse_new, torch.logsumexp(y, dim=1))
+        out[start : start + n] = t / s - (m + torch.log(s)) + lse_new
+    return out.clamp(min=0.0)  # exact KL is ≥ 0; clamp float round-off
+
+
+def _decoder_and_head(model: Any) -> tuple[Any, Any]:
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return base.get_decoder(), base.get_output_embeddings()
+
+
+@torch.no_grad()
+def full_vocab_kl(
+    model: Any,
+    snapshot: dict[str, Tensor],
+    input_ids: Tensor,
+    attention_mask: Tensor,
+    logits_to_keep: int,
+    temperature: float,
+) -> Tensor:
+    """`[B, logits_to_keep]` KL(π_old ‖ π_θ) at the positions that predict the completion tokens."""
+    decoder, head = _decoder_and_head(model)
+
+    def hidden() -> Tensor:
+        states = decoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        return states[:, -logits_to_keep - 1 : -1, :]  # position i predicts token i + 1
+
+    new_hidden = hidden()
+    with swapped_parameters(model, snapshot):
+        old_hidden = hidden()
+    batch, steps, width = new_hidden.shape
+    kl = chunked_kl(
+        old_hidden.reshape(-1, width),
+        new_hidden.reshape(-1, width),
+        head.weight,
+        getattr(head, "bias", None),
+        temperature,
+    )
+    return kl.view(batch, steps)
