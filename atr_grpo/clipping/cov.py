@@ -10,7 +10,8 @@ rule (one micro-batch, as in the public code's per-GPU approximation):
   (its gradient vanishes at w = 1, so it does nothing on-policy).
 
 Selections are pure tensor code (ranks from argsort, quotas as tensors), so they run inside compiled
-losses; Clip-Cov's randomness comes in as `random_keys`, drawn from a `torch.Generator` when called.
+losses; Clip-Cov's randomness is a hash of a seed (drawn from a `torch.Generator` when called) and of each
+token's index among the valid tokens (`hashed_uniform`), so the TRL and Unsloth paths select the same tokens.
 """
 
 from __future__ import annotations
@@ -50,6 +51,27 @@ def lowest_ranked(keys: Tensor, eligible: Tensor, quota: Tensor) -> Tensor:
     return eligible & (rank.view_as(keys) < quota)
 
 
+_MASK32 = 0xFFFFFFFF
+
+
+def hashed_uniform(seed: Tensor, mask: Tensor) -> Tensor:
+    """`[B, T]` pseudo-random numbers in [0, 1) from (seed, row, index of the token among its row's valid tokens).
+
+    A counter-based hash (murmur3's 32-bit finaliser) instead of a random-number generator: pure integer
+    tensor ops, so it runs inside torch.compile, and keyed by each token's position among the valid tokens,
+    so it is the same whether a batch is left- or right-padded (Unsloth repacks padding before its loss).
+    """
+    valid_index = torch.cumsum(mask.long(), dim=1) - 1
+    row = torch.arange(mask.shape[0], device=mask.device).unsqueeze(1)
+    x = (seed.long() * 0x9E3779B1 + row * 0x85EBCA77 + valid_index * 0xC2B2AE3D) & _MASK32
+    x = x ^ (x >> 16)
+    x = (x * 0x85EBCA6B) & _MASK32
+    x = x ^ (x >> 13)
+    x = (x * 0xC2B2AE35) & _MASK32
+    x = x ^ (x >> 16)
+    return x.double() / 2.0**32
+
+
 def token_quota(batch: TokenBatch, fraction: float) -> Tensor:
     """max(⌊fraction · N⌋, 1) as a tensor, N = number of valid tokens."""
     return torch.clamp(torch.floor(fraction * batch.mask.sum()), min=1)
@@ -64,7 +86,7 @@ class ClipCov(ClipRule):
     """
 
     name = "clip_cov"
-    needs = ("generator",)  # or `random_keys` directly (see check_extras)
+    needs = ("generator",)  # or `key_seed` / `random_keys` directly (see check_extras)
     params = (
         number("eps_low", 1.0, "a number in (0, 1]", lambda v: 0 < v <= 1, "lower clip range (recipe 1.0)"),
         positive("eps_high", 1.0, "upper clip range (recipe 1.0)"),
@@ -82,18 +104,22 @@ class ClipCov(ClipRule):
             )
 
     def check_extras(self, extras: dict[str, Any]) -> None:
-        if extras.get("random_keys") is None and extras.get("generator") is None:
+        if all(extras.get(k) is None for k in ("generator", "key_seed", "random_keys")):
             raise ValueError(
-                "clipping rule 'clip_cov' needs the extra 'generator' (a torch.Generator) or 'random_keys'"
+                "clipping rule 'clip_cov' needs the extra 'generator' (a torch.Generator), 'key_seed' or 'random_keys'"
             )
 
     def __call__(self, logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, **extras: Any) -> ClipOutput:
-        if extras.get("random_keys") is None and extras.get("generator") is not None:
-            generator = extras["generator"]
-            extras["random_keys"] = torch.rand(logp.shape, generator=generator, device=generator.device).to(logp.device)
+        generator = extras.pop("generator", None)
+        if generator is not None and extras.get("random_keys") is None and extras.get("key_seed") is None:
+            extras["key_seed"] = torch.randint(0, 2**31 - 1, (), generator=generator)
         return super().__call__(logp, old_logp, advantages, mask, **extras)
 
-    def terms(self, batch: TokenBatch, random_keys: Tensor | None = None, **_: Any) -> RuleTerms:
+    def terms(
+        self, batch: TokenBatch, random_keys: Tensor | None = None, key_seed: Tensor | None = None, **_: Any
+    ) -> RuleTerms:
+        if random_keys is None:
+            random_keys = hashed_uniform(key_seed.to(batch.mask.device), batch.mask)
         clipped = ppo_clip_terms(batch, 1 - self.eps_low, 1 + self.eps_high)
         cov = token_covariance(batch)
         ppo_frozen = clipped.frozen_low | clipped.frozen_high

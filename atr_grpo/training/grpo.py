@@ -85,7 +85,52 @@ def rule_generator(seed: int, global_step: int, micro_step: int) -> torch.Genera
     return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") & ((1 << 63) - 1))
 
 
-class RuleGRPOTrainer(GRPOTrainer):
+class RuleTrainerMixin:
+    """What both trainer paths (TRL's GRPOTrainer and Unsloth's generated one) add for the rule: a snapshot
+    of π_old's adapter at each rollout (for `full_kl`) and the per-token extras a rule needs."""
+
+    def _setup_rule(self, rule: ClipRule, loss_agg: str, kl_estimator: str, kl_importance_weight: bool) -> None:
+        self.rule = rule
+        self.loss_agg = loss_agg
+        self.kl_estimator = kl_estimator
+        self.kl_importance_weight = kl_importance_weight
+        self._old_adapter: dict[str, torch.Tensor] | None = None
+
+    # π_old for the full-vocabulary KL: the weights that generated this rollout
+    def _generate_and_score_completions(self, inputs: Any) -> Any:
+        if "full_kl" in self.rule.needs:
+            self._old_adapter = adapter_snapshot(self.accelerator.unwrap_model(self.model))
+        return super()._generate_and_score_completions(inputs)  # type: ignore[misc]
+
+    def rule_extras(
+        self,
+        model: Any,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        logits_to_keep: int,
+        like: torch.Tensor,
+        has_old: bool,
+    ) -> dict[str, Any]:
+        """Extras in the layout of `like` ([B, logits_to_keep]): a seeded generator, the full-vocabulary KL."""
+        extras: dict[str, Any] = {}
+        if "generator" in self.rule.needs:
+            extras["generator"] = rule_generator(self.args.seed, self.state.global_step, self._step)
+        if "full_kl" in self.rule.needs:
+            if not has_old or self._old_adapter is None:
+                extras["full_kl"] = torch.zeros_like(like, dtype=torch.float32)  # on-policy: π_old = π_θ
+            else:
+                extras["full_kl"] = full_vocab_kl(
+                    self.accelerator.unwrap_model(model),
+                    self._old_adapter,
+                    input_ids,
+                    attention_mask,
+                    logits_to_keep,
+                    self.temperature,
+                )
+        return extras
+
+
+class RuleGRPOTrainer(RuleTrainerMixin, GRPOTrainer):
     """GRPOTrainer whose per-token loss is `rule` and whose aggregation is `loss_agg` (Dr.GRPO by default)."""
 
     def __init__(
@@ -97,38 +142,8 @@ class RuleGRPOTrainer(GRPOTrainer):
         kl_importance_weight: bool = True,
         **kwargs: Any,
     ) -> None:
-        self.rule = rule
-        self.loss_agg = loss_agg
-        self.kl_estimator = kl_estimator
-        self.kl_importance_weight = kl_importance_weight
-        self._old_adapter: dict[str, torch.Tensor] | None = None
+        self._setup_rule(rule, loss_agg, kl_estimator, kl_importance_weight)
         super().__init__(*args, **kwargs)
-
-    # π_old for the full-vocabulary KL: the weights that generated this rollout
-    def _generate_and_score_completions(self, inputs: Any) -> Any:
-        if "full_kl" in self.rule.needs:
-            self._old_adapter = adapter_snapshot(self.accelerator.unwrap_model(self.model))
-        return super()._generate_and_score_completions(inputs)
-
-    def _rule_extras(self, model: Any, inputs: dict[str, Any], logits_to_keep: int, logp: torch.Tensor) -> dict:
-        extras: dict[str, Any] = {}
-        if "generator" in self.rule.needs:
-            extras["generator"] = rule_generator(self.args.seed, self.state.global_step, self._step)
-        if "full_kl" in self.rule.needs:
-            if inputs.get("old_per_token_logps") is None or self._old_adapter is None:
-                extras["full_kl"] = torch.zeros_like(logp)  # on-policy: π_old = π_θ
-            else:
-                input_ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
-                attention_mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
-                extras["full_kl"] = full_vocab_kl(
-                    self.accelerator.unwrap_model(model),
-                    self._old_adapter,
-                    input_ids,
-                    attention_mask,
-                    logits_to_keep,
-                    self.temperature,
-                )
-        return extras
 
     def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
         prompt_ids, prompt_mask = inputs["prompt_ids"], inputs["prompt_mask"]
@@ -145,13 +160,9 @@ class RuleGRPOTrainer(GRPOTrainer):
         old_logp = inputs.get("old_per_token_logps")
         old_logp = logp.detach() if old_logp is None else old_logp
 
-        out = self.rule(
-            logp,
-            old_logp,
-            inputs["advantages"],
-            mask,
-            **self._rule_extras(model, inputs, logits_to_keep, logp),
-        )
+        has_old = inputs.get("old_per_token_logps") is not None
+        extras = self.rule_extras(model, input_ids, attention_mask, logits_to_keep, logp, has_old)
+        out = self.rule(logp, old_logp, inputs["advantages"], mask, **extras)
         per_token_loss = out.loss
         if self.use_vllm and self.vllm_importance_sampling_correction:
             per_token_loss = per_token_loss * inputs["importance_sampling_ratio"]
