@@ -40,8 +40,45 @@ format: install ## Apply ruff's formatter and safe fixes
 test: lint ## Lint, then the CPU test suite (GPU tests skip without CUDA)
 	$(PY) -m pytest -q
 
+demo: install ## CPU demo: tiny model, SFT format stage -> GRPO (ATR) -> Mean@8/Pass@8 before and after
+	$(PY) -m atr_grpo.demo
+
+# ---- benchmarks (measurements, not tests) ----
+bench-loss: install ## Time forward+backward of every rule vs `clip` (B=32, T=2048, fp32, CPU)
+	$(PY) scripts/bench_loss.py
+
+bench-train: install ## Step time of our trainer vs stock TRL GRPOTrainer (dr_grpo, clip) on the tiny config
+	$(PY) scripts/bench_train.py
+
+bench-grader: install ## Grade 1,144 responses serially and with the worker pool
+	$(PY) scripts/bench_grader.py
+
+# ---- reproducing the paper (one fresh process per run; finished runs skipped, interrupted ones resumed) ----
+# DRY_RUN=1 prints one command per run and runs nothing. ARGS is passed on (e.g. ARGS="hydra/launcher=slurm").
+RUNS ?= results/runs
+LAUNCH = $(PY) -m atr_grpo.launch $(if $(filter 1 true yes,$(DRY_RUN)),--dry-run) $(ARGS)
+
+reproduce-table2: install ## Table 2: Qwen3-1.7B and 8B x 7 methods (14 runs)
+	$(LAUNCH) table2
+
+reproduce-table3: install ## Table 3: KL estimators and clip ranges on Qwen3-1.7B, seeds 0-2
+	$(LAUNCH) table3
+
+ablate-delta: install ## Figure 3: ATR with delta in {0.05, ..., 0.09}
+	$(LAUNCH) ablate_delta
+
+passk-curve: install ## Figure 4: evaluate the final ATR checkpoint with n = 128
+	$(LAUNCH) passk_curve
+
+tables: install ## Rebuild results/tables/ from the run directories under RUNS
+	$(PY) -m atr_grpo.results all --runs $(RUNS) --out results/tables
+
+figures: install ## Rebuild results/figures/ from the run directories under RUNS
+	$(PY) -m atr_grpo.results figures --runs $(RUNS) --out results/figures
+
 clean: ## Remove caches (never touches results/runs)
 	rm -rf .pytest_cache .ruff_cache
 	find . -name __pycache__ -type d -prune -not -path './.venv/*' -exec rm -rf {} +
 
-.PHONY: help install lint format test clean
+.PHONY: help install lint format test clean demo bench-loss bench-train bench-grader \
+	reproduce-table2 reproduce-table3 ablate-delta passk-curve tables figures
