@@ -72,6 +72,11 @@ def hashed_uniform(seed: Tensor, mask: Tensor) -> Tensor:
     return x.double() / 2.0**32
 
 
+def key_seed_from(generator: torch.Generator) -> Tensor:
+    """The 0-d seed of `hashed_uniform`, drawn from a generator (how a seeded call becomes a tensor input)."""
+    return torch.randint(0, 2**31 - 1, (), generator=generator, device=generator.device)
+
+
 def token_quota(batch: TokenBatch, fraction: float) -> Tensor:
     """max(⌊fraction · N⌋, 1) as a tensor, N = number of valid tokens."""
     return torch.clamp(torch.floor(fraction * batch.mask.sum()), min=1)
@@ -112,7 +117,7 @@ class ClipCov(ClipRule):
     def __call__(self, logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, **extras: Any) -> ClipOutput:
         generator = extras.pop("generator", None)
         if generator is not None and extras.get("random_keys") is None and extras.get("key_seed") is None:
-            extras["key_seed"] = torch.randint(0, 2**31 - 1, (), generator=generator)
+            extras["key_seed"] = key_seed_from(generator)
         return super().__call__(logp, old_logp, advantages, mask, **extras)
 
     def terms(

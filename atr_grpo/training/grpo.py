@@ -27,10 +27,11 @@ def _flag(value: str, default: bool) -> bool:
     return default if value == "auto" else value == "true"
 
 
-def grpo_args(cfg: TrainConfig, output_dir: str | Path, use_vllm: bool = False) -> GRPOConfig:
-    """TRL's config from ours. Everything that changes the loss or the sampler is set explicitly."""
+def grpo_arg_values(cfg: TrainConfig, output_dir: str | Path, use_vllm: bool = False) -> dict[str, Any]:
+    """TRL's config values from ours. Everything that changes the loss or the sampler is set explicitly
+    (both paths use these; Unsloth's config class changes some silently, see unsloth_backend)."""
     tr, cuda = cfg.trainer, torch.cuda.is_available()
-    return GRPOConfig(
+    return dict(
         output_dir=str(output_dir),
         seed=cfg.seed,
         # batching and staleness (rollout.*): how many optimizer steps share one generation batch
@@ -76,6 +77,11 @@ def grpo_args(cfg: TrainConfig, output_dir: str | Path, use_vllm: bool = False) 
         remove_unused_columns=False,
         dataloader_num_workers=0,
     )
+
+
+def grpo_args(cfg: TrainConfig, output_dir: str | Path, use_vllm: bool = False) -> GRPOConfig:
+    """TRL's `GRPOConfig` for the TRL path."""
+    return GRPOConfig(**grpo_arg_values(cfg, output_dir, use_vllm))
 
 
 def rule_generator(seed: int, global_step: int, micro_step: int) -> torch.Generator:

@@ -1,0 +1,255 @@
+"""The Unsloth path: our `grpo_compute_loss`, run inside unsloth_zoo's real `UnslothEfficientGRPO`
+(`torch.func.grad_and_value` under a fullgraph `torch.compile`), gives the TRL path's loss and gradient for
+every rule, whatever padding layout Unsloth repacks the batch into, and logs the same metrics.
+
+unsloth_zoo is installed without its dependencies on CPU machines and imported with
+UNSLOTH_ZOO_DISABLE_GPU_INIT=1; its stand-in `triton` module would make Inductor believe Triton exists,
+so Inductor's Triton probes run first (they are cached) and the stand-ins are removed afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections import defaultdict
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from atr_grpo.clipping import RULES, build_rule
+from atr_grpo.clipping.cov import key_seed_from
+from atr_grpo.losses import aggregate
+from atr_grpo.training.grpo import RuleTrainerMixin, rule_generator
+from atr_grpo.training.unsloth_backend import (
+    FULL_KL,
+    KEY_SEED,
+    compact_valid,
+    expand_compact,
+    install_rule,
+    neutralise_overrides,
+)
+
+MAX_LEN, GA = 16, 2
+
+
+@pytest.fixture(scope="module")
+def zoo():
+    import importlib.util
+
+    if importlib.util.find_spec("unsloth_zoo") is None:  # not imported yet: the env switch must come first
+        pytest.skip("unsloth_zoo is installed by `make install`")
+    import torch._dynamo
+    import torch._inductor.codecache  # noqa: F401
+    import torch._inductor.compile_fx  # noqa: F401
+    import torch._inductor.runtime.triton_compat  # noqa: F401
+    import torch.utils._triton as triton_probe
+
+    triton_probe.has_triton()  # cached: the answer stays "no Triton" after zoo's stand-in appears
+    before = set(sys.modules)
+    saved_env = os.environ.get("UNSLOTH_ZOO_DISABLE_GPU_INIT")
+    os.environ["UNSLOTH_ZOO_DISABLE_GPU_INIT"] = "1"
+    import unsloth_zoo.rl_replacements as zoo_loss
+
+    limit = torch._dynamo.config.recompile_limit
+    torch._dynamo.config.recompile_limit = 256  # one graph per rule; the limit would switch zoo to eager
+    os.environ["UNSLOTH_HARD_BACKEND_FAILURE"] = "1"  # a compile failure must fail the test, not fall back
+    yield zoo_loss
+    torch._dynamo.config.recompile_limit = limit
+    os.environ.pop("UNSLOTH_HARD_BACKEND_FAILURE", None)
+    if saved_env is None:
+        os.environ.pop("UNSLOTH_ZOO_DISABLE_GPU_INIT", None)
+    for name in set(sys.modules) - before:  # the stand-ins must not leak into later tests
+        if name.split(".")[0] in ("triton", "bitsandbytes"):
+            del sys.modules[name]
+
+
+def random_batch(seed: int, batch: int = 6, steps: int = 12):
+    g = torch.Generator().manual_seed(seed)
+    old = -torch.rand(batch, steps, generator=g) * 3
+    logp = old + torch.randn(batch, steps, generator=g) * 0.5  # ratios well outside every clip range
+    lengths = torch.randint(2, steps + 1, (batch,), generator=g)
+    mask = (torch.arange(steps)[None, :] < lengths[:, None]).long()  # right-padded, as TRL builds it
+    advantages = torch.randn(batch, generator=g)
+    full_kl = torch.rand(batch, steps, generator=g) * 0.15
+    return logp, old, advantages, mask, full_kl
+
+
+def left_packed(values: torch.Tensor, mask: torch.Tensor, pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The layout Unsloth's loss sees: each row's valid tokens moved right behind a row-dependent left pad."""
+    batch, steps = values.shape
+    out = torch.zeros(batch, steps + pad, dtype=values.dtype)
+    packed_mask = torch.zeros(batch, steps + pad, dtype=mask.dtype)
+    for row in range(batch):
+        n = int(mask[row].sum())
+        start = steps + pad - n - (row % 3)  # uneven right gaps as well
+        out[row, start : start + n] = values[row, :n]
+        packed_mask[row, start : start + n] = 1
+    return out, packed_mask
+
+
+def trl_path(rule, logp, old, advantages, mask, full_kl, micro_step: int = 1):
+    """What RuleGRPOTrainer._compute_loss computes (tests/test_training_trl_path.py ties it to TRL's loss)."""
+    extras = {}
+    if "generator" in rule.needs:
+        extras["generator"] = rule_generator(0, 3, micro_step)
+    if "full_kl" in rule.needs:
+        extras["full_kl"] = full_kl
+    leaf = logp.clone().requires_grad_()
+    out = rule(leaf, old, advantages, mask, **extras)
+    loss = aggregate(out.loss, mask, "dr_grpo", MAX_LEN) / GA
+    loss.backward()
+    return loss.detach(), leaf.grad, out.metrics
+
+
+def unsloth_kwargs(rule, full_kl, mask, micro_step: int = 1):
+    kwargs = {"max_completion_length": MAX_LEN, "current_gradient_accumulation_steps": GA}
+    if "generator" in rule.needs:
+        kwargs[KEY_SEED] = key_seed_from(rule_generator(0, 3, micro_step))
+    if "full_kl" in rule.needs:
+        kwargs[FULL_KL] = compact_valid(full_kl, mask)
+    return kwargs
+
+
+def efficient_grpo(zoo, logp, old, advantages, mask, kwargs):
+    leaf = logp.clone().requires_grad_()
+    ids = torch.zeros(mask.shape, dtype=torch.long)
+    outputs = zoo.UnslothEfficientGRPO.apply(
+        leaf, old, None, None, torch.empty(1), ids, mask, advantages, 0.0, None, 1, kwargs, None
+    )
+    outputs[0].backward()
+    return outputs, leaf.grad
+
+
+def test_compact_layout_round_trip():
+    """Per-token extras survive TRL's right padding → compact → Unsloth's left-packed layout."""
+    logp, _, _, mask, full_kl = random_batch(1)
+    packed, packed_mask = left_packed(full_kl, mask, pad=4)
+    compact = compact_valid(full_kl, mask)
+    assert torch.equal(expand_compact(compact, packed_mask), packed)
+    assert torch.equal(expand_compact(compact, mask), full_kl * mask)
+
+
+@pytest.mark.parametrize("name", sorted(RULES))
+def test_compiled_unsloth_loss_equals_trl_path(zoo, name):
+    """Every rule: same loss and gradient inside UnslothEfficientGRPO (compiled, fullgraph) as on the TRL path."""
+    from torch._dynamo.utils import counters
+
+    rule = build_rule(name)
+    logp, old, advantages, mask, full_kl = random_batch(0)
+    want_loss, want_grad, _ = trl_path(rule, logp, old, advantages, mask, full_kl)
+    graphs = counters["stats"]["unique_graphs"]
+    with install_rule(zoo.__dict__, rule):
+        outputs, grad = efficient_grpo(zoo, logp, old, advantages, mask, unsloth_kwargs(rule, full_kl, mask))
+    assert counters["stats"]["unique_graphs"] > graphs, "the loss did not go through torch.compile"
+    torch.testing.assert_close(outputs[0], want_loss, rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(grad, want_grad, rtol=1e-5, atol=1e-8)
+    assert want_grad.abs().sum() > 0
+    coef_1 = outputs[5]
+    torch.testing.assert_close(coef_1 * mask, torch.exp(logp - old) * mask)  # feeds Unsloth's clip_ratio/*
+    assert zoo.grpo_compute_loss.__module__ == "unsloth_zoo.rl_replacements"  # restored on exit
+
+
+@pytest.mark.parametrize("name", ["clip_cov", "full_kl", "kl_cov", "dcpo"])
+def test_left_packed_layout_gives_the_same_loss(zoo, name):
+    """Unsloth left-packs padding; token selections (Clip-Cov's hashed keys, the full-KL extra) follow the tokens."""
+    rule = build_rule(name)
+    logp, old, advantages, mask, full_kl = random_batch(2)
+    want_loss, want_grad, _ = trl_path(rule, logp, old, advantages, mask, full_kl)
+    packed_logp, packed_mask = left_packed(logp, mask, pad=5)
+    packed_old, _ = left_packed(old, mask, pad=5)
+    packed_logp = packed_logp + (1 - packed_mask) * 7.0  # junk under padding must not matter
+    with install_rule(zoo.__dict__, rule):
+        outputs, grad = efficient_grpo(
+            zoo, packed_logp, packed_old, advantages, packed_mask, unsloth_kwargs(rule, full_kl, mask)
+        )
+    torch.testing.assert_close(outputs[0], want_loss, rtol=1e-5, atol=1e-7)
+    grad_back, _ = left_packed(want_grad, mask, pad=5)
+    torch.testing.assert_close(grad, grad_back, rtol=1e-5, atol=1e-8)
+
+
+class FakeTrainer(RuleTrainerMixin):
+    """The attributes of a GRPOTrainer that the accumulated-loss wrapper uses."""
+
+    def __init__(self, rule, full_kl):
+        self._setup_rule(rule, "dr_grpo", "k3", True)
+        self.args = SimpleNamespace(seed=0)
+        self.state = SimpleNamespace(global_step=3)
+        self._step = 1
+        self.model = SimpleNamespace(training=True)
+        self._metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
+        self._full_kl = full_kl
+
+    def rule_extras(self, model, input_ids, attention_mask, logits_to_keep, like, has_old):
+        extras = super().rule_extras(model, input_ids, attention_mask, logits_to_keep, like, has_old)
+        if "full_kl" in self.rule.needs:  # the model-based computation is tested in test_full_kl
+            extras["full_kl"] = self._full_kl
+        return extras
+
+
+@pytest.mark.parametrize("name", ["clip_cov", "full_kl", "atr"])
+def test_accumulated_loss_wrapper_adds_extras_and_logs_rule_metrics(zoo, monkeypatch, name):
+    """The wrapper around zoo's grpo_accumulated_loss feeds the rule's extras through Unsloth's repacking and
+    logs exactly the TRL path's metrics (clip/*, ratio/*, kl/*) from the tensors the compiled loss saw."""
+    rule = build_rule(name, **({"delta": 0.02} if name != "clip_cov" else {}))
+    logp, old, advantages, mask, full_kl = random_batch(3)
+    want_loss, want_grad, want_metrics = trl_path(rule, logp, old, advantages, mask, full_kl)
+    pad = 3
+
+    def fake_accumulated_loss(
+        trainer, input_ids, attention_mask, logits_to_keep, completion_mask, advantages, old_logps, ref_logps,
+        n_chunks=-1, tool_mask=None, **kwargs,
+    ):  # fmt: skip
+        # what zoo does: left-pack, score, then one UnslothEfficientGRPO call with the loss kwargs
+        packed_logp, packed_mask = left_packed(logp, completion_mask, pad)
+        packed_old, _ = left_packed(old_logps, completion_mask, pad)
+        leaf = packed_logp.requires_grad_()
+        outputs = zoo.UnslothEfficientGRPO.apply(
+            leaf, packed_old, None, None, torch.empty(1), torch.zeros_like(packed_mask), packed_mask,
+            advantages, 0.0, None, 1, kwargs, None,
+        )  # fmt: skip
+        outputs[0].backward()
+        fake_accumulated_loss.grad = leaf.grad
+        return (*outputs, packed_mask)
+
+    monkeypatch.setitem(zoo.__dict__, "grpo_accumulated_loss", fake_accumulated_loss)
+    trainer = FakeTrainer(rule, full_kl)
+    with install_rule(zoo.__dict__, rule):
+        outputs = zoo.grpo_accumulated_loss(
+            trainer=trainer,
+            input_ids=torch.zeros(mask.shape[0], mask.shape[1] + 4, dtype=torch.long),
+            attention_mask=torch.ones(mask.shape[0], mask.shape[1] + 4, dtype=torch.long),
+            logits_to_keep=mask.shape[1],
+            completion_mask=mask,
+            advantages=advantages,
+            old_logps=old,
+            ref_logps=None,
+            max_completion_length=MAX_LEN,
+            current_gradient_accumulation_steps=GA,
+        )
+    torch.testing.assert_close(outputs[0], want_loss, rtol=1e-5, atol=1e-7)
+    grad_back, _ = left_packed(want_grad, mask, pad)
+    torch.testing.assert_close(fake_accumulated_loss.grad, grad_back, rtol=1e-5, atol=1e-8)
+    logged = trainer._metrics["train"]
+    assert set(want_metrics) <= set(logged)
+    for key, value in want_metrics.items():
+        assert logged[key] == [pytest.approx(value, rel=1e-5, abs=1e-7)], key
+    assert want_metrics["clip/frac"] > 0  # the planted batch does exercise the rule
+
+
+def test_neutralise_overrides_restores_every_changed_value():
+    """Unsloth's config class silently changes values (e.g. scale_rewards with dr_grpo); they are set back."""
+
+    class OverridingConfig:
+        def __init__(self, **values):
+            self.__dict__.update(values)
+            self.scale_rewards = "none" if values["scale_rewards"] == "group" else values["scale_rewards"]
+            self.vllm_importance_sampling_correction = False
+            self.optim = "adamw_8bit"
+
+    wanted = {"scale_rewards": "group", "vllm_importance_sampling_correction": True, "optim": "adamw_torch"}
+    args = OverridingConfig(**wanted)
+    changed = neutralise_overrides(args, wanted)
+    assert sorted(c.split(":")[0] for c in changed) == sorted(wanted)
+    assert {k: getattr(args, k) for k in wanted} == wanted
+    assert neutralise_overrides(args, wanted) == []
