@@ -91,6 +91,7 @@ class ModelConfig:
     dtype: str = "auto"  # auto: bfloat16 on GPU, float32 on CPU
     load_in_4bit: bool = False  # the paper trains 16-bit LoRA
     gpu_memory_utilization: float = 0.5  # share of GPU memory for the colocated vLLM engine (Unsloth)
+    fast_inference: bool = True  # Unsloth backend: vLLM rollouts sharing the model's weights (needs vllm)
     lora: LoraConfig = field(default_factory=LoraConfig)
     tiny: TinyModelConfig | None = None
 
@@ -294,6 +295,9 @@ class EvalConfig:
     max_problems: int | None = None
     grader_workers: int | None = None  # None: one per CPU core
     grader_timeout: float = 5.0  # seconds per answer; a timeout counts as wrong
+    # standalone vLLM engine (python -m atr_grpo.evaluate); inside training the colocated engine is used
+    gpu_memory_utilization: float = 0.9
+    max_model_len: int | None = None  # None: the longest prompt + eval.max_tokens
 
     def __post_init__(self) -> None:
         for name in self.benchmarks:
@@ -310,6 +314,10 @@ class EvalConfig:
         _check(self.max_tokens > 0, "eval.max_tokens", "> 0", self.max_tokens)
         _one_of("eval.backend", self.backend, ("auto", "vllm", "hf"))
         _check(self.grader_timeout > 0, "eval.grader_timeout", "> 0", self.grader_timeout)
+        _check(0 < self.gpu_memory_utilization < 1, "eval.gpu_memory_utilization", "in (0, 1)",
+               self.gpu_memory_utilization)  # fmt: skip
+        _check(self.max_model_len is None or self.max_model_len > 0, "eval.max_model_len", "null or > 0",
+               self.max_model_len)  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------------------- logger
@@ -365,7 +373,9 @@ class TrainConfig:
     method: str = "${atr_method:${clipping}}"  # the rule plus any non-default parameter, e.g. clip-eps0.3
     run_name: str = "${experiment}__${method}__s${seed}"
     run_dir: str = "results/runs/${experiment}/${run_name}"
-    resume: bool = False  # continue from the newest checkpoint in run_dir (a finished run is left as is)
+    # Re-launching the same config into run_dir continues from its newest checkpoint (a finished run is left
+    # as is); resume=true also insists that there is a run to continue.
+    resume: bool = False
     model: ModelConfig = MISSING
     prompt: PromptConfig = field(default_factory=PromptConfig)
     data: DataConfig = MISSING
@@ -386,10 +396,20 @@ class TrainConfig:
         _check(generation_batch % tr.num_generations == 0, "trainer.per_device_train_batch_size",
                f"such that per_device_train_batch_size × steps_per_generation ({generation_batch}) is divisible "
                f"by trainer.num_generations={tr.num_generations}", tr.per_device_train_batch_size)  # fmt: skip
+        optimizer_batch = tr.per_device_train_batch_size * tr.gradient_accumulation_steps
+        _check(optimizer_batch % tr.num_generations == 0, "trainer.gradient_accumulation_steps",
+               f"such that per_device_train_batch_size × gradient_accumulation_steps ({optimizer_batch}) is "
+               f"divisible by trainer.num_generations={tr.num_generations} (whole groups per optimizer step; "
+               "Unsloth would otherwise silently change the batch size)", tr.gradient_accumulation_steps)  # fmt: skip
         total = self.trainer.max_prompt_length + self.trainer.max_completion_length
         _check(total <= self.model.max_seq_length, "trainer.max_completion_length",
                f"≤ model.max_seq_length - trainer.max_prompt_length = "
                f"{self.model.max_seq_length - self.trainer.max_prompt_length}", tr.max_completion_length)  # fmt: skip
+
+        per_rollout = self.optimizer_steps_per_rollout
+        _check(tr.save_steps % per_rollout == 0, "trainer.save_steps",
+               f"a multiple of the optimizer steps per rollout ({per_rollout}): checkpoints must fall on rollout "
+               "boundaries for a resumed run to continue exactly", tr.save_steps)  # fmt: skip
 
     @property
     def steps_per_generation(self) -> int:

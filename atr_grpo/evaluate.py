@@ -61,8 +61,8 @@ def build_generator(cfg: EvaluateConfig, backend: str, benchmarks: list[Any]) ->
         cfg.adapter,
         seed=cfg.eval.seed,
         # room for the longest prompt plus max_tokens: no sample is cut by the context instead of max_tokens
-        max_model_len=getattr(cfg.eval, "max_model_len", None) or longest + cfg.eval.max_tokens,
-        gpu_memory_utilization=getattr(cfg.eval, "gpu_memory_utilization", None) or 0.9,
+        max_model_len=cfg.eval.max_model_len or longest + cfg.eval.max_tokens,
+        gpu_memory_utilization=cfg.eval.gpu_memory_utilization,
         dtype=cfg.model.dtype,
     )
     return generator, tokenizer

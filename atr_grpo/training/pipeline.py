@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -65,25 +66,27 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
 
 
 def prepare_run_dir(cfg: TrainConfig, config_yaml: str) -> RunState:
-    """Create a fresh run directory, or validate an existing one for resume. Never overwrites a run."""
+    """Create a fresh run directory, or continue the run already in it. Never overwrites a run."""
     run_dir = Path(cfg.run_dir)
     config_path = run_dir / rundir.CONFIG_FILE
     if not config_path.exists():
+        if cfg.resume:
+            raise RunDirError(f"resume=true but {run_dir} holds no run to continue (no {rundir.CONFIG_FILE})")
         if (run_dir / rundir.CHECKPOINT_DIR).exists() or (run_dir / rundir.METRICS_FILE).exists():
             raise RunDirError(f"{run_dir} holds checkpoints or metrics but no config.yaml; refusing to write into it")
         rundir.write_text(config_path, config_yaml, overwrite=False)
         rundir.write_json(run_dir / rundir.ENV_FILE, rundir.environment(), overwrite=False)
         return RunState(run_dir, None, False)
-    if not cfg.resume:
-        raise RunDirError(
-            f"{run_dir} already holds a run. Pass resume=true to continue it, or choose another run_dir "
-            "(e.g. a different seed or experiment); nothing was changed."
-        )
+    # A re-launch of the same config (resume=true, a requeued cluster job, the same command again) continues
+    # the run; any other config is refused, so one directory never mixes two runs.
     saved = OmegaConf.to_container(OmegaConf.load(config_path), resolve=True)
     current = OmegaConf.to_container(OmegaConf.create(config_yaml), resolve=True)
     diff = config_differences(saved, current)  # type: ignore[arg-type]
     if diff:
-        raise RunDirError(f"{run_dir} was started with a different config; differing keys: {', '.join(diff)}")
+        raise RunDirError(
+            f"{run_dir} already holds a run started with a different config (differing keys: {', '.join(diff)}); "
+            "choose another run_dir (e.g. another seed or experiment). Nothing was changed."
+        )
     env_path = run_dir / rundir.ENV_FILE
     env = rundir.read_json(env_path) if env_path.exists() else {}
     env.setdefault("resumes", []).append(rundir.environment())
@@ -111,17 +114,6 @@ def warn_if_on_policy(cfg: TrainConfig) -> str | None:
     print(message, file=sys.stderr)
     log.warning(message)
     return message
-
-
-def check_resume_alignment(cfg: TrainConfig) -> None:
-    """Checkpoints must fall on rollout boundaries: TRL regenerates the rollout after a resume, so a
-    checkpoint in the middle of a reused rollout would make the resumed run sample different data."""
-    per_rollout = cfg.optimizer_steps_per_rollout
-    if cfg.trainer.save_steps % per_rollout:
-        raise ConfigError(
-            f"invalid config: trainer.save_steps must be a multiple of the optimizer steps per rollout "
-            f"({per_rollout}), got {cfg.trainer.save_steps}"
-        )
 
 
 def choose_backend(cfg: TrainConfig) -> str:
@@ -162,8 +154,14 @@ def filter_long_prompts(dataset: Any, tokenizer: Any, cfg: TrainConfig) -> Any:
     return kept
 
 
-def run_training(cfg: TrainConfig, config_yaml: str) -> Path:
-    """Run (or resume, or skip when finished) one training run; returns its run directory."""
+def run_training(cfg: TrainConfig, config_yaml: str, callbacks: Sequence[Any] = ()) -> Path:
+    """Run (or resume, or skip when finished) one training run; returns its run directory.
+
+    `callbacks`: extra transformers `TrainerCallback`s (e.g. a user's probe), added after ours.
+    """
+    backend = choose_backend(cfg)
+    if backend == "unsloth":
+        import unsloth  # noqa: F401  (first: it patches transformers and rewrites trl's GRPOTrainer)
     from transformers import set_seed
 
     from atr_grpo.data.datasets import grpo_dataset
@@ -171,7 +169,6 @@ def run_training(cfg: TrainConfig, config_yaml: str) -> Path:
     from atr_grpo.training.logging import MetricsCallback, RunLogger, truncate_metrics
     from atr_grpo.training.sft import ensure_sft_adapter
 
-    check_resume_alignment(cfg)
     rule = build_rule(cfg.clipping.name, **cfg.clipping.params())
     state = prepare_run_dir(cfg, config_yaml)
     if state.finished:
@@ -183,7 +180,6 @@ def run_training(cfg: TrainConfig, config_yaml: str) -> Path:
     set_seed(cfg.seed)
     started = time.time()
 
-    backend = choose_backend(cfg)
     adapter = ensure_sft_adapter(cfg) if cfg.sft.enabled else None
     if state.resume_from is not None:
         moved = truncate_metrics(state.run_dir, int(state.resume_from.name.split("-")[-1]))
@@ -199,6 +195,8 @@ def run_training(cfg: TrainConfig, config_yaml: str) -> Path:
         trainer.add_callback(MetricsCallback(logger))
         if cfg.eval.enabled:
             trainer.add_callback(build_eval_callback(cfg, trainer, tokenizer, state.run_dir, logger, backend))
+        for callback in callbacks:
+            trainer.add_callback(callback)
         trainer.train(resume_from_checkpoint=str(state.resume_from) if state.resume_from else None)
         final = state.run_dir / "final_adapter"
         if not final.exists():

@@ -33,7 +33,8 @@ def sft_fingerprint(cfg: TrainConfig) -> dict[str, Any]:
     """What the SFT adapter depends on (and nothing else: not the clipping rule, not the run seed)."""
     sft = {k: v for k, v in asdict(cfg.sft).items() if k != "cache_dir"}
     model = asdict(cfg.model)
-    model.pop("gpu_memory_utilization")
+    for runtime_only in ("gpu_memory_utilization", "fast_inference"):  # how it runs, not what it learns
+        model.pop(runtime_only)
     key: dict[str, Any] = {"model": model, "sft": sft, "prompt": asdict(cfg.prompt)}
     if cfg.model.tiny is not None:  # the locally built base changes with its recipe, not only its config
         key["tiny_base"] = tiny_fingerprint(cfg.model.tiny)

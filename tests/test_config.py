@@ -1,0 +1,147 @@
+"""Configs fail at composition, before any model is loaded, with the key and the allowed values in the message;
+good configs resolve to the paper's values and `--cfg job --resolve` prints them without loading anything."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import yaml
+from conftest import REPO, compose, train_config
+from hydra.errors import HydraException
+from omegaconf.errors import OmegaConfBaseException
+
+from atr_grpo.clipping import RULES, rule_defaults
+from atr_grpo.config import ConfigError
+
+BAD = [
+    # (overrides, words the error must contain)
+    (["clipping=atr", "clipping.delta=0"], ["clipping", "delta", "> 0"]),
+    (["clipping=kl2", "clipping.delta=-0.1"], ["delta", "> 0"]),
+    (["clipping=clip", "clipping.eps=1.5"], ["eps", "(0, 1)"]),
+    (["clipping=clip_higher", "clipping.eps_low=0"], ["eps_low", "(0, 1)"]),
+    (["clipping=dual_clip", "clipping.c=1.1"], ["c", "1 + eps_high"]),
+    (["clipping=atr", "clipping.semantics=hard"], ["semantics", "'min'", "'mask'"]),
+    (["trainer.num_generations=7"], ["trainer.per_device_train_batch_size", "num_generations=7"]),
+    (["trainer.per_device_train_batch_size=3"], ["trainer.gradient_accumulation_steps", "num_generations=8"]),
+    (["rollout.steps_per_generation=6"], ["rollout.steps_per_generation", "multiple of"]),
+    (["trainer.save_steps=25"], ["trainer.save_steps", "rollout"]),
+    (["eval.k=16"], ["eval.k", "[1, eval.n=8]"]),
+    (["eval.benchmarks=[amc23,gsm8k]"], ["eval.benchmarks", "'aime24'"]),
+    (["trainer.max_completion_length=4096"], ["trainer.max_completion_length", "model.max_seq_length"]),
+    (["trainer.loss_agg=sum"], ["trainer.loss_agg", "'dr_grpo'", "'token_mean'"]),
+    (["trainer.backend=jax"], ["trainer.backend", "'unsloth'", "'trl'"]),
+    (["logger.name=tensorboard"], ["logger.name", "'wandb'", "'none'"]),
+    (["model.lora.dropout=1.5"], ["model.lora.dropout", "[0, 1)"]),
+    (["rollout.num_iterations=0"], ["rollout.num_iterations", ">= 1"]),
+]
+
+
+@pytest.mark.parametrize("overrides,words", BAD, ids=[" ".join(o) for o, _ in BAD])
+def test_bad_values_fail_with_the_key_and_the_allowed_values(overrides, words):
+    with pytest.raises(ConfigError) as err:
+        train_config(overrides)
+    for word in words:
+        assert word in str(err.value), (word, str(err.value))
+
+
+def test_an_unknown_rule_lists_the_available_ones():
+    with pytest.raises(HydraException) as err:
+        compose(["clipping=ppo_kl"])
+    message = str(err.value)
+    assert "clipping/ppo_kl" in message and "atr" in message and "clip_higher" in message
+
+
+def chained_message(error: BaseException) -> str:
+    """The message of an exception and of everything it was raised from (Hydra wraps OmegaConf's)."""
+    parts = []
+    while error is not None:
+        parts.append(str(error))
+        error = error.__cause__ or error.__context__
+    return "\n".join(parts)
+
+
+def test_a_misspelled_key_names_the_allowed_keys():
+    with pytest.raises(HydraException) as err:
+        compose(["trainer.lr=1e-5"])
+    message = chained_message(err.value)
+    assert "trainer.lr" in message and "learning_rate" in message and "num_generations" in message
+    with pytest.raises((HydraException, OmegaConfBaseException)) as err:
+        compose(["clipping=atr", "clipping.eps=0.2"])
+    message = chained_message(err.value)
+    assert "eps" in message and "delta" in message and "semantics" in message
+
+
+def test_the_default_run_is_the_papers_protocol():
+    """Table 4 / §6: the values a plain `python -m atr_grpo.train` uses."""
+    cfg = train_config()
+    assert (cfg.model.name, cfg.model.path) == ("qwen3-1.7b", "Qwen/Qwen3-1.7B")
+    assert (cfg.model.lora.r, cfg.model.lora.alpha, cfg.model.lora.dropout) == (32, 64, 0.0)
+    assert cfg.model.max_seq_length == 2048
+    assert (cfg.clipping.name, cfg.clipping.delta) == ("atr", 0.07)
+    tr = cfg.trainer
+    assert (tr.learning_rate, tr.weight_decay, tr.max_steps, tr.beta) == (5e-6, 1e-3, 1000, 0.0)
+    assert (tr.per_device_train_batch_size, tr.gradient_accumulation_steps, tr.num_generations) == (8, 4, 8)
+    assert (tr.temperature, tr.top_p, tr.top_k) == (1.0, 1.0, -1)
+    assert (tr.loss_agg, tr.scale_rewards) == ("dr_grpo", "none")
+    assert cfg.optimizer_steps_per_rollout == 2  # rollout=reuse2: the rule can act
+    ev = cfg.eval
+    assert (ev.every_steps, ev.k, ev.n, ev.temperature, ev.top_p, ev.max_tokens) == (50, 8, 8, 0.3, 0.95, 32768)
+    assert ev.benchmarks == ["amc23", "aime24", "aime25"]
+    assert cfg.run_name == "default__atr__s0" and cfg.run_dir == "results/runs/default/default__atr__s0"
+
+
+@pytest.mark.parametrize("name", sorted(RULES))
+def test_every_rule_file_composes_with_the_source_defaults(name):
+    cfg = train_config([f"clipping={name}"])
+    assert cfg.clipping.name == name
+    assert cfg.clipping.params() == rule_defaults(name)
+    assert cfg.method == name  # default parameters: the label is the bare rule name
+
+
+def test_method_labels_name_non_default_parameters():
+    assert train_config(["clipping=clip", "clipping.eps=0.3"]).method == "clip-eps0.3"
+    cfg = train_config(["clipping=clip_higher", "clipping.eps_low=0.329", "clipping.eps_high=0.6", "seed=2"])
+    assert cfg.run_name == "default__clip_higher-eps_low0.329-eps_high0.6__s2"
+
+
+def test_cfg_job_resolve_prints_the_contract_keys_without_loading_a_model():
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "atr_grpo.train",
+            "experiment=smoke",
+            "clipping.delta=0.05",
+            "--cfg",
+            "job",
+            "--resolve",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    printed = yaml.safe_load(done.stdout)
+    assert printed["clipping"] == {"name": "atr", "delta": 0.05, "semantics": "min"}
+    assert printed["run_dir"] == "results/runs/smoke/smoke__atr-delta0.05__s0"
+    for key in ("lora", "max_seq_length"):
+        assert key in printed["model"]
+    for key in ("learning_rate", "num_generations", "max_steps", "beta", "loss_agg"):
+        assert key in printed["trainer"]
+    assert printed["rollout"]["steps_per_generation"] == 4
+    assert not (REPO / printed["run_dir"]).exists()
+
+
+def test_the_cli_reports_a_bad_value_and_exits_2_without_a_traceback():
+    done = subprocess.run(
+        [sys.executable, "-m", "atr_grpo.train", "experiment=smoke", "clipping.delta=0"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2
+    assert "clipping" in done.stderr and "delta" in done.stderr and "Traceback" not in done.stderr

@@ -1,0 +1,167 @@
+"""End-to-end runs of `experiment=smoke` on the tiny model (CPU): the run directory, the clipping rule binding
+off-policy and not on-policy, resume after a kill, the evaluation callback, and run-directory safety."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import REPO, compose
+from omegaconf import OmegaConf
+from transformers import TrainerCallback
+
+from atr_grpo import rundir
+from atr_grpo.config import to_object
+from atr_grpo.training.pipeline import RunDirError, run_training
+
+pytestmark = pytest.mark.slow
+
+# A large step size and a narrow clip range, so that a reused rollout is visibly stale after one update
+BINDING = ["clipping=clip", "clipping.eps=0.05", "trainer.learning_rate=1e-3", "eval=none"]
+
+
+def smoke(run_dir, overrides=(), callbacks=()):
+    cfg = compose(["experiment=smoke", f"run_dir={run_dir}", *overrides])
+    return run_training(to_object(cfg), OmegaConf.to_yaml(cfg, resolve=True), callbacks=callbacks)
+
+
+def metrics(run_dir):
+    return [json.loads(line) for line in (run_dir / rundir.METRICS_FILE).read_text().splitlines()]
+
+
+@pytest.fixture(autouse=True)
+def in_repo(monkeypatch, tiny_model_dir):
+    monkeypatch.chdir(REPO)  # the tiny model and SFT adapter caches live under the repo's results/cache
+
+
+@pytest.fixture(scope="module")
+def atr_run(tmp_path_factory, tiny_model_dir):
+    """One full smoke run with ATR and evaluation at steps 0, 2 and 4."""
+    import os
+
+    old = os.getcwd()
+    os.chdir(REPO)
+    try:
+        return smoke(tmp_path_factory.mktemp("atr") / "run")
+    finally:
+        os.chdir(old)
+
+
+def test_smoke_run_writes_every_run_file(atr_run):
+    """config.yaml, env.json, metrics.jsonl (with the contract's keys each step), checkpoints, DONE, adapter."""
+    config = OmegaConf.load(atr_run / rundir.CONFIG_FILE)
+    assert config.clipping.name == "atr" and config.clipping.delta == 0.07
+    assert config.trainer.loss_agg == "dr_grpo" and config.trainer.scale_rewards == "none"
+    env = json.loads((atr_run / rundir.ENV_FILE).read_text())
+    assert {"torch", "transformers", "trl"} <= set(env["packages"])
+    rows = metrics(atr_run)
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    for row in rows:
+        for key in ("entropy", "clip/frac", "clip/frac_low", "clip/frac_high", "ratio/mean", "ratio/min",
+                    "ratio/max", "learning_rate", "step_time", "loss"):  # fmt: skip
+            assert isinstance(row[key], float), (key, row)
+    for row in rows[0::2]:  # generation steps carry the return and the completion length
+        assert 0.0 <= row["reward"] <= 1.0 and row["completion_length"] > 0
+    assert json.loads((atr_run / rundir.DONE_FILE).read_text())["step"] == 4
+    assert (atr_run / "final_adapter" / "adapter_model.safetensors").exists()
+    checkpoints = sorted(p.name for p in (atr_run / rundir.CHECKPOINT_DIR).glob("checkpoint-*"))
+    assert checkpoints == ["checkpoint-2", "checkpoint-4"]
+
+
+def test_evaluation_callback_writes_eval_files_at_0_2_4(atr_run):
+    """The in-training evaluator runs at step 0, every eval.every_steps and at the end (contracts §3)."""
+    summary = [json.loads(line) for line in (atr_run / "eval" / "summary.jsonl").read_text().splitlines()]
+    assert [(s["step"], s["benchmark"]) for s in summary] == [(0, "arithmetic"), (2, "arithmetic"), (4, "arithmetic")]
+    for row in summary:
+        assert row["num_problems"] == 8 and row["n"] == 4
+        assert 0.0 <= row["mean@4"] <= row["pass@4"] <= 1.0
+    samples = (atr_run / "eval" / "step_000002" / "arithmetic.jsonl").read_text().splitlines()
+    assert len(samples) == 8 * 4
+    first = json.loads(samples[0])
+    assert {"problem_id", "sample", "completion", "extracted", "gold", "correct", "finish_reason", "num_tokens"} <= set(
+        first
+    )
+
+
+def test_clipping_binds_off_policy(tmp_path):
+    """rollout=reuse2: the second step of each rollout is off-policy (w ≠ 1) and clip/frac > 0 there."""
+    rows = metrics(smoke(tmp_path / "run", BINDING))
+    on_policy, stale = rows[0::2], rows[1::2]
+    for row in on_policy:
+        assert row["clip/frac"] == 0.0 and row["ratio/min"] == row["ratio/max"] == pytest.approx(1.0)
+    for row in stale:
+        assert row["ratio/max"] > 1.0 or row["ratio/min"] < 1.0
+        assert row["clip/frac"] > 0.0
+
+
+def test_clipping_cannot_act_on_policy_and_says_so(tmp_path, capsys):
+    """rollout=on_policy (Table 4 literally): w ≡ 1 every step, clip/frac = 0, and a warning saying on-policy."""
+    rows = metrics(smoke(tmp_path / "run", [*BINDING, "rollout=on_policy"]))
+    assert "on-policy" in capsys.readouterr().err
+    for row in rows:
+        assert row["clip/frac"] == 0.0
+        assert row["ratio/min"] == pytest.approx(1.0) and row["ratio/max"] == pytest.approx(1.0)
+
+
+class Preempted(Exception):
+    pass
+
+
+class Kill(TrainerCallback):
+    """Stops the process (as a preemption would) right after the checkpoint of `step` is on disk."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_save(self, args, state, control, **kwargs):
+        if state.global_step == self.step:
+            raise Preempted(f"killed after step {self.step}")
+
+
+COMPARED = ("loss", "grad_norm", "reward", "entropy", "clip/frac", "ratio/mean", "ratio/max", "completion_length")
+
+
+def test_resume_after_a_kill_matches_an_uninterrupted_run(tmp_path):
+    """Killed after step 2 and re-launched, a run ends with the same metrics as an uninterrupted one
+    (optimizer, scheduler, RNG and step restored; the killed run's later metric lines are set aside)."""
+    overrides = ["clipping=clip_cov", "eval=none", "trainer.learning_rate=1e-3"]  # clip_cov: seeded randomness too
+    whole = metrics(smoke(tmp_path / "whole", overrides))
+    with pytest.raises(Preempted):
+        smoke(tmp_path / "killed", overrides, callbacks=[Kill(2)])
+    assert not (tmp_path / "killed" / rundir.DONE_FILE).exists()
+    smoke(tmp_path / "killed", overrides)  # the same command again: continues from checkpoint-2
+    resumed = metrics(tmp_path / "killed")
+    assert [r["step"] for r in resumed] == [1, 2, 3, 4]
+    for a, b in zip(whole, resumed):
+        for key in COMPARED:
+            if key in a:
+                assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-6), (a["step"], key)
+    env = json.loads((tmp_path / "killed" / rundir.ENV_FILE).read_text())
+    assert len(env["resumes"]) == 1
+
+
+def test_a_finished_run_is_left_as_is(atr_run, capsys):
+    """Re-launching a finished run changes nothing."""
+    before = (atr_run / rundir.METRICS_FILE).read_text()
+    smoke(atr_run)
+    assert "already finished" in capsys.readouterr().out
+    assert (atr_run / rundir.METRICS_FILE).read_text() == before
+
+
+def test_a_different_config_never_reuses_a_run_directory(atr_run):
+    """Another config pointed at an existing run is refused before anything is written."""
+    before = sorted(p.name for p in atr_run.iterdir())
+    with pytest.raises(RunDirError, match="different config.*clipping"):
+        smoke(atr_run, ["clipping.delta=0.05"])
+    assert sorted(p.name for p in atr_run.iterdir()) == before
+
+
+def test_resume_true_needs_a_run_and_stray_files_are_not_overwritten(tmp_path):
+    with pytest.raises(RunDirError, match="no run to continue"):
+        smoke(tmp_path / "empty", ["resume=true"])
+    stray = tmp_path / "stray"
+    stray.mkdir()
+    (stray / rundir.METRICS_FILE).write_text('{"step": 1}\n')
+    with pytest.raises(RunDirError, match="refusing"):
+        smoke(stray, ["eval=none"])
+    assert (stray / rundir.METRICS_FILE).read_text() == '{"step": 1}\n'
