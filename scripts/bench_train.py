@@ -1,0 +1,127 @@
+"""`make bench-train`: optimizer-step time of our trainer vs stock TRL `GRPOTrainer` on the tiny config.
+
+Both trainers get the same model (the demo's tiny Qwen3 + SFT adapter, reloaded fresh for every run), the
+same data, the same `GRPOConfig` (Dr.GRPO, rollout reused for 2 steps so π_old log-probs are computed) and
+the same rule, `clip` with ε = 0.2 (TRL's built-in `loss_type="dr_grpo"`). Runs alternate ours / stock
+`--repeats` times; the first `--warmup` steps of each run are dropped. Steps alternate between one that
+generates a rollout and one that reuses it, so the mean step time over whole rollouts is compared.
+Target: ours ≤ 1.05× stock.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+class StepTimer:
+    """Wall time of every optimizer step (generation, old log-probs, forward/backward, optimizer)."""
+
+    def __init__(self) -> None:
+        from transformers import TrainerCallback
+
+        timer = self
+
+        class Callback(TrainerCallback):
+            def on_step_begin(self, args, state, control, **kwargs):  # noqa: ANN001, ANN201
+                timer.started = time.perf_counter()
+
+            def on_step_end(self, args, state, control, **kwargs):  # noqa: ANN001, ANN201
+                timer.seconds.append(time.perf_counter() - timer.started)
+
+        self.seconds: list[float] = []
+        self.started = 0.0
+        self.callback = Callback()
+
+
+def run_once(kind: str, cfg: object, adapter: Path, out_dir: Path, steps: int) -> list[float]:
+    from trl import GRPOTrainer
+
+    from atr_grpo.clipping import build_rule
+    from atr_grpo.data.datasets import grpo_dataset
+    from atr_grpo.models import load_model_and_tokenizer
+    from atr_grpo.rewards import math_verify_reward
+    from atr_grpo.training.grpo import RuleGRPOTrainer, grpo_args
+    from atr_grpo.training.pipeline import filter_long_prompts
+
+    model, tokenizer = load_model_and_tokenizer(cfg.model, adapter_path=adapter, for_training=True)
+    dataset = filter_long_prompts(grpo_dataset(cfg.data, cfg.prompt), tokenizer, cfg)
+    args = grpo_args(cfg, out_dir / kind)
+    args.max_steps, args.save_strategy, args.disable_tqdm = steps, "no", True
+    common = dict(model=model, reward_funcs=[math_verify_reward], args=args, train_dataset=dataset,
+                  processing_class=tokenizer)  # fmt: skip
+    if kind == "ours":
+        trainer = RuleGRPOTrainer(**common, rule=build_rule("clip", eps=0.2))
+    else:
+        assert args.loss_type == "dr_grpo" and args.epsilon == 0.2 and args.epsilon_high is None
+        trainer = GRPOTrainer(**common)
+    from transformers.trainer_callback import PrinterCallback
+
+    trainer.remove_callback(PrinterCallback)  # no per-step dicts on stdout
+    timer = StepTimer()
+    trainer.add_callback(timer.callback)
+    trainer.train()
+    return timer.seconds
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=12, help="optimizer steps per run")
+    parser.add_argument("--warmup", type=int, default=2, help="steps dropped at the start of each run")
+    parser.add_argument("--repeats", type=int, default=3, help="runs per trainer, alternating")
+    opts = parser.parse_args(argv)
+    if opts.steps <= opts.warmup or (opts.steps - opts.warmup) % 2 or opts.warmup % 2:
+        parser.error("--warmup and --steps - --warmup must be even (whole rollouts of 2 steps), --steps > --warmup")
+
+    os.chdir(REPO)  # the tiny model and SFT caches live under results/cache
+    os.environ.setdefault("WANDB_MODE", "disabled")
+    import tempfile
+
+    import torch
+    from hydra import compose, initialize_config_dir
+
+    from atr_grpo.config import register_configs, to_object
+    from atr_grpo.training.sft import ensure_sft_adapter
+
+    register_configs()
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        cfg = to_object(compose("train", ["experiment=demo", "clipping=clip", "eval=none", "logger=none"]))
+    torch.set_num_threads(cfg.trainer.num_threads or torch.get_num_threads())
+    adapter = ensure_sft_adapter(cfg)
+
+    times: dict[str, list[float]] = {"ours": [], "stock": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        for repeat in range(opts.repeats):
+            for kind in ("ours", "stock") if repeat % 2 == 0 else ("stock", "ours"):
+                seconds = run_once(kind, cfg, adapter, Path(tmp) / f"r{repeat}", opts.steps)
+                times[kind].extend(seconds[opts.warmup :])
+                print(f"  run {repeat + 1}/{opts.repeats} {kind:5s}: mean step {statistics.fmean(seconds):.3f} s",
+                      file=sys.stderr)  # fmt: skip
+
+    ours, stock = statistics.fmean(times["ours"]), statistics.fmean(times["stock"])
+    ratio = ours / stock
+    g = cfg.trainer
+    print(f"tiny config: batch {g.per_device_train_batch_size} x GA {g.gradient_accumulation_steps}, "
+          f"G = {g.num_generations}, {cfg.optimizer_steps_per_rollout} steps per rollout, "
+          f"{torch.get_num_threads()} threads; {len(times['ours'])} timed steps each")  # fmt: skip
+    print("| trainer | mean step (s) | generating step (s) | reusing step (s) | ratio |")
+    print("|---|---:|---:|---:|---:|")
+    for label, kind, mean in (("stock TRL GRPOTrainer (dr_grpo, ε = 0.2)", "stock", stock),
+                              ("atr-grpo RuleGRPOTrainer (clip, ε = 0.2)", "ours", ours)):  # fmt: skip
+        per_run = opts.steps - opts.warmup
+        runs = [times[kind][i : i + per_run] for i in range(0, len(times[kind]), per_run)]
+        generating = statistics.median(t for run in runs for t in run[0::2])
+        reusing = statistics.median(t for run in runs for t in run[1::2])
+        print(f"| {label} | {mean:.3f} | {generating:.3f} | {reusing:.3f} | {mean / stock:.2f} |")
+    print(f"target ≤ 1.05×: {'PASS' if ratio <= 1.05 else 'over'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
