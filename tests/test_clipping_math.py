@@ -1,0 +1,395 @@
+"""The mathematics of the clipping registry: ratio bounds (Eq. 10, Thm 4.2), the equivalences the paper and the
+source papers state (Thm 4.1, ATR ≡ Clip-Higher, KL2 ≡ Clip, RPG-clip ≡ Dual-Clip, on-policy ≡ REINFORCE, SAPO's
+gradient, DCPO's table), every rule against an independent elementwise oracle, metrics and numerics."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from atr_grpo.clipping import (
+    METRIC_KEYS,
+    RULES,
+    build_rule,
+    dcpo_ratio_bounds,
+    describe_bounds,
+    divergence_ratio_interval,
+    kl3_ratio_bounds,
+    lambert_w,
+)
+
+DELTAS = [0.01, 0.03, 0.05, 0.07, 0.09, 0.2, 0.5, 1.0]
+RATIO_RULES = ["no_clip", "clip", "clip_higher", "dual_clip", "rpg_clip", "dcpo", "sapo", "atr", "kl1", "kl2",
+               "is_kl3", "full_kl", "clip_cov", "kl_cov"]  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------- inputs
+def planted_batch(seed: int = 0, batch: int = 6, steps: int = 40, dtype=torch.float64):
+    """Random log-probs with planted extremes: ratios far outside every interval, both advantage signs,
+    zero advantages, masked tokens (including a fully masked row)."""
+    g = torch.Generator().manual_seed(seed)
+    old = -torch.rand(batch, steps, generator=g, dtype=dtype) * 4 - 0.01
+    log_ratio = torch.randn(batch, steps, generator=g, dtype=dtype) * 0.4
+    log_ratio[:, :4] = torch.tensor([3.0, -3.0, 0.3, -0.45], dtype=dtype)  # planted: far out, just out
+    logp = old + log_ratio
+    advantages = torch.randn(batch, generator=g, dtype=dtype)
+    advantages[0], advantages[1] = 0.0, -1.5
+    mask = torch.rand(batch, steps, generator=g) > 0.2
+    mask[2] = False
+    return logp, old, advantages, mask
+
+
+def extras_for(rule, logp):
+    extras = {}
+    if "generator" in rule.needs:
+        extras["generator"] = torch.Generator().manual_seed(7)
+    if "full_kl" in rule.needs:
+        g = torch.Generator().manual_seed(3)
+        extras["full_kl"] = torch.rand(logp.shape, generator=g, dtype=logp.dtype) * 0.2
+    return extras
+
+
+def loss_and_grad(rule, logp, old, advantages, mask, **extras):
+    leaf = logp.clone().requires_grad_()
+    out = rule(leaf, old, advantages, mask, **extras)
+    out.loss.sum().backward()
+    return out, leaf.grad
+
+
+# ------------------------------------------------------------------------------------------- bounds
+def test_delta_007_gives_the_papers_interval():
+    """δ = 0.07 ⇔ w ∈ [0.671, 1.422] (§4.2, Eq. 10)."""
+    low, high = kl3_ratio_bounds(0.07)
+    assert (round(low, 3), round(high, 3)) == (0.671, 1.422)
+    assert describe_bounds(0.07) == "δ = 0.07 ⇔ w ∈ [0.671, 1.422]"
+    for w in (low, high):
+        assert w - 1 - math.log(w) == pytest.approx(0.07, abs=1e-12)
+
+
+@pytest.mark.parametrize("delta", DELTAS)
+def test_kl3_interval_is_asymmetric_wider_above(delta):
+    """Thm 4.2: 1 − l_δ < u_δ − 1 for every δ > 0."""
+    low, high = kl3_ratio_bounds(delta)
+    assert 0 < low < 1 < high and 1 - low < high - 1
+
+
+@pytest.mark.parametrize("delta", DELTAS)
+def test_root_finding_interval_agrees_with_lambert_w(delta):
+    """The generic convex-estimator interval reproduces the closed form for KL3, and KL2's is e^{±√(2δ)}."""
+    low, high = divergence_ratio_interval(lambda w: w - 1 - math.log(w), delta)
+    assert (low, high) == pytest.approx(kl3_ratio_bounds(delta), rel=1e-10)
+    low2, high2 = divergence_ratio_interval(lambda w: 0.5 * math.log(w) ** 2, delta)
+    assert (low2, high2) == pytest.approx((math.exp(-math.sqrt(2 * delta)), math.exp(math.sqrt(2 * delta))), rel=1e-10)
+    low1, high1 = divergence_ratio_interval(lambda w: -math.log(w), delta)
+    assert low1 == pytest.approx(math.exp(-delta), rel=1e-10) and high1 == math.inf
+
+
+def test_lambert_w_matches_scipy_on_both_branches():
+    scipy_special = pytest.importorskip("scipy.special")
+    for x in (-1 / math.e + 1e-6, -0.3, -0.2, -1e-3, -1e-9):
+        for branch in (0, -1):
+            assert lambert_w(x, branch) == pytest.approx(scipy_special.lambertw(x, branch).real, rel=1e-12)
+    for branch, side in ((0, 1), (-1, -1)):  # at the branch point: W e^W = x still holds, on the right side of -1
+        x = -1 / math.e + 1e-13
+        w = lambert_w(x, branch)
+        assert w * math.exp(w) == pytest.approx(x, rel=1e-14) and side * (w + 1) > 0
+    with pytest.raises(ValueError, match="branch"):
+        lambert_w(-0.1, 1)
+    with pytest.raises(ValueError, match="delta"):
+        kl3_ratio_bounds(0.0)
+
+
+def test_dcpo_bounds_reproduce_its_table():
+    """DCPO (Yang et al. 2025b), ε = (0.16, 0.2): q = 0.9 → [0.7687, 1.1872]; rare tokens get more room."""
+    low, high = dcpo_ratio_bounds(torch.log(torch.tensor([0.9, 0.5, 1e-30])), 0.16, 0.2, 10.0)
+    assert low[0].item() == pytest.approx(0.7687, abs=1e-4) and high[0].item() == pytest.approx(1.1872, abs=1e-4)
+    assert low[1] < low[0] and high[1] > high[0]
+    assert low[2].item() == pytest.approx(0.5) and high[2].item() == pytest.approx(10.0)  # floor 0.5, cap c
+
+
+# ------------------------------------------------------------------------------------ equivalences
+def grads(name, params, batch, **extras):
+    logp, old, advantages, mask = batch
+    return loss_and_grad(build_rule(name, **params), logp, old, advantages, mask, **extras)[1]
+
+
+@pytest.mark.parametrize("delta", [0.03, 0.07, 0.2])
+def test_atr_has_the_gradient_of_clip_higher_with_its_lambert_bounds(delta):
+    """Thm 4.1 + 4.2: ATR(δ) has exactly the gradient of Clip-Higher(1 − l_δ, u_δ − 1)."""
+    low, high = kl3_ratio_bounds(delta)
+    batch = planted_batch(1)
+    atr = grads("atr", {"delta": delta}, batch)
+    ch = grads("clip_higher", {"eps_low": 1 - low, "eps_high": high - 1}, batch)
+    torch.testing.assert_close(atr, ch, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("delta", [0.02, 0.07, 0.3])
+def test_kl2_has_the_gradient_of_clip_with_exp_sqrt_2delta(delta):
+    """KL2(δ) ≡ Clip with ratio bounds e^{±√(2δ)} (a log-symmetric interval; ε_low ≠ ε_high in ratio space)."""
+    r = math.sqrt(2 * delta)
+    batch = planted_batch(2)
+    torch.testing.assert_close(
+        grads("kl2", {"delta": delta}, batch),
+        grads("clip_higher", {"eps_low": 1 - math.exp(-r), "eps_high": math.exp(r) - 1}, batch),
+        rtol=0,
+        atol=1e-12,
+    )
+
+
+def test_general_operator_with_the_ratio_constraint_is_ratio_clipping():
+    """Thm 4.1: Eq. 5 with a ratio-interval constraint (here |log w| ≤ δ, i.e. w ∈ [e^−δ, e^δ]) inside the min has the
+    gradient of PPO clipping; with the two-sided `mask` reading it does not (it also freezes the safe side)."""
+    batch = planted_batch(3)
+    # |log w| ≤ δ ⇔ w ∈ [e^-δ, e^δ]: compare with the ratio clip on exactly that interval
+    delta = 0.2
+    general = grads("kl1", {"delta": delta, "variant": "abs_log"}, batch)
+    ratio = grads("clip_higher", {"eps_low": 1 - math.exp(-delta), "eps_high": math.exp(delta) - 1}, batch)
+    torch.testing.assert_close(general, ratio, rtol=0, atol=1e-12)
+    masked = grads("kl1", {"delta": delta, "variant": "abs_log", "semantics": "mask"}, batch)
+    assert not torch.allclose(masked, ratio)
+
+
+def test_rpg_clip_has_the_gradient_of_dual_clip():
+    params = {"eps_low": 0.2, "eps_high": 0.28, "c": 3.0}
+    batch = planted_batch(4)
+    torch.testing.assert_close(grads("rpg_clip", params, batch), grads("dual_clip", params, batch), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", sorted(set(RATIO_RULES) - {"kl_cov", "clip_cov"}))
+def test_on_policy_every_ratio_rule_is_reinforce(name):
+    """With old = logp.detach() (w ≡ 1) the gradient is −A on every valid token, for every rule."""
+    logp, _, advantages, mask = planted_batch(5)
+    rule = build_rule(name)
+    extras = extras_for(rule, logp)
+    if "full_kl" in extras:
+        extras["full_kl"] = torch.zeros_like(logp)  # π_old = π_θ: the full KL is 0 too
+    _, grad = loss_and_grad(rule, logp, logp.detach(), advantages, mask, **extras)
+    torch.testing.assert_close(grad, torch.where(mask, -advantages[:, None].expand_as(logp), 0.0))
+
+
+def test_clip_cov_and_kl_cov_on_policy():
+    """On-policy, KL-Cov's |log w| penalty has zero gradient (REINFORCE); Clip-Cov drops exactly its selection."""
+    logp, _, advantages, mask = planted_batch(6)
+    _, grad = loss_and_grad(build_rule("kl_cov"), logp, logp.detach(), advantages, mask)
+    torch.testing.assert_close(grad, torch.where(mask, -advantages[:, None].expand_as(logp), 0.0))
+    rule = build_rule("clip_cov", ratio=0.05, cov_lb=-1e9, cov_ub=1e9)
+    leaf = logp.clone().requires_grad_()
+    out = rule(leaf, logp.detach(), advantages, mask, generator=torch.Generator().manual_seed(0))
+    out.loss.sum().backward()
+    kept = leaf.grad != 0
+    dropped = int((mask & ~kept & (advantages[:, None] != 0)).sum())
+    assert dropped == math.floor(0.05 * int(mask.sum()))
+
+
+def test_sapo_gradient_is_the_sech_squared_gate():
+    """SAPO: ∂J/∂log π = A · sech²(τ(w−1)/2) · w, τ = τ_pos for A > 0 and τ_neg otherwise."""
+    logp, old, advantages, mask = planted_batch(7)
+    rule = build_rule("sapo", tau_pos=1.0, tau_neg=1.05)
+    _, grad = loss_and_grad(rule, logp, old, advantages, mask)
+    w = torch.exp(logp - old)
+    a = advantages[:, None].expand_as(w)
+    tau = torch.where(a > 0, 1.0, 1.05)
+    expected = -a * w / torch.cosh(tau * (w - 1) / 2) ** 2
+    torch.testing.assert_close(grad, torch.where(mask, expected, 0.0), rtol=1e-5, atol=1e-6)
+
+
+# -------------------------------------------------------------------------------------------- oracles
+def k_estimates(s):
+    w = math.exp(s)
+    return {"k1": -s, "k2": 0.5 * s * s, "k3": w - 1 - s, "is_kl3": 1 - w + w * s}
+
+
+def oracle_token(name, params, lp, olp, a, full_kl=0.0):
+    """(loss, d loss / d logp, frozen) for one token, from the formulas of clipping_methods.md, in plain floats."""
+    s = lp - olp
+    w = math.exp(s)
+    if name == "no_clip":
+        return -w * a, -w * a, False
+    if name in ("clip", "clip_higher", "dual_clip", "dcpo", "rpg_clip"):
+        if name == "clip":
+            low, high = 1 - params["eps"], 1 + params["eps"]
+        elif name == "dcpo":
+            q = math.exp(olp)
+            low = 0.5 + 0.5 * math.sqrt(max(1 - 4 * params["eps_low"] / q, 0.0))
+            high = min(0.5 + 0.5 * math.sqrt(1 + 4 * params["eps_high"] / q), params["c"])
+        else:
+            low, high = 1 - params["eps_low"], 1 + params["eps_high"]
+        unclipped, clipped = w * a, min(max(w, low), high) * a
+        objective, grad = (unclipped, -w * a) if unclipped <= clipped else (clipped, 0.0)
+        if name in ("dual_clip", "dcpo", "rpg_clip") and a < 0 and params["c"] * a > objective:
+            objective, grad = params["c"] * a, 0.0
+        if name == "rpg_clip":  # value -w·A·log π; gradient -w·A on kept tokens
+            return -w * a * lp, grad, grad == 0.0 and a != 0.0
+        return -objective, grad, grad == 0.0 and a != 0.0
+    if name == "sapo":
+        tau = params["tau_pos"] if a > 0 else params["tau_neg"]
+        sig = 1 / (1 + math.exp(-tau * (w - 1)))
+        return -sig * 4 / tau * a, -a * 4 * sig * (1 - sig) * w, False
+    estimate = {
+        "atr": lambda: k_estimates(s)["k3"],
+        "kl1": lambda: k_estimates(s)["k1"],
+        "kl2": lambda: k_estimates(s)["k2"],
+        "is_kl3": lambda: k_estimates(s)["is_kl3"],
+        "full_kl": lambda: full_kl,
+    }[name]()
+    frozen = estimate > params["delta"] and w * a > a
+    return (-a, 0.0, True) if frozen else (-w * a, -w * a, False)
+
+
+ORACLE_RULES = ["no_clip", "clip", "clip_higher", "dual_clip", "rpg_clip", "dcpo", "sapo", "atr", "kl1", "kl2",
+                "is_kl3", "full_kl"]  # fmt: skip
+ORACLE_PARAMS = {"clip": {"eps": 0.2}, "atr": {"delta": 0.05}, "kl2": {"delta": 0.03}, "dual_clip": {"c": 1.5}}
+
+
+@pytest.mark.parametrize("name", ORACLE_RULES)
+def test_every_rule_matches_its_elementwise_oracle(name):
+    """Loss, gradient and frozen set of each rule against an independent per-token computation."""
+    rule = build_rule(name, **ORACLE_PARAMS.get(name, {}))
+    params = rule.config()
+    logp, old, advantages, mask = planted_batch(8, steps=24)
+    extras = extras_for(rule, logp)
+    out, grad = loss_and_grad(rule, logp, old, advantages, mask, **extras)
+    frozen_count = 0
+    for b in range(logp.shape[0]):
+        for t in range(logp.shape[1]):
+            if not mask[b, t]:
+                assert out.loss[b, t] == 0 and grad[b, t] == 0
+                continue
+            fk = float(extras["full_kl"][b, t]) if "full_kl" in extras else 0.0
+            loss, g, frozen = oracle_token(name, params, float(logp[b, t]), float(old[b, t]), float(advantages[b]), fk)
+            assert float(out.loss[b, t].detach()) == pytest.approx(loss, rel=2e-6, abs=1e-6), (b, t)
+            assert float(grad[b, t]) == pytest.approx(g, rel=2e-6, abs=1e-6), (b, t)
+            frozen_count += frozen
+    assert out.metrics["clip/frac"] == pytest.approx(frozen_count / int(mask.sum()))
+    if name not in ("no_clip", "sapo"):
+        assert frozen_count > 0  # the planted tokens exercise the constraint
+
+
+def test_kl_cov_penalises_exactly_the_top_covariance_tokens():
+    logp, old, advantages, mask = planted_batch(9, steps=30)
+    rule = build_rule("kl_cov", ratio=0.05, coef=2.0)
+    out, grad = loss_and_grad(rule, logp, old, advantages, mask)
+    valid = mask
+    n = int(valid.sum())
+    lp, adv = logp[valid], advantages[:, None].expand_as(logp)[valid]
+    cov = (lp - lp.mean()) * (adv - adv.mean())
+    top = torch.zeros(n, dtype=torch.bool)
+    top[torch.argsort(cov, descending=True)[: max(math.floor(0.05 * n), 1)]] = True
+    s = (logp - old)[valid]
+    expected = -torch.exp(s) * adv + torch.where(top, 2.0 * s.abs(), 0.0)
+    torch.testing.assert_close(out.loss[valid], expected.float(), rtol=1e-5, atol=1e-6)
+    expected_grad = -torch.exp(s) * adv + torch.where(top, 2.0 * torch.sign(s), 0.0)
+    torch.testing.assert_close(grad[valid], expected_grad, rtol=1e-5, atol=1e-6)
+
+
+def test_clip_cov_is_deterministic_given_a_generator_and_respects_quota_and_window():
+    logp, old, advantages, mask = planted_batch(10, steps=60)
+    rule = build_rule("clip_cov", ratio=0.02, cov_lb=0.0, cov_ub=5.0)
+
+    def run(seed):
+        return rule(logp, old, advantages, mask, generator=torch.Generator().manual_seed(seed))
+
+    a, b, c = run(1), run(1), run(2)
+    torch.testing.assert_close(a.loss, b.loss, rtol=0, atol=0)
+    assert a.metrics == b.metrics
+    n = int(mask.sum())
+    quota = max(math.floor(0.02 * n), 1)
+    assert a.metrics["clip/frac_cov"] * n == pytest.approx(quota)
+    assert not torch.equal(a.loss, c.loss)  # another seed detaches other tokens
+    with pytest.raises(ValueError, match="generator"):
+        rule(logp, old, advantages, mask)
+
+
+# ------------------------------------------------------------------------------ metrics and numerics
+def test_clip_frac_counts_only_the_active_side():
+    """clip/frac counts w > 1+ε with A > 0 and w < 1−ε with A < 0; not w > 1+ε with A < 0 (PPO's min)."""
+    log_w = torch.log(torch.tensor([[1.5, 1.5, 0.5, 0.5, 1.0, 1.1]]))
+    old = torch.full_like(log_w, -1.0)
+    rule = build_rule("clip", eps=0.2)
+    for adv, low, high in ((1.0, 0, 2), (-1.0, 2, 0)):
+        out = rule(old + log_w, old, torch.tensor([adv]), torch.ones_like(log_w, dtype=torch.bool))
+        assert out.metrics["clip/frac_low"] == pytest.approx(low / 6)
+        assert out.metrics["clip/frac_high"] == pytest.approx(high / 6)
+        assert out.metrics["clip/frac"] == pytest.approx((low + high) / 6)
+        assert out.metrics["ratio/max"] == pytest.approx(1.5) and out.metrics["ratio/min"] == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize("name", RATIO_RULES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_extreme_inputs_give_finite_losses_and_gradients(name, dtype):
+    """±80 log-ratios, −inf log-probs under the mask, all-masked rows/batches, zero advantages: never NaN."""
+    rule = build_rule(name)
+    logp, old, advantages, mask = planted_batch(11, dtype=torch.float32)
+    logp = logp.clone()
+    logp[:, 5] = old[:, 5] + 80.0
+    logp[:, 6] = old[:, 6] - 80.0
+    logp[~mask] = -math.inf
+    for adv, m in ((advantages, mask), (torch.zeros_like(advantages), mask), (advantages, torch.zeros_like(mask))):
+        extras = extras_for(rule, logp)
+        leaf = logp.to(dtype).clone().requires_grad_()
+        out = rule(leaf, old.to(dtype), adv.to(dtype), m, **extras)
+        out.loss.sum().backward()
+        assert out.loss.shape == logp.shape
+        assert torch.isfinite(out.loss).all() and torch.isfinite(leaf.grad).all()
+        assert set(METRIC_KEYS) <= set(out.metrics) and all(math.isfinite(v) for v in out.metrics.values())
+        assert (out.loss[~m] == 0).all() and (leaf.grad[~m] == 0).all()
+    assert (build_rule(name)(logp, old, advantages, torch.zeros_like(mask), **extras_for(rule, logp)).metrics)[
+        "ratio/mean"
+    ] == 1.0
+
+
+def test_gradient_reaches_logp_only():
+    logp, old, advantages, mask = planted_batch(12)
+    old_leaf = old.clone().requires_grad_()
+    adv_leaf = advantages.clone().requires_grad_()
+    out = build_rule("atr")(logp.clone().requires_grad_(), old_leaf, adv_leaf, mask)
+    out.loss.sum().backward()
+    assert old_leaf.grad is None and adv_leaf.grad is None
+
+
+def test_bad_shapes_are_named():
+    logp = torch.zeros(2, 3)
+    with pytest.raises(ValueError, match="old_logp"):
+        build_rule("clip")(logp, torch.zeros(2, 4), torch.zeros(2), torch.ones(2, 3))
+    with pytest.raises(ValueError, match="advantages"):
+        build_rule("clip")(logp, logp, torch.zeros(3), torch.ones(2, 3))
+    with pytest.raises(ValueError, match="full_kl"):
+        build_rule("full_kl")(logp, logp, torch.zeros(2), torch.ones(2, 3))
+
+
+# ------------------------------------------------------------------------------------------- registry
+def test_registry_has_every_rule_of_the_contract():
+    assert set(RULES) == {"no_clip", "clip", "clip_higher", "dual_clip", "dcpo", "clip_cov", "kl_cov", "sapo", "atr",
+                          "kl1", "kl2", "is_kl3", "full_kl", "rpg_clip"}  # fmt: skip
+
+
+def test_source_defaults():
+    cfg = {name: build_rule(name).config() for name in RULES}
+    assert cfg["clip"] == {"eps": 0.2}
+    assert cfg["clip_higher"] == {"eps_low": 0.2, "eps_high": 0.28}  # DAPO
+    assert cfg["dual_clip"]["c"] == 3.0
+    assert (cfg["dcpo"]["eps_low"], cfg["dcpo"]["eps_high"]) == (0.16, 0.2)
+    assert cfg["clip_cov"]["ratio"] == 2e-4 and (cfg["clip_cov"]["cov_lb"], cfg["clip_cov"]["cov_ub"]) == (1.0, 5.0)
+    assert (cfg["sapo"]["tau_pos"], cfg["sapo"]["tau_neg"]) == (1.0, 1.05)
+    for name in ("atr", "kl1", "kl2", "is_kl3", "full_kl"):
+        assert cfg[name]["delta"] == 0.07 and cfg[name]["semantics"] == "min"
+
+
+@pytest.mark.parametrize(
+    "name,params,words",
+    [
+        ("ppo", {}, ["unknown clipping rule 'ppo'", "atr", "clip_higher"]),
+        ("atr", {"delta": 0.0}, ["'delta'", "> 0"]),
+        ("clip", {"eps": 1.0}, ["'eps'", "(0, 1)"]),
+        ("clip", {"epsilon": 0.2}, ["no parameter 'epsilon'", "eps"]),
+        ("dual_clip", {"c": 1.1}, ["'c'", "1 + eps_high"]),
+        ("atr", {"semantics": "soft"}, ["'semantics'", "'min'", "'mask'"]),
+    ],
+)
+def test_bad_rules_and_parameters_are_named(name, params, words):
+    with pytest.raises(ValueError) as err:
+        build_rule(name, **params)
+    for word in words:
+        assert word in str(err.value)
