@@ -36,17 +36,19 @@ def ppo_clip_terms(
     """
     ratio = ratio_from_log(batch.log_ratio)
     adv = batch.advantages
-    clipped = torch.clamp(ratio, low, high)
-    objective = torch.minimum(ratio * adv, clipped * adv)
-    frozen_low = (adv < 0) & (ratio < low)
+    negative = adv < 0
+    frozen_low = negative & (ratio < low)
     frozen_high = (adv > 0) & (ratio > high)
-    extra: dict[str, Tensor] = {}
-    if dual_c is not None:
-        objective = torch.where(adv < 0, torch.maximum(objective, dual_c * adv), objective)
-        dual = (adv < 0) & (ratio > dual_c)
-        frozen_high = frozen_high | dual
-        extra["clip/frac_dual"] = dual
-    return RuleTerms(loss=-objective, frozen_low=frozen_low, frozen_high=frozen_high, extra=extra)
+    if dual_c is None:
+        objective = torch.minimum(ratio * adv, torch.clamp(ratio, low, high) * adv)
+        return RuleTerms(loss=-objective, frozen_low=frozen_low, frozen_high=frozen_high)
+    # With the floor, per sign of A the objective is one clamp of w (fewer passes than min, then max):
+    #   A > 0: min(wA, clip(w)A) = A·min(w, high);   A < 0: max(min(wA, clip(w)A), cA) = A·clamp(w, low, c)
+    objective = torch.clamp(ratio, torch.where(negative, low, 0.0), torch.where(negative, dual_c, high)) * adv
+    dual = negative & (ratio > dual_c)
+    return RuleTerms(
+        loss=-objective, frozen_low=frozen_low, frozen_high=frozen_high | dual, extra={"clip/frac_dual": dual}
+    )
 
 
 @register
