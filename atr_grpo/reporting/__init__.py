@@ -1,0 +1,1 @@
+"""Tables and figures rebuilt from run directories (`python -m atr_grpo.results`)."""
