@@ -56,19 +56,19 @@ bench-grader: install ## Grade 1,144 responses serially and with the worker pool
 # ---- reproducing the paper (one fresh process per run; finished runs skipped, interrupted ones resumed) ----
 # DRY_RUN=1 prints one command per run and runs nothing. ARGS is passed on (e.g. ARGS="hydra/launcher=slurm").
 RUNS ?= results/runs
-LAUNCH = $(PY) -m atr_grpo.launch $(if $(filter 1 true yes,$(DRY_RUN)),--dry-run) $(ARGS)
+LAUNCH = $(PY) -m atr_grpo.launch $(if $(filter 1 true yes,$(DRY_RUN)),--dry-run)
 
 reproduce-table2: install ## Table 2: Qwen3-1.7B and 8B x 7 methods (14 runs)
-	$(LAUNCH) table2
+	@$(LAUNCH) table2 $(ARGS)
 
 reproduce-table3: install ## Table 3: KL estimators and clip ranges on Qwen3-1.7B, seeds 0-2
-	$(LAUNCH) table3
+	@$(LAUNCH) table3 $(ARGS)
 
 ablate-delta: install ## Figure 3: ATR with delta in {0.05, ..., 0.09}
-	$(LAUNCH) ablate_delta
+	@$(LAUNCH) ablate_delta $(ARGS)
 
 passk-curve: install ## Figure 4: evaluate the final ATR checkpoint with n = 128
-	$(LAUNCH) passk_curve
+	@$(LAUNCH) passk_curve $(ARGS)
 
 tables: install ## Rebuild results/tables/ from the run directories under RUNS
 	$(PY) -m atr_grpo.results all --runs $(RUNS) --out results/tables

@@ -371,7 +371,8 @@ class TrainConfig:
     experiment: str = "default"
     seed: int = 0
     method: str = "${atr_method:${clipping}}"  # the rule plus any non-default parameter, e.g. clip-eps0.3
-    run_name: str = "${experiment}__${method}__s${seed}"
+    # a Hydra multirun appends its other overrides (`__model=qwen3-8b`), so no two jobs of a sweep share a name
+    run_name: str = "${experiment}__${method}__s${seed}${atr_sweep_suffix:}"
     run_dir: str = "results/runs/${experiment}/${run_name}"
     # Re-launching the same config into run_dir continues from its newest checkpoint (a finished run is left
     # as is); resume=true also insists that there is a run to continue.
@@ -431,6 +432,8 @@ class EvaluateConfig:
     eval: EvalConfig = MISSING
     adapter: str | None = None  # a LoRA adapter directory (e.g. a run's checkpoint); null = the base model
     out_dir: str = MISSING  # a run directory to write eval/ into
+    experiment: str = "evaluate"  # labels for the tables (python -m atr_grpo.results), e.g. passk_curve
+    method: str = "base"
     step: int = 0  # the step label of this evaluation in summary.jsonl
     force: bool = False  # re-evaluate (step, benchmark) pairs already in summary.jsonl
 
@@ -461,12 +464,40 @@ def method_label(clipping: Any) -> str:
     return "-".join(parts)
 
 
+# Overrides already spelled out in `run_name` (or that do not change what a run computes)
+NAMED_KEYS = ("experiment", "seed", "clipping", "run_dir", "run_name", "resume", "logger", "hydra")
+
+
+def sweep_suffix(overrides: list[str]) -> str:
+    """`__key=value,...` for the overrides of a multirun job that its run name does not already show."""
+    parts = []
+    for override in sorted(overrides):
+        key = override.split("=", 1)[0].lstrip("+~")
+        if key.split(".")[0].split("/")[0] not in NAMED_KEYS:
+            parts.append(override.replace("/", "_").replace(" ", ""))
+    return "__" + ",".join(parts) if parts else ""
+
+
+def _multirun_suffix() -> str:
+    """The resolver behind `${atr_sweep_suffix:}`: empty outside a Hydra multirun job."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if not HydraConfig.initialized():
+        return ""
+    hydra_cfg = HydraConfig.get()
+    if hydra_cfg.mode != RunMode.MULTIRUN:
+        return ""
+    return sweep_suffix(list(hydra_cfg.overrides.task))
+
+
 def register_configs() -> None:
     """Register schemas and resolvers (idempotent); entry points and tests call this before composing."""
     from hydra.core.config_store import ConfigStore
 
     OmegaConf.register_new_resolver("atr_method", method_label, replace=True)
     OmegaConf.register_new_resolver("atr_mul", lambda a, b: a * b, replace=True)
+    OmegaConf.register_new_resolver("atr_sweep_suffix", _multirun_suffix, replace=True)
     store = ConfigStore.instance()
     store.store(name="train_schema", node=TrainConfig)
     store.store(name="evaluate_schema", node=EvaluateConfig)

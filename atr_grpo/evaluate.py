@@ -17,12 +17,14 @@ from __future__ import annotations
 import importlib.util
 import logging
 import sys
+from pathlib import Path
 from typing import Any
 
 import hydra
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from atr_grpo import rundir
 from atr_grpo.config import ConfigError, EvaluateConfig, register_configs, to_object
 
 log = logging.getLogger(__name__)
@@ -119,6 +121,9 @@ def main(cfg: DictConfig) -> None:
     except (ConfigError, OmegaConfBaseException) as err:
         print(err, file=sys.stderr)
         sys.exit(2)
+    config_path = Path(eval_cfg.out_dir) / rundir.CONFIG_FILE
+    if not config_path.exists():  # a standalone evaluation folder: record what produced it (a run's is kept)
+        rundir.write_text(config_path, OmegaConf.to_yaml(cfg, resolve=True), overwrite=False)
     try:
         metrics = evaluate(eval_cfg)
     except (ConfigError, ValueError) as err:  # a bad benchmark file, k > n, a context that cannot fit

@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parent.parent
 CONF = REPO / "conf"
 
 
-def compose(overrides: list[str] | None = None, config_name: str = "train"):
+def compose(overrides: list[str] | None = None, config_name: str = "train", **kwargs):
     """The composed DictConfig for `overrides`, as `python -m atr_grpo.train ...` would see it."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
@@ -25,7 +25,7 @@ def compose(overrides: list[str] | None = None, config_name: str = "train"):
 
     register_configs()
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return hydra_compose(config_name=config_name, overrides=overrides or [])
+        return hydra_compose(config_name=config_name, overrides=overrides or [], **kwargs)
 
 
 def train_config(overrides: list[str] | None = None):

@@ -1,0 +1,117 @@
+"""Experiments and plans: every experiment composes, each plan expands to the paper's runs with Table 4's values,
+`--dry-run` prints one command per run, finished runs are skipped, and the SLURM launcher composes."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+
+import pytest
+from conftest import CONF, REPO, compose, train_config
+
+from atr_grpo import launch, rundir
+from atr_grpo.config import sweep_suffix, to_object
+
+TRAIN_EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml") if p.stem != "passk_curve")
+
+
+@pytest.mark.parametrize("name", TRAIN_EXPERIMENTS)
+def test_every_training_experiment_composes(name):
+    assert train_config([f"experiment={name}"]).experiment == name
+
+
+def test_passk_curve_composes_with_the_evaluate_app():
+    cfg = to_object(compose(["experiment=passk_curve"], config_name="evaluate"))
+    assert (cfg.eval.n, cfg.eval.k, cfg.experiment, cfg.method) == (128, 8, "passk_curve", "atr")
+    assert cfg.adapter.endswith("table2__atr__s0__model=qwen3-1.7b/final_adapter")
+
+
+def dry_run(plan, *extra):
+    done = subprocess.run([sys.executable, "-m", "atr_grpo.launch", "--dry-run", plan, *extra], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return [shlex.split(line) for line in done.stdout.splitlines()]
+
+
+def test_table2_dry_run_prints_the_14_runs():
+    lines = dry_run("table2")
+    assert len(lines) == 14
+    pairs = {(next(a for a in cmd if a.startswith("model=")), next(a for a in cmd if a.startswith("clipping=")))
+             for cmd in lines}  # fmt: skip
+    assert pairs == {(f"model={m}", f"clipping={c}") for m in ("qwen3-1.7b", "qwen3-8b")
+                     for c in ("clip", "clip_higher", "dual_clip", "dcpo", "clip_cov", "sapo", "atr")}  # fmt: skip
+    assert all(cmd[1:4] == ["-m", "atr_grpo.train", "-m"] for cmd in lines)
+
+
+def test_table3_and_ablation_counts():
+    table3 = dry_run("table3")
+    assert len(table3) == 45
+    assert sum("clipping.eps=0.329" in cmd for cmd in table3) == 3
+    assert {a for cmd in table3 for a in cmd if a.startswith("seed=")} == {"seed=0", "seed=1", "seed=2"}
+    deltas = [a for cmd in dry_run("ablate_delta") for a in cmd if a.startswith("clipping.delta=")]
+    assert deltas == [f"clipping.delta={d}" for d in ("0.05", "0.06", "0.07", "0.08", "0.09")]
+    assert dry_run("passk_curve") == [[sys.executable, "-m", "atr_grpo.evaluate", "experiment=passk_curve"]]
+
+
+def test_every_table2_run_uses_the_papers_protocol():
+    plan = launch.load_plan("table2")
+    for overrides in plan.expand():
+        cfg = train_config(overrides)
+        assert (cfg.trainer.learning_rate, cfg.trainer.per_device_train_batch_size) == (5e-6, 8)
+        assert (cfg.trainer.gradient_accumulation_steps, cfg.trainer.num_generations) == (4, 8)
+        assert (cfg.model.lora.r, cfg.model.lora.alpha, cfg.trainer.max_steps) == (32, 64, 1000)
+        assert (cfg.eval.every_steps, cfg.eval.k, cfg.eval.temperature, cfg.eval.top_p) == (50, 8, 0.3, 0.95)
+        assert cfg.eval.benchmarks == ["amc23", "aime24", "aime25"] and cfg.trainer.loss_agg == "dr_grpo"
+        assert cfg.optimizer_steps_per_rollout == 2  # the clipping rule can act
+
+
+def test_slurm_mode_groups_the_grid_into_one_job_array():
+    lines = dry_run("table2", "hydra/launcher=slurm")
+    assert len(lines) == 1
+    assert "model=qwen3-1.7b,qwen3-8b" in lines[0] and "hydra/launcher=slurm" in lines[0]
+    assert len(dry_run("table3", "hydra/launcher=slurm")) == 15  # one array of 3 seeds per method
+
+
+def test_slurm_launcher_composes_from_the_environment(monkeypatch):
+    monkeypatch.setenv("ATR_SLURM_PARTITION", "a100")
+    cfg = compose(["hydra/launcher=slurm", "hydra.launcher.timeout_min=600"], return_hydra_config=True)
+    launcher = cfg.hydra.launcher
+    assert launcher._target_.endswith("SlurmLauncher")
+    assert (launcher.partition, launcher.gpus_per_node, launcher.timeout_min) == ("a100", 1, 600)
+    assert launcher.max_num_timeout > 0  # preempted or timed-out runs are requeued
+
+
+def test_run_names_in_a_sweep_carry_the_overrides_they_do_not_show():
+    assert sweep_suffix(["experiment=table2", "model=qwen3-8b", "clipping=atr", "seed=1"]) == "__model=qwen3-8b"
+    assert sweep_suffix(["clipping.delta=0.05", "trainer.learning_rate=1e-5"]) == "__trainer.learning_rate=1e-5"
+    assert sweep_suffix(["clipping=clip", "clipping.eps=0.3", "seed=2", "logger=none"]) == ""
+    target = launch.run_dir_of(["experiment=table2", "model=qwen3-8b", "clipping=clip", "clipping.eps=0.3"])
+    assert target.as_posix() == "results/runs/table2/table2__clip-eps0.3__s0__model=qwen3-8b"
+
+
+def test_finished_runs_are_skipped_and_failures_reported(tmp_path, monkeypatch, capsys):
+    plan = launch.Plan("toy", "train", ["experiment=smoke"], [[]], {"clipping.delta": ["0.05", "0.09"]})
+    finished = tmp_path / "finished"
+    finished.mkdir()
+    (finished / rundir.DONE_FILE).write_text("{}")
+    targets = {"0.05": finished, "0.09": tmp_path / "fresh"}
+    monkeypatch.setattr(launch, "run_dir_of", lambda o: targets[o[-1].split("=")[1]])
+    calls = []
+
+    def fake_run(cmd, cwd):
+        calls.append(cmd)
+        return subprocess.CompletedProcess(cmd, 1)
+
+    monkeypatch.setattr(launch.subprocess, "run", fake_run)
+    assert launch.launch(plan, [], dry_run=False) == 1
+    assert len(calls) == 1 and "clipping.delta=0.09" in calls[0]
+    out = capsys.readouterr()
+    assert "finished already, skipped" in out.out and "1 of 2 runs ok (1 already finished)" in out.out
+    assert "failed:" in out.err
+
+
+def test_unknown_plan_lists_the_plans():
+    done = subprocess.run([sys.executable, "-m", "atr_grpo.launch", "table9"], cwd=REPO, capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 2 and "allowed: ablate_delta, passk_curve, table2, table3" in done.stderr
