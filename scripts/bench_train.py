@@ -2,7 +2,8 @@
 
 Both trainers get the same model (the demo's tiny Qwen3 + SFT adapter, reloaded fresh for every run), the
 same data, the same `GRPOConfig` (Dr.GRPO, rollout reused for 2 steps so π_old log-probs are computed) and
-the same rule, `clip` with ε = 0.2 (TRL's built-in `loss_type="dr_grpo"`). Runs alternate ours / stock
+the same rule, `clip` with ε = 0.2 (TRL's built-in `loss_type="dr_grpo"`), and every completion is generated to
+full length so that both do the same generation work. Runs alternate ours / stock
 `--repeats` times; the first `--warmup` steps of each run are dropped. Steps alternate between one that
 generates a rollout and one that reuses it, so the mean step time over whole rollouts is compared.
 Target: ours ≤ 1.05× stock.
@@ -54,6 +55,9 @@ def run_once(kind: str, cfg: object, adapter: Path, out_dir: Path, steps: int) -
     dataset = filter_long_prompts(grpo_dataset(cfg.data, cfg.prompt), tokenizer, cfg)
     args = grpo_args(cfg, out_dir / kind)
     args.max_steps, args.save_strategy, args.disable_tqdm = steps, "no", True
+    # every completion runs to max_completion_length, so both trainers generate exactly the same number of
+    # tokens per step (otherwise step times follow whatever lengths each policy happens to sample)
+    args.generation_kwargs = {"min_new_tokens": cfg.trainer.max_completion_length}
     common = dict(model=model, reward_funcs=[math_verify_reward], args=args, train_dataset=dataset,
                   processing_class=tokenizer)  # fmt: skip
     if kind == "ours":
