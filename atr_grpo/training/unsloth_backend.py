@@ -249,24 +249,25 @@ def neutralise_overrides(args: Any, wanted: dict[str, Any]) -> list[str]:
     return changed
 
 
-# Attributes GRPOTrainer copies from its args in __init__; checked after construction
-TRAINER_ATTRIBUTES = {
-    "beta": "beta",
-    "loss_type": "loss_type",
-    "scale_rewards": "scale_rewards",
-    "mask_truncated_completions": "mask_truncated_completions",
-    "max_completion_length": "max_completion_length",
-    "num_generations": "num_generations",
-    "temperature": "temperature",
-}
+# Attributes GRPOTrainer copies from its args in __init__ (same names); checked after construction
+TRAINER_ATTRIBUTES = (
+    "beta",
+    "loss_type",
+    "scale_rewards",
+    "mask_truncated_completions",
+    "max_completion_length",
+    "num_generations",
+    "temperature",
+)
 
 
 def check_trainer_settings(trainer: Any, wanted: dict[str, Any]) -> None:
     """After `__init__`, the trainer must still train with our settings (it copies some of them)."""
-    for attribute, key in TRAINER_ATTRIBUTES.items():
-        if key in wanted and hasattr(trainer, attribute) and getattr(trainer, attribute) != wanted[key]:
+    for attribute in TRAINER_ATTRIBUTES:
+        found = getattr(trainer, attribute, wanted.get(attribute))
+        if attribute in wanted and found != wanted[attribute]:
             raise RuntimeError(
-                f"the Unsloth trainer changed {attribute} from {wanted[key]!r} to {getattr(trainer, attribute)!r}; "
+                f"the Unsloth trainer changed {attribute} from {wanted[attribute]!r} to {found!r}; "
                 "the two training paths would differ (use trainer.backend=trl)"
             )
     for key in ("per_device_train_batch_size", "gradient_accumulation_steps", "steps_per_generation"):
