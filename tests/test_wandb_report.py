@@ -1,30 +1,75 @@
-"""The W&B report: its panels use the keys the runs log, it builds offline, and saving without a key fails clearly."""
+"""The W&B report: its panels use the keys the runs log, it builds offline, and saving without a key, in
+offline mode or without the server fails with a message that says what to do."""
 
 from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from atr_grpo.clipping import METRIC_KEYS
+from atr_grpo.reporting import wandb_report
 from atr_grpo.reporting.wandb_report import ReportError, build_report, panel_spec, save_report
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "wandb_report.py"
 
 
 def test_panels_show_figure_2_and_the_rule_metrics():
-    keys = {key for panel in panel_spec(8) for key in panel.keys}
-    assert {"reward", "entropy", "completion_length", "eval/average/mean@8"} <= keys
-    assert set(METRIC_KEYS) <= keys
+    keys = [key for panel in panel_spec(8) for key in panel.keys]
+    assert keys[:4] == ["reward", "entropy", "completion_length", "eval/average/mean@8"]
+    assert set(METRIC_KEYS) <= set(keys)
 
 
-def test_report_builds_offline():
+def test_report_builds_offline_with_one_group_by_method():
     pytest.importorskip("wandb_workspaces")
-    report = build_report("me", "atr-grpo", "table2")
-    grid = report.blocks[0]
-    assert [p.title for p in grid.panels][:3] == ["return (reward)", "entropy", "completion length"]
-    assert grid.runsets[0].filters == "Group = 'table2'"
+    from wandb_workspaces.expr import expr_to_filters
+
+    grid = build_report("me", "atr-grpo", "table2").blocks[0]
+    assert [p.title for p in grid.panels] == [p.title for p in panel_spec(8)]
+    assert [list(p.y) for p in grid.panels][3] == ["eval/average/mean@8"]
+    runset = grid.runsets[0]
+    parsed = expr_to_filters(runset.filters)  # the filter string is valid W&B syntax for the run's group
+    assert (parsed.key.section, parsed.key.name, parsed.value) == ("run", "group", "table2")
+    assert runset.groupby == ["config.method"]
 
 
-def test_saving_without_an_api_key_fails_clearly(monkeypatch, tmp_path):
+@pytest.fixture
+def no_credentials(monkeypatch, tmp_path):
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
-    monkeypatch.setenv("NETRC", str(tmp_path / "none"))
-    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path))
-    with pytest.raises(ReportError, match="no W&B API key"):
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
+
+
+def test_saving_without_an_api_key_fails_clearly(no_credentials):
+    with pytest.raises(ReportError, match="no W&B API key: run `wandb login` or set WANDB_API_KEY"):
         save_report("me", "atr-grpo", "table2")
+
+
+def test_saving_in_offline_mode_fails_clearly(no_credentials, monkeypatch):
+    monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    with pytest.raises(ReportError, match="WANDB_MODE=offline: a saved report needs the W&B server"):
+        save_report("me", "atr-grpo", "table2")
+
+
+def test_a_failed_save_names_the_cause(no_credentials, monkeypatch):
+    class Unreachable:
+        def save(self):
+            raise ConnectionError("no route to host")
+
+    monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
+    monkeypatch.setattr(wandb_report, "build_report", lambda *args: Unreachable())
+    with pytest.raises(ReportError, match=r"could not save the report to me/atr-grpo \(ConnectionError: no route"):
+        save_report("me", "atr-grpo", "table2")
+
+
+def test_script_prints_the_panels_offline_and_explains_failures(tmp_path):
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "NETRC": str(tmp_path / "none")}
+    spec = subprocess.run([sys.executable, str(SCRIPT), "--print-spec"], capture_output=True, text=True, env=env)
+    assert spec.returncode == 0 and json.loads(spec.stdout)[0]["keys"] == ["reward"]
+    args = [sys.executable, str(SCRIPT), "--entity", "me", "--group", "table2"]
+    failed = subprocess.run(args, capture_output=True, text=True, env=env)
+    assert failed.returncode == 2 and "error: no W&B API key" in failed.stderr

@@ -1,11 +1,14 @@
 """Run directories as the tables and figures see them: config, training metrics and evaluation summaries.
 
-Everything here reads files only (contracts §3); nothing is recomputed from models.
+Everything here reads files only (contracts §3); nothing is recomputed from models. A run whose evaluations
+are incomplete keeps its place in the tables and carries a list of `problems`, in words, so that the output
+can say what is missing instead of silently dropping it.
 """
 
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -25,38 +28,60 @@ class Run:
     config: dict[str, Any]
     problems: list[str] = field(default_factory=list)  # what is missing, in words (reported, never dropped)
 
+    def _section(self, name: str) -> dict[str, Any]:
+        value = self.config.get(name)
+        return value if isinstance(value, dict) else {}
+
     @property
     def experiment(self) -> str:
         return str(self.config.get("experiment", "?"))
 
     @property
     def model(self) -> str:
-        return str(self.config.get("model", {}).get("name", "?"))
+        return str(self._section("model").get("name", "?"))
 
     @property
     def method(self) -> str:
-        return str(self.config.get("method", self.config.get("clipping", {}).get("name", "?")))
+        return str(self.config.get("method") or self.clipping.get("name", "?"))
 
     @property
     def seed(self) -> int:
         return int(self.config.get("seed", 0))
 
     @property
+    def key(self) -> tuple[str, str, str, int]:
+        """Runs with the same key are repeats of one experiment point (not extra seeds)."""
+        return (self.experiment, self.model, self.method, self.seed)
+
+    @property
     def clipping(self) -> dict[str, Any]:
-        return dict(self.config.get("clipping", {}))
+        return self._section("clipping")
 
     @property
     def benchmarks(self) -> list[str]:
-        return list(self.config.get("eval", {}).get("benchmarks", []))
+        return [str(b) for b in self._section("eval").get("benchmarks", [])]
 
     @property
     def k(self) -> int:
-        return int(self.config.get("eval", {}).get("k", 8))
+        return int(self._section("eval").get("k", 8))
 
     @property
     def max_steps(self) -> int | None:
-        value = self.config.get("trainer", {}).get("max_steps")
+        value = self._section("trainer").get("max_steps")
         return None if value is None else int(value)
+
+    @property
+    def expected_eval_steps(self) -> list[int] | None:
+        """The steps a finished training run evaluates (contracts §2 / the evaluation callback): step 0 when
+        `eval.at_start`, every `eval.every_steps`, and the last step. None for standalone evaluations."""
+        ev = self._section("eval")
+        if self.max_steps is None or not ev.get("enabled", True) or not ev.get("every_steps"):
+            return None
+        every = int(ev["every_steps"])
+        steps = set(range(every, self.max_steps + 1, every)) | {self.max_steps}
+        if ev.get("at_start", False):
+            steps.add(0)
+        return sorted(steps)
 
     @cached_property
     def summary(self) -> dict[tuple[int, str], dict[str, Any]]:
@@ -67,6 +92,10 @@ class Run:
         path = self.path / rundir.METRICS_FILE
         return rundir.read_jsonl(path) if path.exists() else []
 
+    @property
+    def eval_steps(self) -> list[int]:
+        return sorted({step for step, _ in self.summary})
+
     def eval_table(self, metric: str) -> dict[int, dict[str, float]]:
         """{step: {benchmark: value, "average": mean over the configured benchmarks}} in percent.
 
@@ -74,27 +103,47 @@ class Run:
         """
         table: dict[int, dict[str, float]] = {}
         for (step, bench), row in self.summary.items():
-            if metric in row and row[metric] is not None:
-                table.setdefault(step, {})[bench] = 100.0 * float(row[metric])
+            value = row.get(metric)
+            if isinstance(value, (int, float)) and not math.isnan(value):
+                table.setdefault(step, {})[bench] = 100.0 * float(value)
         for values in table.values():
             if self.benchmarks and all(b in values for b in self.benchmarks):
                 values[AVERAGE] = sum(values[b] for b in self.benchmarks) / len(self.benchmarks)
         return dict(sorted(table.items()))
 
 
+def _steps_text(steps: list[int]) -> str:
+    shown = ", ".join(map(str, steps[:4])) + (f", …, {steps[-1]}" if len(steps) > 4 else "")
+    return f"{shown} ({len(steps)} step{'s' * (len(steps) > 1)})"
+
+
 def load_run(path: Path) -> Run:
-    config = OmegaConf.to_container(OmegaConf.load(path / rundir.CONFIG_FILE), resolve=False)
-    run = Run(path=path, config=config)  # type: ignore[arg-type]
-    if not run.summary:
+    """The run at `path`; an unreadable file becomes a problem of the run instead of an exception."""
+    try:
+        config = OmegaConf.to_container(OmegaConf.load(path / rundir.CONFIG_FILE), resolve=False)
+    except Exception as err:  # a half-written config must not stop the other tables
+        run = Run(path=path, config={}, problems=[f"config.yaml unreadable ({err})"])
+        run.__dict__["summary"] = {}
+        return run
+    run = Run(path=path, config=config if isinstance(config, dict) else {})  # type: ignore[arg-type]
+    try:
+        summary = run.summary
+    except (ValueError, KeyError, TypeError) as err:  # a line that is not a summary record
+        run.__dict__["summary"] = {}
+        run.problems.append(f"eval/summary.jsonl unreadable ({err})")
+        return run
+    if not summary:
         run.problems.append("no evaluation (eval/summary.jsonl missing or empty)")
         return run
-    steps = sorted({step for step, _ in run.summary})
-    for step in steps:
-        missing = [b for b in run.benchmarks if (step, b) not in run.summary]
+    for step in run.eval_steps:
+        missing = [b for b in run.benchmarks if (step, b) not in summary]
         if missing:
             run.problems.append(f"step {step}: no {', '.join(missing)}")
-    if run.max_steps is not None and steps[-1] < run.max_steps:
-        run.problems.append(f"last evaluation at step {steps[-1]} < trainer.max_steps = {run.max_steps}")
+    expected = run.expected_eval_steps
+    if expected is not None:
+        absent = [s for s in expected if s not in run.eval_steps]
+        if absent:
+            run.problems.append(f"no evaluation at step {_steps_text(absent)} of trainer.max_steps = {run.max_steps}")
     return run
 
 
@@ -104,9 +153,48 @@ def find_runs(root: str | Path, experiment: str | None = None) -> list[Run]:
     return [r for r in runs if experiment is None or r.experiment == experiment]
 
 
+def drop_repeats(runs: list[Run]) -> tuple[list[Run], list[str]]:
+    """One run per (experiment, model, method, seed): the one with the most evaluations, then the newest.
+
+    Re-launching a finished config into a fresh run_dir repeats a seed; averaging repeats as if they were
+    seeds would shrink the std, so the others are set aside and named in the returned messages.
+    """
+    groups: dict[tuple[str, str, str, int], list[Run]] = defaultdict(list)
+    for run in runs:
+        groups[run.key].append(run)
+    kept, messages = [], []
+    for group in groups.values():
+
+        def rank(run: Run) -> tuple[int, float]:
+            config = run.path / rundir.CONFIG_FILE
+            return len(run.summary), config.stat().st_mtime if config.exists() else 0.0
+
+        group.sort(key=rank, reverse=True)
+        kept.append(group[0])
+        messages += [f"{r.path}: ignored, repeats {group[0].path} (same experiment, model, method, seed)"
+                     for r in group[1:]]  # fmt: skip
+    return sorted(kept, key=lambda r: str(r.path)), sorted(messages)
+
+
+def problems(runs: list[Run]) -> list[str]:
+    """Every run's own problems, plus training runs whose last evaluation is before other runs' of the model."""
+    lines = [f"{run.path}: {problem}" for run in runs for problem in run.problems]
+    last: dict[str, int] = {}
+    for run in runs:
+        if run.max_steps is not None and run.eval_steps:
+            last[run.model] = max(last.get(run.model, 0), run.eval_steps[-1])
+    for run in runs:
+        if run.max_steps is None or not run.eval_steps or run.eval_steps[-1] >= last[run.model]:
+            continue
+        if not any(p.startswith("no evaluation at step") for p in run.problems):
+            lines.append(f"{run.path}: last evaluation at step {run.eval_steps[-1]}, "
+                         f"other {run.model} runs reach step {last[run.model]}")  # fmt: skip
+    return lines
+
+
 def final_and_best(table: dict[int, dict[str, float]], key: str) -> tuple[float, float] | None:
     """(value at the last step that has `key`, max over steps), excluding step 0 (the start) when later
-    steps exist: the paper's "final (best)"."""
+    steps exist: the paper's "final (best)" is about checkpoints reached by training."""
     steps = [s for s in table if key in table[s]]
     if len(steps) > 1:
         steps = [s for s in steps if s > 0]
@@ -115,9 +203,13 @@ def final_and_best(table: dict[int, dict[str, float]], key: str) -> tuple[float,
     return table[steps[-1]][key], max(table[s][key] for s in steps)
 
 
-def mean_std(values: list[float]) -> tuple[float, float]:
-    """Mean and sample standard deviation (ddof = 1, as usual for "± std over seeds"); std is nan for one value."""
+def mean_std(values: list[float], ddof: int = 0) -> tuple[float, float]:
+    """Mean and standard deviation over seeds; std is nan for a single value (no spread to report).
+
+    ddof = 0 by default because the paper's Table 3 uses it: its Pass@8 stds on 30-problem AIME sets (1.57,
+    2.72, 3.14, 4.16, 4.71, 5.67) are exactly the population stds of three multiples of 1/30.
+    """
     mean = sum(values) / len(values)
     if len(values) < 2:
         return mean, math.nan
-    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - ddof))

@@ -1,10 +1,11 @@
 """The paper's tables rebuilt from run directories (contracts §4), written as CSV, Markdown and LaTeX.
 
-- Table 2: per model × method, "final (best)" Mean@8 / Pass@8 on each benchmark and their Average.
-  Several seeds of one (model, method) are averaged per step first.
-- Table 3: per model × method, mean ± std over seeds of the final values; plus the row the paper calls
-  "Clip (ε ∈ {0.1, ..., 0.5})": the ε whose mean final Average Mean@8 is highest.
-- delta (Figure 3 data): ATR by δ, mean final Average Mean@8 / Pass@8 over seeds.
+- table2: per model × method, "final (best)" Mean@K / Pass@K on each benchmark and their Average. Seeds of
+  one (model, method) are averaged per step first. A `base` row is the step-0 evaluation (before any GRPO
+  update) unless a standalone evaluation labelled `base` is among the runs.
+- table3: per model × method, mean ± std over seeds of the final values; plus the paper's
+  "Clip (ε ∈ {0.1, ..., 0.5})" row, `clip-tuned`: the ε whose mean final Average Mean@K is highest.
+- delta (Figure 3 data): ATR by δ, mean over seeds of the final Average Mean@K / Pass@K.
 - passk (Figure 4 data): Mean@K / Pass@K for K = 1..n from the per-sample files of the last evaluation.
 Percent values rounded to 2 decimals. Runs with missing evaluations are listed, never silently dropped.
 """
@@ -12,6 +13,7 @@ Percent values rounded to 2 decimals. Runs with missing evaluations are listed, 
 from __future__ import annotations
 
 import csv
+import json
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -21,10 +23,17 @@ from typing import Any
 from atr_grpo import rundir
 from atr_grpo.evaluation.metrics import summarize
 from atr_grpo.evaluation.outputs import sample_file
-from atr_grpo.reporting.runs import AVERAGE, Run, final_and_best, mean_std
+from atr_grpo.reporting.runs import AVERAGE, Run, drop_repeats, final_and_best, mean_std, problems
 
 BENCHMARK_ORDER = ["amc23", "aime24", "aime25", AVERAGE]
+BENCHMARK_NAMES = {"amc23": "AMC2023", "aime24": "AIME2024", "aime25": "AIME2025", AVERAGE: "Average"}
 PAPER_DIR = Path(__file__).resolve().parents[2] / "results" / "paper"
+BASE = "base"
+MANIFEST = ".atr_results_manifest.json"  # the files in --out that this tool wrote (and may overwrite)
+
+
+class OutputError(RuntimeError):
+    pass
 
 
 @dataclass
@@ -32,7 +41,7 @@ class Table:
     name: str
     columns: list[str]
     rows: list[dict[str, Any]]
-    missing: list[str] = field(default_factory=list)  # runs with incomplete evaluations, in words
+    missing: list[str] = field(default_factory=list)  # incomplete or set-aside runs, in words
     notes: list[str] = field(default_factory=list)
 
 
@@ -40,9 +49,26 @@ def _r(value: float) -> float:
     return round(value, 2) if not math.isnan(value) else math.nan
 
 
-def _metrics_of(runs: list[Run]) -> list[str]:
-    k = runs[0].k
-    return [f"mean@{k}", f"pass@{k}"]
+def _paper_order(name: str) -> list[str]:
+    """The methods of the paper's table `name` in its row order (results/paper/<name>.csv), `base` first."""
+    order = [BASE]
+    if (PAPER_DIR / f"{name}.csv").exists():
+        with (PAPER_DIR / f"{name}.csv").open() as handle:
+            order += [r["method"] for r in csv.DictReader(handle) if r["method"] not in order]
+    return order
+
+
+def _sort_key(model: str, method: str, order: list[str]) -> tuple:
+    """Rows in the paper's order; a method the paper lacks (clip-eps0.1) right after its rule (clip)."""
+    rule = method.split("-")[0]
+    if method in order:
+        return (model, order.index(method), method)
+    return (model, order.index(rule) + 0.5 if rule in order else len(order), method)
+
+
+def _sort_rows(rows: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
+    order = _paper_order(name)
+    return sorted(rows, key=lambda r: _sort_key(r["model"], r["method"], order))  # stable: benchmarks stay
 
 
 def _benchmarks_of(runs: list[Run]) -> list[str]:
@@ -50,8 +76,18 @@ def _benchmarks_of(runs: list[Run]) -> list[str]:
     return [b for b in BENCHMARK_ORDER[:-1] if b in names] + sorted(names - set(BENCHMARK_ORDER)) + [AVERAGE]
 
 
-def _column_order(bench: str) -> int:
-    return len(BENCHMARK_ORDER) if bench == AVERAGE else BENCHMARK_ORDER.index(bench) if bench in BENCHMARK_ORDER else 3
+def _prepare(runs: list[Run]) -> tuple[list[Run], list[str], list[str]]:
+    """(one run per experiment point, its metric names, the missing-evaluation report)."""
+    kept, repeats = drop_repeats(runs)
+    k = kept[0].k if kept else 8
+    return kept, [f"mean@{k}", f"pass@{k}"], problems(kept) + repeats
+
+
+def _grouped(runs: list[Run]) -> dict[tuple[str, str], list[Run]]:
+    groups: dict[tuple[str, str], list[Run]] = defaultdict(list)
+    for run in runs:
+        groups[(run.model, run.method)].append(run)
+    return dict(sorted(groups.items()))
 
 
 def _seed_mean_table(runs: list[Run], metric: str) -> dict[int, dict[str, float]]:
@@ -64,100 +100,100 @@ def _seed_mean_table(runs: list[Run], metric: str) -> dict[int, dict[str, float]
     return {step: {b: sum(v) / len(v) for b, v in values.items()} for step, values in sorted(collected.items())}
 
 
-def _missing(runs: list[Run]) -> list[str]:
-    return [f"{run.path}: {problem}" for run in runs for problem in run.problems]
-
-
-def _grouped(runs: list[Run]) -> dict[tuple[str, str], list[Run]]:
-    groups: dict[tuple[str, str], list[Run]] = defaultdict(list)
-    for run in runs:
-        groups[(run.model, run.method)].append(run)
-    return dict(sorted(groups.items()))
-
-
-def table2(runs: list[Run]) -> Table:
-    metrics, benches = _metrics_of(runs), _benchmarks_of(runs)
-    rows = []
-    for (model, method), group in _grouped(runs).items():
-        for metric in metrics:
-            table = _seed_mean_table(group, metric)
-            for bench in benches:
-                pair = final_and_best(table, bench)
-                if pair is None:
-                    continue
-                rows.append({"model": model, "method": method, "benchmark": bench, "metric": metric,
-                             "final": _r(pair[0]), "best": _r(pair[1])})  # fmt: skip
-    notes = [
-        "final = last evaluation step, best = maximum over evaluation steps (step 0 excluded when later steps "
-        "exist); average = mean of the benchmarks at each step; several seeds are averaged per step"
-    ]
-    return Table("table2", ["model", "method", "benchmark", "metric", "final", "best"], rows, _missing(runs), notes)
-
-
 def _final(run: Run, metric: str, bench: str) -> float | None:
     pair = final_and_best(run.eval_table(metric), bench)
     return None if pair is None else pair[0]
 
 
-def table3(runs: list[Run], tuned_eps: tuple[float, ...] = (0.1, 0.2, 0.3, 0.4, 0.5)) -> Table:
-    metrics, benches = _metrics_of(runs), _benchmarks_of(runs)
+def table2(runs: list[Run]) -> Table:
+    runs, metrics, missing = _prepare(runs)
+    benches, groups = _benchmarks_of(runs), _grouped(runs)
+    notes = ["final = last evaluation step, best = maximum over evaluation steps (step 0 excluded when later steps "
+             "exist); average = mean of the benchmarks at each step, so its best is the best step's average; "
+             "seeds of one method are averaged per step"]  # fmt: skip
     rows = []
-    groups = _grouped(runs)
+    for model in sorted({m for m, _ in groups}):
+        if (model, BASE) in groups:
+            continue
+        starts = [r for (m, _), group in groups.items() if m == model for r in group if r.max_steps is not None]
+        for metric in metrics:
+            start = _seed_mean_table(starts, metric).get(0, {})
+            rows += [{"model": model, "method": BASE, "benchmark": b, "metric": metric,
+                      "final": _r(start[b]), "best": _r(start[b])} for b in benches if b in start]  # fmt: skip
+        if any(r["model"] == model for r in rows):
+            n_runs = sum(1 for r in starts if 0 in r.eval_steps)
+            notes.append(f"{model}: base = the step-0 evaluation (before any GRPO update), mean of {n_runs} run(s)")
     for (model, method), group in groups.items():
-        rows.extend(_seed_rows(model, method, group, metrics, benches))
-    notes = ["mean ± sample std (ddof = 1) over seeds of the final evaluation; std is blank for one seed"]
-    # the paper's "Clip (ε ∈ {0.1, ..., 0.5})" row: the best ε by mean final Average Mean@K
+        for metric in metrics:
+            table = _seed_mean_table(group, metric)
+            for bench in benches:
+                pair = final_and_best(table, bench)
+                if pair is not None:
+                    rows.append({"model": model, "method": method, "benchmark": bench, "metric": metric,
+                                 "final": _r(pair[0]), "best": _r(pair[1])})  # fmt: skip
+    columns = ["model", "method", "benchmark", "metric", "final", "best"]
+    return Table("table2", columns, _sort_rows(rows, "table2"), missing, notes)
+
+
+def _seed_rows(model: str, method: str, group: list[Run], metrics: list[str], benches: list[str], ddof: int) -> list:
+    rows = []
+    for metric in metrics:
+        for bench in benches:
+            finals = [v for run in group if (v := _final(run, metric, bench)) is not None]
+            if finals:
+                mean, std = mean_std(finals, ddof)
+                rows.append({"model": model, "method": method, "benchmark": bench, "metric": metric,
+                             "mean": _r(mean), "std": _r(std), "n_seeds": len(finals)})  # fmt: skip
+    return rows
+
+
+def table3(runs: list[Run], ddof: int = 0, tuned_eps: tuple[float, ...] = (0.1, 0.2, 0.3, 0.4, 0.5)) -> Table:
+    runs, metrics, missing = _prepare(runs)
+    benches, groups = _benchmarks_of(runs), _grouped(runs)
+    rows = []
+    for (model, method), group in groups.items():
+        rows += _seed_rows(model, method, group, metrics, benches, ddof)
+    notes = [f"mean ± std (ddof = {ddof}) over seeds of the final evaluation; std is nan (–) for one seed"]
+    # the paper's "Clip (ε ∈ {0.1, ..., 0.5})" row: the best ε of the sweep by mean final Average Mean@K
     for model in sorted({m for m, _ in groups}):
         candidates = {}
         for (m, _method), group in groups.items():
             eps = group[0].clipping.get("eps")
-            if m == model and group[0].clipping.get("name") == "clip" and eps is not None and eps in tuned_eps:
+            if m == model and group[0].clipping.get("name") == "clip" and eps in tuned_eps:
                 finals = [v for r in group if (v := _final(r, metrics[0], AVERAGE)) is not None]
                 if finals:
                     candidates[eps] = (sum(finals) / len(finals), group)
         if len(candidates) > 1:
             best_eps = max(candidates, key=lambda e: candidates[e][0])
-            rows.extend(_seed_rows(model, "clip-tuned", candidates[best_eps][1], metrics, benches))
+            rows += _seed_rows(model, "clip-tuned", candidates[best_eps][1], metrics, benches, ddof)
             tried = ", ".join(f"{e:g}" for e in sorted(candidates))
             notes.append(f"{model}: clip-tuned = clip with ε = {best_eps:g}, the best of ε ∈ {{{tried}}} "
                          f"by mean final Average {metrics[0]}")  # fmt: skip
     columns = ["model", "method", "benchmark", "metric", "mean", "std", "n_seeds"]
-    return Table("table3", columns, rows, _missing(runs), notes)
-
-
-def _seed_rows(model: str, method: str, group: list[Run], metrics: list[str], benches: list[str]) -> list[dict]:
-    rows = []
-    for metric in metrics:
-        for bench in benches:
-            finals = [v for run in group if (v := _final(run, metric, bench)) is not None]
-            if not finals:
-                continue
-            mean, std = mean_std(finals)
-            rows.append({"model": model, "method": method, "benchmark": bench, "metric": metric,
-                         "mean": _r(mean), "std": _r(std), "n_seeds": len(finals)})  # fmt: skip
-    return rows
+    return Table("table3", columns, _sort_rows(rows, "table3"), missing, notes)
 
 
 def delta_table(runs: list[Run]) -> Table:
-    metrics = _metrics_of(runs)
+    runs, metrics, missing = _prepare(runs)
     by_delta: dict[tuple[str, float], list[Run]] = defaultdict(list)
     for run in runs:
-        if run.clipping.get("name") == "atr":
+        if run.clipping.get("name") == "atr" and "delta" in run.clipping:
             by_delta[(run.model, float(run.clipping["delta"]))].append(run)
     rows = []
     for (model, delta), group in sorted(by_delta.items()):
-        row: dict[str, Any] = {"model": model, "delta": delta, "n_seeds": len(group)}
+        row: dict[str, Any] = {"model": model, "delta": delta}
         for metric in metrics:
             finals = [v for r in group if (v := _final(r, metric, AVERAGE)) is not None]
             row[metric] = _r(sum(finals) / len(finals)) if finals else math.nan
-        rows.append(row)
-    return Table("delta", ["model", "delta", *metrics, "n_seeds"], rows, _missing(runs),
-                 ["final Average over the benchmarks, mean over seeds (Figure 3)"])  # fmt: skip
+        rows.append({**row, "n_seeds": len(group)})
+    notes = ["ATR runs by δ: final Average over the benchmarks, mean over seeds (Figure 3)"]
+    return Table("delta", ["model", "delta", *metrics, "n_seeds"], rows, missing, notes)
 
 
 def passk_table(runs: list[Run]) -> Table:
     """Mean@K / Pass@K for K = 1..n of each run's last evaluation with the most samples (Figure 4)."""
-    rows, missing = [], _missing(runs)
+    runs, _, missing = _prepare(runs)
+    rows = []
     for run in runs:
         if not run.summary:
             continue
@@ -166,25 +202,21 @@ def passk_table(runs: list[Run]) -> Table:
         per_bench: dict[str, dict[str, float]] = {}
         for bench in run.benchmarks:
             path = sample_file(run.path, step, bench)
-            if not path.exists():
-                missing.append(f"{run.path}: no per-sample file {path.name} at step {step}")
-                continue
-            per_bench[bench] = summarize(_correct_matrix(path))
-        if not per_bench:
-            continue
-        for k in range(1, n_max + 1):
-            for bench in [*per_bench, AVERAGE]:
-                if bench == AVERAGE:
-                    if len(per_bench) != len(run.benchmarks):
-                        continue
-                    mean = sum(v[f"mean@{k}"] for v in per_bench.values()) / len(per_bench)
-                    passk = sum(v[f"pass@{k}"] for v in per_bench.values()) / len(per_bench)
-                else:
-                    mean, passk = per_bench[bench][f"mean@{k}"], per_bench[bench][f"pass@{k}"]
-                rows.append({"model": run.model, "method": run.method, "step": step, "benchmark": bench, "k": k,
-                             "mean@k": _r(100 * mean), "pass@k": _r(100 * passk)})  # fmt: skip
-    columns = ["model", "method", "step", "benchmark", "k", "mean@k", "pass@k"]
-    return Table("passk", columns, rows, missing, ["unbiased Pass@K from all n samples; Mean@K over the first K"])
+            if path.exists():
+                per_bench[bench] = summarize(_correct_matrix(path))
+            else:
+                missing.append(f"{run.path}: no per-sample file eval/step_{step:06d}/{bench}.jsonl")
+        if len(per_bench) == len(run.benchmarks) and per_bench:
+            per_bench[AVERAGE] = {key: sum(v[key] for v in per_bench.values()) / len(per_bench)
+                                  for key in next(iter(per_bench.values()))}  # fmt: skip
+        for bench, values in per_bench.items():
+            n = len(values) // 2
+            where = {"model": run.model, "method": run.method, "seed": run.seed, "step": step, "benchmark": bench}
+            rows += [{**where, "k": k, "mean@k": _r(100 * values[f"mean@{k}"]), "pass@k": _r(100 * values[f"pass@{k}"])}
+                     for k in range(1, n + 1)]  # fmt: skip
+    columns = ["model", "method", "seed", "step", "benchmark", "k", "mean@k", "pass@k"]
+    notes = ["unbiased Pass@K from all n samples per problem; Mean@K = accuracy of the first K samples"]
+    return Table("passk", columns, rows, missing, notes)
 
 
 def _correct_matrix(path: Path) -> list[list[bool]]:
@@ -194,10 +226,48 @@ def _correct_matrix(path: Path) -> list[list[bool]]:
     return [[samples[i] for i in sorted(samples)] for samples in by_problem.values()]
 
 
-# ----------------------------------------------------------------------------------------------- writers
-def _fmt(value: Any) -> str:
+BUILDERS = {"table2": table2, "table3": table3, "delta": delta_table, "passk": passk_table}
+
+
+# ------------------------------------------------------------------------------------------- output files
+def claim_outputs(out_dir: Path, names: list[str]) -> list[Path]:
+    """The paths of `names` in `out_dir`, once it is clear that writing them destroys nothing of the user's:
+    `out_dir` is not inside a run directory, and every existing file among them was written by this tool
+    (listed in the folder's manifest)."""
+    out_dir = Path(out_dir)
+    for folder in (out_dir.resolve(), *out_dir.resolve().parents):
+        if (folder / rundir.CONFIG_FILE).exists() and any((folder / f).exists() for f in ("eval", "metrics.jsonl")):
+            raise OutputError(f"--out {out_dir} is inside the run directory {folder}; choose a folder outside it")
+    manifest = out_dir / MANIFEST
+    owned = set(json.loads(manifest.read_text())) if manifest.exists() else set()
+    foreign = [name for name in names if (out_dir / name).exists() and name not in owned]
+    if foreign:
+        raise OutputError(f"refusing to overwrite {', '.join(foreign)} in {out_dir}: not written by "
+                          "python -m atr_grpo.results (move them away or choose another --out)")  # fmt: skip
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rundir.write_json(manifest, sorted(owned | set(names)))
+    return [out_dir / name for name in names]
+
+
+def remove_stale(out_dir: Path, prefix: str) -> list[Path]:
+    """Delete this tool's earlier outputs named `<prefix>.*` / `<prefix>_*` (their runs are gone), only those."""
+    manifest = Path(out_dir) / MANIFEST
+    if not manifest.exists():
+        return []
+    owned = json.loads(manifest.read_text())
+    stale = [n for n in owned if n.split(".")[0] == prefix or n.startswith(prefix + "_")]
+    removed = [Path(out_dir) / n for n in stale if (Path(out_dir) / n).exists()]
+    for path in removed:
+        path.unlink()
+    rundir.write_json(manifest, sorted(set(owned) - set(stale)))
+    return removed
+
+
+def _fmt(value: Any, column: str = "") -> str:
     if isinstance(value, float):
-        return "" if math.isnan(value) else f"{value:.2f}"
+        if math.isnan(value):
+            return "nan"
+        return f"{value:g}" if column == "delta" else f"{value:.2f}"
     return str(value)
 
 
@@ -206,88 +276,144 @@ def write_csv(table: Table, path: Path) -> None:
         writer = csv.DictWriter(handle, fieldnames=table.columns)
         writer.writeheader()
         for row in table.rows:
-            writer.writerow({c: _fmt(row[c]) for c in table.columns})
+            writer.writerow({c: _fmt(row[c], c) for c in table.columns})
 
 
-def _layout(table: Table) -> tuple[list[str], list[list[str]]]:
-    """The paper's layout: one row per (model, method), columns benchmark × metric."""
-    if table.name not in ("table2", "table3"):
-        return table.columns, [[_fmt(row[c]) for c in table.columns] for row in table.rows]
+Cell = tuple[str, str]  # (text, the part of it to highlight: the paper bolds the best value of a column)
+
+
+def _paper_grid(table: Table) -> tuple[list[tuple[str, str]], list[tuple[str, str, list[Cell]]]]:
+    """Tables 2 and 3 as the paper lays them out: a row per (model, method), a column per benchmark × metric."""
+    value = "final" if table.name == "table2" else "mean"
     keys = list(dict.fromkeys((r["benchmark"], r["metric"]) for r in table.rows))
-    keys.sort(key=lambda bm: (_column_order(bm[0]), bm[0], bm[1]))
-    cells: dict[tuple[str, str], dict[tuple[str, str], str]] = defaultdict(dict)
+    keys.sort(key=lambda bm: (BENCHMARK_ORDER.index(bm[0]) if bm[0] in BENCHMARK_ORDER else 3, bm[0], bm[1]))
+    top: dict[tuple, float] = {}
     for r in table.rows:
+        if r["method"] != BASE and not math.isnan(r[value]):
+            column = (r["model"], r["benchmark"], r["metric"])
+            top[column] = max(top.get(column, -math.inf), r[value])
+    cells: dict[tuple[str, str], dict[tuple[str, str], Cell]] = defaultdict(dict)
+    for r in table.rows:
+        main = _fmt(r[value])
+        strong = main if r["method"] != BASE and r[value] == top.get((r["model"], r["benchmark"], r["metric"])) else ""
         if table.name == "table2":
-            text = f"{_fmt(r['final'])} ({_fmt(r['best'])})"
+            text = main if r["method"] == BASE and r["final"] == r["best"] else f"{main} ({_fmt(r['best'])})"
         else:
-            text = f"{_fmt(r['mean'])} ± {_fmt(r['std'])}" if _fmt(r["std"]) else _fmt(r["mean"])
-        cells[(r["model"], r["method"])][(r["benchmark"], r["metric"])] = text
-    header = ["model", "method"] + [f"{b} {m}" for b, m in keys]
-    body = [[model, method] + [row.get(key, "–") for key in keys] for (model, method), row in cells.items()]
-    return header, body
+            text = f"{main} ± {'–' if math.isnan(r['std']) else _fmt(r['std'])}"
+        cells[(r["model"], r["method"])][(r["benchmark"], r["metric"])] = (text, strong)
+    body = [(model, method, [row.get(key, ("–", "")) for key in keys]) for (model, method), row in cells.items()]
+    return keys, body
 
 
-def to_markdown(table: Table, title: str = "") -> str:
-    header, body = _layout(table)
-    lines = [f"# {title or table.name}", ""]
-    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(row) + " |" for row in body]
-    for note in table.notes:
-        lines += ["", f"_{note}_"]
+def _plain_rows(table: Table) -> tuple[list[str], list[list[str]]]:
+    rows = table.rows
+    if table.name == "passk":  # K = 1, 2, 4, ..., n of the Average: the CSV has every K and benchmark
+        last_k = max((r["k"] for r in rows), default=0)
+        shown = [r for r in rows if r["benchmark"] == AVERAGE] or rows
+        rows = [r for r in shown if r["k"] & (r["k"] - 1) == 0 or r["k"] == last_k]
+    return table.columns, [[_fmt(r[c], c) for c in table.columns] for r in rows]
+
+
+def _header(bench: str, metric: str) -> str:
+    return f"{BENCHMARK_NAMES.get(bench, bench)} {metric[0].upper()}{metric[1:]} (%)"
+
+
+def to_markdown(table: Table) -> str:
+    lines = [f"# {table.name}", ""]
+    if table.name in ("table2", "table3"):
+        keys, body = _paper_grid(table)
+        lines += ["| model | method | " + " | ".join(_header(*key) for key in keys) + " |"]
+        lines += ["|---|---|" + "---:|" * len(keys)]
+        for model, method, cells in body:
+            texts = [text.replace(strong, f"**{strong}**", 1) if strong else text for text, strong in cells]
+            lines.append(f"| {model} | {method} | " + " | ".join(texts) + " |")
+    else:
+        header, body_rows = _plain_rows(table)
+        lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        lines += ["| " + " | ".join(row) + " |" for row in body_rows]
+    lines += [""] + [f"_{note}_\n" for note in table.notes]
     if table.missing:
-        lines += ["", "## Missing evaluations", ""] + [f"- {m}" for m in table.missing]
-    return "\n".join(lines) + "\n"
+        lines += ["## Missing evaluations and set-aside runs", ""] + [f"- {m}" for m in table.missing] + [""]
+    return "\n".join(lines)
+
+
+def _tex(text: str) -> str:
+    return text.replace("_", r"\_").replace("%", r"\%").replace("±", r"$\pm$").replace("–", "--")
 
 
 def to_latex(table: Table) -> str:
-    header, body = _layout(table)
+    if table.name not in ("table2", "table3"):
+        header, body_rows = _plain_rows(table)
+        lines = [r"\begin{tabular}{" + "l" * 2 + "r" * (len(header) - 2) + "}", r"\toprule"]
+        lines += [" & ".join(_tex(h) for h in header) + r" \\", r"\midrule"]
+        lines += [" & ".join(_tex(c) for c in row) + r" \\" for row in body_rows]
+        return "\n".join([*lines, r"\bottomrule", r"\end{tabular}"]) + "\n"
+    keys, body = _paper_grid(table)
+    benches = list(dict.fromkeys(b for b, _ in keys))
+    spans = [sum(1 for b, _ in keys if b == bench) for bench in benches]
+    lines = [r"\begin{tabular}{l" + "r" * len(keys) + "}", r"\toprule"]
+    lines.append(" & ".join(["Method"] + [rf"\multicolumn{{{n}}}{{c}}{{{BENCHMARK_NAMES.get(b, _tex(b))}}}"
+                                          for b, n in zip(benches, spans)]) + r" \\")  # fmt: skip
+    start, rules = 2, []
+    for n in spans:
+        rules.append(rf"\cmidrule(lr){{{start}-{start + n - 1}}}")
+        start += n
+    lines.append(" ".join(rules))
+    lines.append(" & ".join([""] + [_tex(f"{m[0].upper()}{m[1:]} (%)") for _, m in keys]) + r" \\")
+    model_now = None
+    for model, method, cells in body:
+        if model != model_now:
+            lines += [r"\midrule", rf"\multicolumn{{{len(keys) + 1}}}{{l}}{{\textit{{{_tex(model)}}}}} \\"]
+            model_now = model
+        texts = [_tex(t.replace(s, rf"\textbf{{{s}}}", 1) if s else t) for t, s in cells]
+        lines.append(" & ".join([_tex(method), *texts]) + r" \\")
+    return "\n".join([*lines, r"\bottomrule", r"\end{tabular}"]) + "\n"
 
-    def esc(text: str) -> str:
-        return text.replace("_", r"\_").replace("%", r"\%").replace("±", r"$\pm$").replace("@", "@")
 
-    lines = [r"\begin{tabular}{" + "l" * 2 + "r" * (len(header) - 2) + "}", r"\toprule"]
-    lines.append(" & ".join(esc(h) for h in header) + r" \\")
-    lines.append(r"\midrule")
-    lines += [" & ".join(esc(c) for c in row) + r" \\" for row in body]
-    lines += [r"\bottomrule", r"\end{tabular}"]
-    return "\n".join(lines) + "\n"
+# The columns that identify a cell and those compared, per table with published numbers in results/paper/
+COMPARED = {
+    "table2": (("model", "method", "benchmark", "metric"), ("final", "best")),
+    "table3": (("model", "method", "benchmark", "metric"), ("mean", "std")),
+    "passk": (("model", "method", "benchmark", "k"), ("mean@k", "pass@k")),
+}
 
 
 def compare_with_paper(table: Table, paper_csv: Path) -> str:
-    """Markdown: ours next to the paper's published value and the difference, for matching cells."""
-    if not paper_csv.exists():
+    """Markdown: our value next to the paper's and the difference (ours − paper), cell by cell."""
+    if table.name not in COMPARED or not paper_csv.exists():
         return ""
-    value = "final" if table.name == "table2" else "mean"
+    keys, values = COMPARED[table.name]
     with paper_csv.open() as handle:
-        paper = {
-            (r["model"], r["method"], r["benchmark"], r["metric"]): float(r[value]) for r in csv.DictReader(handle)
-        }
-    lines = [
-        f"# {table.name}: ours vs the paper ({paper_csv.name}, column `{value}`)",
-        "",
-        "| model | method | benchmark | metric | ours | paper | ours − paper |",
-        "|---|---|---|---|---:|---:|---:|",
-    ]
-    matched = 0
+        paper = {tuple(r[k] for k in keys): r for r in csv.DictReader(handle)}
+    header = [*keys] + [f"{what} {v}" for v in values for what in ("ours", "paper", "Δ")]
+    lines = [f"# {table.name}: ours vs the paper (results/paper/{paper_csv.name})", "",
+             "| " + " | ".join(header) + " |", "|" + "---|" * len(keys) + "---:|" * 3 * len(values)]  # fmt: skip
+    matched = set()
     for row in table.rows:
-        key = (row["model"], row["method"], row["benchmark"], row["metric"])
-        if key in paper:
-            matched += 1
-            ours = row[value]
-            lines.append(f"| {' | '.join(key)} | {_fmt(ours)} | {paper[key]:.2f} | {ours - paper[key]:+.2f} |")
-    lines += ["", f"_{matched} of {len(table.rows)} cells have a published counterpart._"]
+        key = tuple(str(row[k]) for k in keys)
+        published = paper.get(key)
+        if published is None or not any(published.get(v) for v in values):
+            continue
+        matched.add(key)
+        cells = []
+        for v in values:
+            ours, theirs = row[v], float(published[v]) if published.get(v) else math.nan
+            diff = ours - theirs
+            cells += [_fmt(ours), _fmt(theirs), "–" if math.isnan(diff) else f"{diff:+.2f}"]
+        lines.append("| " + " | ".join([*key, *cells]) + " |")
+    lines += ["", f"_{len(matched)} of our {len(table.rows)} rows have a published counterpart; "
+              f"{len(set(paper) - matched)} published rows have no run here._"]  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
 def write_table(table: Table, out_dir: Path) -> list[Path]:
     """`<name>.csv`, `<name>.md`, `<name>.tex` and, where the paper has the table, `<name>_vs_paper.md`."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written = [out_dir / f"{table.name}.csv", out_dir / f"{table.name}.md", out_dir / f"{table.name}.tex"]
-    write_csv(table, written[0])
-    written[1].write_text(to_markdown(table))
-    written[2].write_text(to_latex(table))
     comparison = compare_with_paper(table, PAPER_DIR / f"{table.name}.csv")
+    names = [f"{table.name}.{ext}" for ext in ("csv", "md", "tex")] + [f"{table.name}_vs_paper.md"] * bool(comparison)
+    paths = claim_outputs(out_dir, names)
+    write_csv(table, paths[0])
+    paths[1].write_text(to_markdown(table))
+    paths[2].write_text(to_latex(table))
     if comparison:
-        written.append(out_dir / f"{table.name}_vs_paper.md")
-        written[-1].write_text(comparison)
-    return written
+        paths[3].write_text(comparison)
+    return paths

@@ -1,27 +1,30 @@
 """A saved W&B report with the Figure 2 panels for the runs of one experiment (one W&B group).
 
 Runs of an experiment share a W&B group (logger.group defaults to the experiment) and log the same keys as
-metrics.jsonl, so the panels below line the methods up side by side. Needs `wandb-workspaces` (a dev extra)
-and a W&B API key; nothing here runs offline except `panel_spec`.
+metrics.jsonl, so the panels below line the methods up side by side. Saving needs `wandb-workspaces` (a dev
+extra), a W&B API key and the network; `panel_spec` and `build_report` work offline.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 
 @dataclass(frozen=True)
 class Panel:
     title: str
     keys: tuple[str, ...]
-    smoothing: float = 0.0  # exponential smoothing in the W&B UI (the figures use a 100-step moving average)
+    smoothing: float = 0.0  # exponential smoothing in the W&B UI (the PNG figures use a 100-step moving average)
+    log_y: bool = False
 
 
 def panel_spec(k: int = 8) -> list[Panel]:
-    """The panels, in order: Figure 2's three training curves and the evaluation average, then the rule's
-    clip fraction and ratio, which the paper does not plot."""
+    """The panels, in order: Figure 2's three training curves and its evaluation average, then Pass@K and the
+    rule's clip fraction and ratio, which the paper does not plot."""
     return [
         Panel("return (reward)", ("reward",), 0.9),
         Panel("entropy", ("entropy",), 0.9),
@@ -29,8 +32,13 @@ def panel_spec(k: int = 8) -> list[Panel]:
         Panel(f"Average Mean@{k}", (f"eval/average/mean@{k}",)),
         Panel(f"Average Pass@{k}", (f"eval/average/pass@{k}",)),
         Panel("clip fraction", ("clip/frac", "clip/frac_low", "clip/frac_high"), 0.6),
-        Panel("ratio w", ("ratio/mean", "ratio/min", "ratio/max"), 0.6),
+        Panel("ratio w", ("ratio/mean", "ratio/min", "ratio/max"), 0.6, log_y=True),
     ]
+
+
+def spec_dict(k: int = 8) -> list[dict[str, Any]]:
+    """The panels as plain data (`scripts/wandb_report.py --print-spec`), for building the report by hand."""
+    return [asdict(panel) for panel in panel_spec(k)]
 
 
 class ReportError(RuntimeError):
@@ -38,14 +46,12 @@ class ReportError(RuntimeError):
 
 
 def _api_key_available() -> bool:
+    """A key in the environment or in ~/.netrc for the W&B host; checked locally, without the network."""
     if os.environ.get("WANDB_API_KEY"):
         return True
-    try:
-        import wandb
-
-        return bool(wandb.Api().api_key)
-    except Exception:
-        return False
+    host = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname or "api.wandb.ai"
+    netrc = Path(os.environ.get("NETRC", Path.home() / ".netrc"))
+    return netrc.is_file() and host in netrc.read_text(errors="ignore")
 
 
 def build_report(entity: str, project: str, group: str, k: int = 8) -> Any:
@@ -53,9 +59,12 @@ def build_report(entity: str, project: str, group: str, k: int = 8) -> Any:
     try:
         import wandb_workspaces.reports.v2 as wr
     except ImportError as err:
-        raise ReportError("building a W&B report needs `pip install wandb-workspaces==0.4.13`") from err
+        raise ReportError(
+            "building a W&B report needs `pip install wandb-workspaces==0.4.13` (the dev extra); "
+            "`scripts/wandb_report.py --print-spec` prints the panels to build by hand"
+        ) from err
     panels = [
-        wr.LinePlot(title=p.title, x="Step", y=list(p.keys), smoothing_factor=p.smoothing or None)
+        wr.LinePlot(title=p.title, x="Step", y=list(p.keys), smoothing_factor=p.smoothing or None, log_y=p.log_y)
         for p in panel_spec(k)
     ]
     runset = wr.Runset(entity=entity, project=project, name=group, filters=f"Group = '{group}'",
@@ -71,10 +80,16 @@ def build_report(entity: str, project: str, group: str, k: int = 8) -> Any:
 
 
 def save_report(entity: str, project: str, group: str, k: int = 8) -> str:
+    """Save the report on the W&B server; returns its URL. Fails with a ReportError that says what to do."""
+    mode = os.environ.get("WANDB_MODE", "")
+    if mode in ("offline", "disabled", "dryrun"):
+        raise ReportError(f"WANDB_MODE={mode}: a saved report needs the W&B server; unset WANDB_MODE to save it")
     if not _api_key_available():
-        raise ReportError(
-            "no W&B API key: run `wandb login` or set WANDB_API_KEY (a saved report needs the W&B server)"
-        )
+        raise ReportError("no W&B API key: run `wandb login` or set WANDB_API_KEY (a saved report needs the server)")
     report = build_report(entity, project, group, k)
-    report.save()
+    try:
+        report.save()
+    except Exception as err:  # network, permissions, unknown entity: all end here, with the cause attached
+        raise ReportError(f"could not save the report to {entity}/{project} ({type(err).__name__}: {err}); "
+                          "check the network, the entity and project names, and the API key") from err  # fmt: skip
     return str(report.url)
