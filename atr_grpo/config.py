@@ -71,7 +71,7 @@ class TinyModelConfig:
     num_hidden_layers: int = 2
     num_attention_heads: int = 4
     num_key_value_heads: int = 2
-    head_dim: int = 16
+    head_dim: int = 32  # vLLM's CPU attention supports 32, not 16
     max_position_embeddings: int = 512
     init_seed: int = 0
     # A short full-parameter "pretraining" on plain arithmetic statements ("12 + 35 = 47."), the stand-in

