@@ -32,6 +32,21 @@ def _one_of(key: str, value: Any, options: tuple[str, ...]) -> None:
     _check(value in options, key, "one of " + ", ".join(repr(o) for o in options), value)
 
 
+def _looks_local(path: str) -> bool:
+    """A filesystem path rather than a hub id (`org/name`): absolute, relative with ./ or ../, or ~."""
+    return path.startswith(("/", "./", "../", "~"))
+
+
+def _exists(key: str, path: str) -> None:
+    from pathlib import Path
+
+    _check(Path(path).expanduser().exists(), key, "an existing file or directory", path)
+
+
+# vLLM 0.31 refuses a sampling temperature above 2 (vllm/sampling_params.py)
+VLLM_MAX_TEMPERATURE = 2.0
+
+
 def _keys_in_name(cls: type, group: str) -> type:
     """Name the schema after its keys, so OmegaConf's "Key 'x' not in '<name>'" lists the allowed keys."""
     keys = ", ".join(f.name for f in dataclasses.fields(cls))
@@ -90,8 +105,6 @@ class ModelConfig:
     max_seq_length: int = 2048  # Table 4
     dtype: str = "auto"  # auto: bfloat16 on GPU, float32 on CPU
     load_in_4bit: bool = False  # the paper trains 16-bit LoRA
-    gpu_memory_utilization: float = 0.5  # share of GPU memory for the colocated vLLM engine (Unsloth)
-    fast_inference: bool = True  # Unsloth backend: vLLM rollouts sharing the model's weights (needs vllm)
     lora: LoraConfig = field(default_factory=LoraConfig)
     tiny: TinyModelConfig | None = None
 
@@ -99,12 +112,8 @@ class ModelConfig:
         _check(self.path is not None or self.tiny is not None, "model.path", "set (or model=tiny)", self.path)
         _check(self.max_seq_length > 0, "model.max_seq_length", "> 0", self.max_seq_length)
         _one_of("model.dtype", self.dtype, ("auto", "bfloat16", "float16", "float32"))
-        _check(
-            0 < self.gpu_memory_utilization < 1,
-            "model.gpu_memory_utilization",
-            "in (0, 1)",
-            self.gpu_memory_utilization,
-        )
+        if self.path is not None and _looks_local(self.path):
+            _exists("model.path", self.path)
 
 
 # ----------------------------------------------------------------------------------------------- prompt
@@ -141,6 +150,8 @@ class DataConfig:
                 _one_of("data.operations[]", op, ("+", "-", "*"))
         elif self.path is None:
             _check(self.hub_id is not None, "data.hub_id", "set when data.path is null", self.hub_id)
+        if self.path is not None:
+            _exists("data.path", self.path)
 
 
 # -------------------------------------------------------------------------------------------------- sft
@@ -182,6 +193,8 @@ class SFTConfig:
             self.max_length_fraction,
         )
         _check(0 <= self.unboxed_fraction < 1, "sft.unboxed_fraction", "in [0, 1)", self.unboxed_fraction)
+        if self.path is not None:
+            _exists("sft.path", self.path)
 
     @property
     def enabled(self) -> bool:
@@ -251,14 +264,38 @@ class TrainerConfig:
 
 
 @dataclass
+class VLLMRolloutConfig:
+    """TRL's vLLM rollouts (rollout.engine=vllm): an engine colocated with training, or a `trl vllm-serve` server."""
+
+    mode: str = "colocate"  # colocate | server
+    gpu_memory_utilization: float = 0.5  # share of GPU memory for the colocated engine (Unsloth's notebook)
+    enable_sleep_mode: bool = False  # colocate: free the engine's memory between generations (slower)
+    server_base_url: str | None = None  # server: e.g. http://10.0.0.2:8000 (else host and port)
+    server_host: str = "0.0.0.0"
+    server_port: int = 8000
+    server_timeout: float = 240.0  # seconds to wait for the server at start-up
+    group_port: int = 51216  # server: the port of the weight-sync communicator
+
+    def __post_init__(self) -> None:
+        _one_of("rollout.vllm.mode", self.mode, ("colocate", "server"))
+        _check(0 < self.gpu_memory_utilization < 1, "rollout.vllm.gpu_memory_utilization", "in (0, 1)",
+               self.gpu_memory_utilization)  # fmt: skip
+        _check(0 < self.server_port < 65536, "rollout.vllm.server_port", "a port number", self.server_port)
+        _check(self.server_timeout > 0, "rollout.vllm.server_timeout", "> 0", self.server_timeout)
+
+
+@dataclass
 class RolloutConfig:
-    """How stale π_old is. TRL generates `steps_per_generation` micro-batches at once and reuses each
-    generation batch `num_iterations` times; only the first optimizer step after a generation is
-    on-policy (w ≡ 1, every ratio rule gives the same gradient)."""
+    """How rollouts are sampled and how stale π_old is. TRL generates `steps_per_generation` micro-batches at
+    once and reuses each generation batch `num_iterations` times; only the first optimizer step after a
+    generation is on-policy (w ≡ 1, every ratio rule gives the same gradient)."""
 
     name: str = MISSING
     steps_per_generation: int | None = None  # micro-batches per generation; null = gradient_accumulation_steps
     num_iterations: int = 1
+    # who samples the rollouts: auto = vLLM on a CUDA machine where it is installed, else transformers
+    engine: str = "auto"  # auto | hf | vllm
+    vllm: VLLMRolloutConfig = field(default_factory=VLLMRolloutConfig)
 
     def __post_init__(self) -> None:
         _check(self.num_iterations >= 1, "rollout.num_iterations", ">= 1", self.num_iterations)
@@ -269,6 +306,7 @@ class RolloutConfig:
                 "> 0",
                 self.steps_per_generation,
             )
+        _one_of("rollout.engine", self.engine, ("auto", "hf", "vllm"))
 
 
 # ------------------------------------------------------------------------------------------------- eval
@@ -278,6 +316,11 @@ BENCHMARK_NAMES = ("amc23", "aime24", "aime25", "arithmetic")
 @dataclass
 class EvalConfig:
     enabled: bool = True
+    # when evaluations run: `after` training, in a process of their own with a vLLM engine sized for the
+    # longest prompt + max_tokens, from the adapter saved at each evaluated step (the paper's 32,768-token
+    # budget on one GPU); or `during` training, on the live model (HF generate, or Unsloth's engine)
+    when: str = "after"  # after | during
+    keep_adapters: bool = False  # keep eval/adapters/step_<N> once step N is evaluated (final_adapter stays)
     every_steps: int = 50  # §6.1
     at_start: bool = True  # step 0: the model GRPO starts from (Table 2's base row for sft=none)
     benchmarks: list[str] = field(default_factory=lambda: ["amc23", "aime24", "aime25"])
@@ -313,6 +356,11 @@ class EvalConfig:
         _check(self.top_k == -1 or self.top_k > 0, "eval.top_k", "-1 (off) or > 0", self.top_k)
         _check(self.max_tokens > 0, "eval.max_tokens", "> 0", self.max_tokens)
         _one_of("eval.backend", self.backend, ("auto", "vllm", "hf"))
+        _one_of("eval.when", self.when, ("after", "during"))
+        if self.backend == "vllm":
+            check_vllm_temperature(self.temperature, "eval.temperature", "eval.backend=vllm")
+        for name, path in self.paths.items():
+            _exists(f"eval.paths.{name}", path)
         _check(self.grader_timeout > 0, "eval.grader_timeout", "> 0", self.grader_timeout)
         _check(0 < self.gpu_memory_utilization < 1, "eval.gpu_memory_utilization", "in (0, 1)",
                self.gpu_memory_utilization)  # fmt: skip
@@ -407,6 +455,9 @@ class TrainConfig:
                f"≤ model.max_seq_length - trainer.max_prompt_length = "
                f"{self.model.max_seq_length - self.trainer.max_prompt_length}", tr.max_completion_length)  # fmt: skip
 
+        if self.rollout.engine == "vllm":
+            check_vllm_temperature(self.trainer.temperature, "trainer.temperature", "rollout.engine=vllm")
+
         per_rollout = self.optimizer_steps_per_rollout
         _check(tr.save_steps % per_rollout == 0, "trainer.save_steps",
                f"a multiple of the optimizer steps per rollout ({per_rollout}): checkpoints must fall on rollout "
@@ -423,6 +474,11 @@ class TrainConfig:
         return per_generation * self.rollout.num_iterations
 
 
+def check_vllm_temperature(value: float, key: str, why: str) -> None:
+    """vLLM refuses temperatures above 2 at the first request: refuse them before anything loads."""
+    _check(value <= VLLM_MAX_TEMPERATURE, key, f"<= {VLLM_MAX_TEMPERATURE} with {why} (vLLM refuses more)", value)
+
+
 @dataclass
 class EvaluateConfig:
     """`python -m atr_grpo.evaluate`: a base model or an adapter, standalone."""
@@ -431,11 +487,18 @@ class EvaluateConfig:
     prompt: PromptConfig = field(default_factory=PromptConfig)
     eval: EvalConfig = MISSING
     adapter: str | None = None  # a LoRA adapter directory (e.g. a run's checkpoint); null = the base model
+    # the synthetic task's generator, for the `arithmetic` benchmark (its held-out problems); unused otherwise
+    data: DataConfig | None = None
     out_dir: str = MISSING  # a run directory to write eval/ into
     experiment: str = "evaluate"  # labels for the tables (python -m atr_grpo.results), e.g. passk_curve
     method: str = "base"
     step: int = 0  # the step label of this evaluation in summary.jsonl
     force: bool = False  # re-evaluate (step, benchmark) pairs already in summary.jsonl
+
+    def check_inputs(self) -> None:
+        """What must exist when the evaluation runs (a plan may name an adapter a previous run will write)."""
+        if self.adapter is not None:
+            _exists("adapter", self.adapter)
 
 
 for _cls, _group in (
@@ -446,6 +509,7 @@ for _cls, _group in (
     (DataConfig, "data"),
     (SFTConfig, "sft"),
     (TrainerConfig, "trainer"),
+    (VLLMRolloutConfig, "rollout.vllm"),
     (RolloutConfig, "rollout"),
     (EvalConfig, "eval"),
     (LoggerConfig, "logger"),
@@ -517,6 +581,46 @@ def register_configs() -> None:
         store.store(group="schema/clipping", name=name, node=node)
 
 
+def unknown_keys(cfg: Any, prefix: str = "") -> list[str]:
+    """Keys of a composed config that its schema does not have, as `key (allowed: ...)`.
+
+    Hydra's `+key=value` adds a key even to a typed node, and OmegaConf then drops it silently when the node
+    becomes its dataclass: `clipping=atr +clipping.eps=0.2` would train with no trace of `eps`.
+    """
+    from omegaconf import DictConfig
+
+    found = []
+    schema = OmegaConf.get_type(cfg)
+    allowed = [f.name for f in dataclasses.fields(schema)] if dataclasses.is_dataclass(schema) else None
+    for key in cfg.keys():
+        name = f"{prefix}{key}"
+        if allowed is not None and key not in allowed:
+            found.append(f"{name} (allowed: {', '.join(allowed)})")
+        value = cfg._get_node(key)
+        if isinstance(value, DictConfig) and not value._is_missing() and not value._is_none():
+            found += unknown_keys(value, f"{name}.")
+    return found
+
+
+def config_to_yaml(cfg: TrainConfig) -> str:
+    """The resolved YAML of a config object (the inverse of `config_from_yaml`)."""
+    return OmegaConf.to_yaml(OmegaConf.structured(cfg))
+
+
+def config_from_yaml(text: str) -> TrainConfig:
+    """A run's resolved config.yaml back into its dataclasses (what a stage process of the run reads)."""
+    raw = OmegaConf.create(text)
+    schema = OmegaConf.structured(TrainConfig)
+    name = raw.get("clipping", {}).get("name")
+    if name not in CLIPPING_SCHEMAS:
+        raise ConfigError(f"invalid config: clipping.name must be one of {', '.join(CLIPPING_SCHEMAS)}, got {name!r}")
+    schema.clipping = OmegaConf.structured(CLIPPING_SCHEMAS[name])
+    return to_object(OmegaConf.merge(schema, raw))
+
+
 def to_object(cfg: Any) -> Any:
     """Resolve a composed DictConfig into its dataclasses, running every validation."""
+    extra = unknown_keys(cfg)
+    if extra:
+        raise ConfigError(f"invalid config: unknown key {'; '.join(extra)}")
     return OmegaConf.to_object(cfg)

@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     from omegaconf import OmegaConf
 
     from atr_grpo.config import ConfigError, to_object
-    from atr_grpo.training.pipeline import RunDirError, run_training
+    from atr_grpo.training.pipeline import EXIT_EVALUATIONS_INCOMPLETE, RunDirError, run_pipeline
 
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s %(name)s] %(message)s", datefmt="%H:%M:%S")
     overrides = list(sys.argv[1:] if argv is None else argv)
@@ -91,10 +91,14 @@ def main(argv: list[str] | None = None) -> int:
     cfg.run_dir = free_run_dir(OmegaConf.select(cfg, "run_dir"))
     try:
         train_cfg = to_object(cfg)
-        run_dir = run_training(train_cfg, OmegaConf.to_yaml(cfg, resolve=True))
+        outcome = run_pipeline(train_cfg, OmegaConf.to_yaml(cfg, resolve=True))
     except (ConfigError, RunDirError) as err:
         print(err, file=sys.stderr)
         return 2
+    if not outcome.ok:
+        print(outcome.summary(), file=sys.stderr)
+        return EXIT_EVALUATIONS_INCOMPLETE
+    run_dir = outcome.run_dir
     k = train_cfg.eval.k
     summary = {
         **before_after(run_dir, k),

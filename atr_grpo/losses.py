@@ -1,4 +1,8 @@
-"""Aggregation of per-token losses, and the optional KL-to-reference regulariser.
+"""The GRPO loss: the rule's per-token loss, the optional KL-to-reference regulariser, and aggregation.
+
+`grpo_loss` is the one composition both trainer paths call (TRL's `_compute_loss` and the function
+injected into Unsloth's compiled loss): rule → β·KL → aggregation → ÷ gradient-accumulation steps. It is
+pure tensor code (no `.item()`, no branching on tensor values), so it also runs under `torch.compile`.
 
 Aggregation is a separate axis from the clipping rule (STYLE.md §1):
 
@@ -14,8 +18,21 @@ importance weight w = π_θ/π_old (which carries gradient). β = 0 in the paper
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
 import torch
 from torch import Tensor
+
+from atr_grpo.clipping.base import (
+    LOG_RATIO_LIMIT,
+    ClipRule,
+    RuleTerms,
+    TokenBatch,
+    make_batch,
+    ratio_from_log,
+    rule_metrics,
+)
 
 AGGREGATIONS = ("dr_grpo", "token_mean", "seq_mean")
 KL_ESTIMATORS = ("k1", "k2", "k3")
@@ -54,7 +71,7 @@ def kl_penalty(
     if estimator not in KL_ESTIMATORS:
         raise ValueError(f"unknown KL estimator {estimator!r}; allowed: {', '.join(KL_ESTIMATORS)}")
     valid = mask.bool()
-    log_r = torch.where(valid, ref_logp.detach().float() - logp.float(), 0.0).clamp(-20.0, 20.0)
+    log_r = torch.where(valid, ref_logp.detach().float() - logp.float(), 0.0).clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)
     if estimator == "k1":
         value = -log_r
     elif estimator == "k2":
@@ -64,3 +81,71 @@ def kl_penalty(
     if importance_weight is not None:
         value = value * torch.where(valid, importance_weight.float(), 0.0)
     return torch.where(valid, value, 0.0)
+
+
+# ------------------------------------------------------------------------------------------ the GRPO loss
+@dataclass(frozen=True)
+class LossSettings:
+    """Everything besides the rule that shapes the loss (trainer.* keys of the config)."""
+
+    loss_agg: str = "dr_grpo"
+    max_completion_length: int | None = None  # Dr.GRPO's constant normaliser L_max
+    beta: float = 0.0  # weight of the KL to the reference policy (0 in the paper)
+    kl_estimator: str = "k3"
+    kl_importance_weight: bool = True
+
+    def __post_init__(self) -> None:
+        if self.loss_agg not in AGGREGATIONS:
+            raise ValueError(f"unknown loss aggregation {self.loss_agg!r}; allowed: {', '.join(AGGREGATIONS)}")
+        if self.kl_estimator not in KL_ESTIMATORS:
+            raise ValueError(f"unknown KL estimator {self.kl_estimator!r}; allowed: {', '.join(KL_ESTIMATORS)}")
+
+
+class GRPOLoss(NamedTuple):
+    """The loss of one micro-batch and what it was made of (all `[B, T]` unless noted)."""
+
+    loss: Tensor  # scalar to backpropagate, already divided by the gradient-accumulation steps
+    per_token: Tensor  # rule loss (× correction weight) + β·KL, 0 on padding
+    batch: TokenBatch  # the validated inputs the rule saw
+    terms: RuleTerms  # the rule's loss and frozen-token masks
+    kl_ref: Tensor | None  # the per-token KL-to-reference estimate, when β > 0
+
+    def metrics(self) -> dict[str, float]:
+        """The rule's metrics (`clip/*`, `ratio/*`, `kl/kl3_mean`, ...) over valid tokens; one host sync."""
+        return rule_metrics(self.batch, self.terms)
+
+
+def grpo_loss(
+    rule: ClipRule,
+    logp: Tensor,
+    old_logp: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    settings: LossSettings,
+    *,
+    ref_logp: Tensor | None = None,
+    correction_weight: Tensor | None = None,
+    gradient_accumulation_steps: int | Tensor = 1,
+    extras: dict[str, Any] | None = None,
+) -> GRPOLoss:
+    """rule → (× correction weight) → + β·KL(π_θ ‖ π_ref) → aggregation → ÷ gradient-accumulation steps.
+
+    logp `[B, T]` carries the gradient; old_logp, ref_logp `[B, T]` and advantages `[B]`/`[B, T]` do not;
+    mask `[B, T]` marks the completion tokens that count. `correction_weight` (`[B, T]` or `[B, 1]`, no
+    gradient) multiplies the rule's per-token loss: a rollout-engine importance weight, 1 when absent.
+    `extras` are the rule's declared per-token inputs (e.g. `key_seed`, `full_kl`) in the layout of `logp`.
+    """
+    batch = make_batch(logp, old_logp, advantages, mask)
+    terms = rule.terms(batch, **(extras or {}))
+    per_token = torch.where(batch.mask, terms.loss, 0.0)
+    if correction_weight is not None:
+        per_token = per_token * torch.where(batch.mask, correction_weight.detach().float(), 0.0)
+    kl_ref = None
+    if settings.beta != 0.0:
+        if ref_logp is None:
+            raise ValueError("beta > 0 needs the reference policy's log-probs (ref_logp)")
+        weight = ratio_from_log(batch.log_ratio) if settings.kl_importance_weight else None
+        kl_ref = kl_penalty(logp, ref_logp, mask, settings.kl_estimator, weight)
+        per_token = per_token + settings.beta * kl_ref
+    loss = aggregate(per_token, mask, settings.loss_agg, settings.max_completion_length)
+    return GRPOLoss(loss / gradient_accumulation_steps, per_token, batch, terms, kl_ref)

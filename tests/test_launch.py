@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import shlex
 import subprocess
 import sys
@@ -91,11 +92,17 @@ def test_run_names_in_a_sweep_carry_the_overrides_they_do_not_show():
 
 
 def test_finished_runs_are_skipped_and_failures_reported(tmp_path, monkeypatch, capsys):
-    plan = launch.Plan("toy", "train", ["experiment=smoke"], [[]], {"clipping.delta": ["0.05", "0.09"]})
-    finished = tmp_path / "finished"
-    finished.mkdir()
-    (finished / rundir.DONE_FILE).write_text("{}")
-    targets = {"0.05": finished, "0.09": tmp_path / "fresh"}
+    """Skipped: trained with every scheduled evaluation recorded. Launched again: fresh runs, and trained runs
+    whose evaluations are missing (a failed evaluation is not a finished run)."""
+    plan = launch.Plan("toy", "train", ["experiment=smoke"], [[]], {"clipping.delta": ["0.05", "0.07", "0.09"]})
+    finished, unevaluated = tmp_path / "finished", tmp_path / "unevaluated"
+    evaluation = {"enabled": True, "every_steps": 2, "at_start": False, "benchmarks": ["arithmetic"]}
+    for run in (finished, unevaluated):
+        run.mkdir()
+        rundir.write_json(run / rundir.DONE_FILE, {"step": 2})
+        (run / rundir.CONFIG_FILE).write_text(json.dumps({"eval": evaluation, "trainer": {"max_steps": 2}}))
+    rundir.append_jsonl(rundir.summary_path(finished), {"step": 2, "benchmark": "arithmetic"})
+    targets = {"0.05": finished, "0.07": unevaluated, "0.09": tmp_path / "fresh"}
     monkeypatch.setattr(launch, "run_dir_of", lambda o: targets[o[-1].split("=")[1]])
     calls = []
 
@@ -105,9 +112,9 @@ def test_finished_runs_are_skipped_and_failures_reported(tmp_path, monkeypatch, 
 
     monkeypatch.setattr(launch.subprocess, "run", fake_run)
     assert launch.launch(plan, [], dry_run=False) == 1
-    assert len(calls) == 1 and "clipping.delta=0.09" in calls[0]
+    assert [call[-1] for call in calls] == ["clipping.delta=0.07", "clipping.delta=0.09"]
     out = capsys.readouterr()
-    assert "finished already, skipped" in out.out and "1 of 2 runs ok (1 already finished)" in out.out
+    assert "finished already, skipped" in out.out and "1 of 3 runs ok (1 already finished)" in out.out
     assert "failed:" in out.err
 
 

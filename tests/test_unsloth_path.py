@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections import defaultdict
+from contextlib import contextmanager
 from types import SimpleNamespace
 
 import pytest
@@ -19,18 +19,28 @@ import torch
 
 from atr_grpo.clipping import RULES, build_rule
 from atr_grpo.clipping.cov import key_seed_from
-from atr_grpo.losses import aggregate
-from atr_grpo.training.grpo import RuleTrainerMixin, rule_generator
-from atr_grpo.training.unsloth_backend import (
-    FULL_KL,
-    KEY_SEED,
+from atr_grpo.losses import LossSettings, aggregate
+from atr_grpo.training.rule_trainer import RuleTrainerMixin, rule_generator
+from atr_grpo.training.unsloth_loss import (
     compact_valid,
+    encode_extras,
     expand_compact,
     install_rule,
-    neutralise_overrides,
 )
+from atr_grpo.training.unsloth_trainer import check_trainer_settings, neutralise_overrides
 
 MAX_LEN, GA = 16, 2
+SETTINGS = LossSettings(loss_agg="dr_grpo", max_completion_length=MAX_LEN)
+
+
+@contextmanager
+def installed(namespace, rule):
+    """The rule inside zoo's loss globals for the block; zoo's own functions are back afterwards."""
+    restore = install_rule(namespace, rule, SETTINGS)
+    try:
+        yield
+    finally:
+        restore()
 
 
 @pytest.fixture(scope="module")
@@ -103,12 +113,12 @@ def trl_path(rule, logp, old, advantages, mask, full_kl, micro_step: int = 1):
 
 
 def unsloth_kwargs(rule, full_kl, mask, micro_step: int = 1):
-    kwargs = {"max_completion_length": MAX_LEN, "current_gradient_accumulation_steps": GA}
+    extras = {}
     if "generator" in rule.needs:
-        kwargs[KEY_SEED] = key_seed_from(rule_generator(0, 3, micro_step))
+        extras["key_seed"] = key_seed_from(rule_generator(0, 3, micro_step))
     if "full_kl" in rule.needs:
-        kwargs[FULL_KL] = compact_valid(full_kl, mask)
-    return kwargs
+        extras["full_kl"] = full_kl
+    return {"max_completion_length": MAX_LEN, "current_gradient_accumulation_steps": GA, **encode_extras(extras, mask)}
 
 
 def efficient_grpo(zoo, logp, old, advantages, mask, kwargs):
@@ -139,7 +149,7 @@ def test_compiled_unsloth_loss_equals_trl_path(zoo, name):
     logp, old, advantages, mask, full_kl = random_batch(0)
     want_loss, want_grad, _ = trl_path(rule, logp, old, advantages, mask, full_kl)
     graphs = counters["stats"]["unique_graphs"]
-    with install_rule(zoo.__dict__, rule):
+    with installed(zoo.__dict__, rule):
         outputs, grad = efficient_grpo(zoo, logp, old, advantages, mask, unsloth_kwargs(rule, full_kl, mask))
     assert counters["stats"]["unique_graphs"] > graphs, "the loss did not go through torch.compile"
     torch.testing.assert_close(outputs[0], want_loss, rtol=1e-5, atol=1e-7)
@@ -159,7 +169,7 @@ def test_left_packed_layout_gives_the_same_loss(zoo, name):
     packed_logp, packed_mask = left_packed(logp, mask, pad=5)
     packed_old, _ = left_packed(old, mask, pad=5)
     packed_logp = packed_logp + (1 - packed_mask) * 7.0  # junk under padding must not matter
-    with install_rule(zoo.__dict__, rule):
+    with installed(zoo.__dict__, rule):
         outputs, grad = efficient_grpo(
             zoo, packed_logp, packed_old, advantages, packed_mask, unsloth_kwargs(rule, full_kl, mask)
         )
@@ -172,12 +182,11 @@ class FakeTrainer(RuleTrainerMixin):
     """The attributes of a GRPOTrainer that the accumulated-loss wrapper uses."""
 
     def __init__(self, rule, full_kl):
-        self._setup_rule(rule, "dr_grpo", "k3", True)
+        self._setup_rule(rule, SETTINGS)
         self.args = SimpleNamespace(seed=0)
         self.state = SimpleNamespace(global_step=3)
         self._step = 1
         self.model = SimpleNamespace(training=True)
-        self._metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
         self._full_kl = full_kl
 
     def rule_extras(self, model, input_ids, attention_mask, logits_to_keep, like, has_old):
@@ -214,7 +223,7 @@ def test_accumulated_loss_wrapper_adds_extras_and_logs_rule_metrics(zoo, monkeyp
 
     monkeypatch.setitem(zoo.__dict__, "grpo_accumulated_loss", fake_accumulated_loss)
     trainer = FakeTrainer(rule, full_kl)
-    with install_rule(zoo.__dict__, rule):
+    with installed(zoo.__dict__, rule):
         outputs = zoo.grpo_accumulated_loss(
             trainer=trainer,
             input_ids=torch.zeros(mask.shape[0], mask.shape[1] + 4, dtype=torch.long),
@@ -230,10 +239,10 @@ def test_accumulated_loss_wrapper_adds_extras_and_logs_rule_metrics(zoo, monkeyp
     torch.testing.assert_close(outputs[0], want_loss, rtol=1e-5, atol=1e-7)
     grad_back, _ = left_packed(want_grad, mask, pad)
     torch.testing.assert_close(fake_accumulated_loss.grad, grad_back, rtol=1e-5, atol=1e-8)
-    logged = trainer._metrics["train"]
+    logged = trainer._step_stats.reduce()
     assert set(want_metrics) <= set(logged)
     for key, value in want_metrics.items():
-        assert logged[key] == [pytest.approx(value, rel=1e-5, abs=1e-7)], key
+        assert logged[key] == pytest.approx(value, rel=1e-5, abs=1e-7), key
     assert want_metrics["clip/frac"] > 0  # the planted batch does exercise the rule
 
 
@@ -253,3 +262,52 @@ def test_neutralise_overrides_restores_every_changed_value():
     assert sorted(c.split(":")[0] for c in changed) == sorted(wanted)
     assert {k: getattr(args, k) for k in wanted} == wanted
     assert neutralise_overrides(args, wanted) == []
+
+
+def test_the_recorder_reads_zoo_arguments_by_name(zoo):
+    """The stand-in binds UnslothEfficientGRPO's arguments by name; a zoo whose signature differs is refused."""
+    from atr_grpo.training.unsloth_loss import _Recorder
+
+    recorder = _Recorder(zoo.UnslothEfficientGRPO)
+    assert "_mask" in recorder.signature.parameters
+
+    class Renamed:
+        @staticmethod
+        def forward(ctx, new_logps, old_logps, mask, advantages):  # not zoo 2026.10.7's names
+            return None
+
+    with pytest.raises(RuntimeError, match="has no argument"):
+        _Recorder(Renamed)
+
+
+def test_trainer_settings_changed_after_init_are_refused():
+    """Unsloth's trainer turns bf16 on inside __init__ (after the config was set back): that is an error."""
+    wanted = {"beta": 0.0, "bf16": False, "fp16": False, "per_device_train_batch_size": 8}
+    trainer = SimpleNamespace(beta=0.0, args=SimpleNamespace(bf16=False, fp16=False, per_device_train_batch_size=8))
+    check_trainer_settings(trainer, wanted)
+    trainer.args.bf16 = True
+    with pytest.raises(RuntimeError, match="changed bf16 from False to True.*trainer.bf16=true"):
+        check_trainer_settings(trainer, wanted)
+    trainer.args.bf16, trainer.beta = False, 0.04
+    with pytest.raises(RuntimeError, match="changed beta"):
+        check_trainer_settings(trainer, wanted)
+
+
+def test_loading_an_adapter_with_missing_or_unexpected_lora_keys_fails(tmp_path, tiny_model_dir):
+    """The SFT adapter must fill every LoRA weight of the fresh adapter and nothing else."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from atr_grpo.training.unsloth_trainer import load_adapter_weights
+
+    def lora_model(targets):
+        base = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+        return get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules=targets))
+
+    lora_model(["q_proj", "v_proj"]).save_pretrained(tmp_path / "both")
+    lora_model(["q_proj"]).save_pretrained(tmp_path / "q_only")
+    load_adapter_weights(lora_model(["q_proj", "v_proj"]), tmp_path / "both")  # matching: fine
+    with pytest.raises(RuntimeError, match="missing keys"):
+        load_adapter_weights(lora_model(["q_proj", "v_proj"]), tmp_path / "q_only")
+    with pytest.raises(RuntimeError, match="1.* unexpected keys|[1-9][0-9]* unexpected keys"):
+        load_adapter_weights(lora_model(["q_proj"]), tmp_path / "both")

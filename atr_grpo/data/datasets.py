@@ -80,6 +80,32 @@ def grpo_dataset(data: DataConfig, prompt: PromptConfig) -> Any:
     )
 
 
+def chat_length(tokenizer: Any, messages: list[dict[str, str]], enable_thinking: bool, **template: Any) -> int:
+    """Number of tokens of `messages` rendered with the chat template.
+
+    transformers 5 returns a `BatchEncoding` from `apply_chat_template(..., tokenize=True)`, whose `len()` is its
+    number of keys, not of tokens; rendering to text and tokenizing it counts what the trainer will see.
+    """
+    text = tokenizer.apply_chat_template(messages, tokenize=False, enable_thinking=enable_thinking, **template)
+    return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def filter_long_prompts(dataset: Any, tokenizer: Any, limit: int, enable_thinking: bool) -> Any:
+    """Drop GRPO prompts longer than `limit` tokens (trainer.max_prompt_length; TRL 1.15 does not truncate)."""
+
+    def fits(example: dict[str, Any]) -> bool:
+        return chat_length(tokenizer, example["prompt"], enable_thinking, add_generation_prompt=True) <= limit
+
+    kept = dataset.filter(fits)
+    if len(kept) < len(dataset):
+        log.info("kept %d of %d prompts within %d tokens", len(kept), len(dataset), limit)
+    if len(kept) == 0:
+        from atr_grpo.config import ConfigError
+
+        raise ConfigError(f"invalid config: no training prompt fits trainer.max_prompt_length={limit} tokens")
+    return kept
+
+
 def _is_number(text: str) -> bool:
     try:
         float(text.replace(",", ""))
@@ -109,8 +135,7 @@ def sft_dataset(sft: SFTConfig, data: DataConfig, prompt: PromptConfig, tokenize
     kept = []
     for question, solution in pairs:
         messages = build_messages(question, prompt.system) + [{"role": "assistant", "content": solution}]
-        length = len(tokenizer.apply_chat_template(messages, tokenize=True, enable_thinking=prompt.enable_thinking))
-        if length <= limit:
+        if chat_length(tokenizer, messages, prompt.enable_thinking) <= limit:
             kept.append((question, solution))
         if sft.max_examples is not None and len(kept) >= sft.max_examples:
             break

@@ -1,7 +1,7 @@
 """Evaluation: benchmarks, generation backends, grading, Mean@K / Pass@K, and the run-directory files.
 
-Contracts §5: `grade`, `grade_many`, `pass_at_k`, `mean_at_k`. Backends and the callback import their
-heavy dependencies (vLLM, Unsloth, transformers) only when used.
+Public functions: `grade`, `grade_many`, `pass_at_k`, `mean_at_k`, `run_evaluation`. Backends and the callback
+import their heavy dependencies (vLLM, Unsloth, transformers) only when used.
 """
 
 from atr_grpo.evaluation.backends import (

@@ -1,7 +1,8 @@
 """Generation backends behind one interface: n samples for each prompt, with why each one stopped.
 
     HFGenerator            transformers `generate` (CPU, or a GPU without vLLM), batched and left-padded
-    VLLMGenerator          a vLLM engine of its own (`python -m atr_grpo.evaluate`, one process per job)
+    VLLMGenerator          a vLLM engine of its own (`python -m atr_grpo.evaluate`, the evaluation stage after
+                           training), serving any number of LoRA adapters one request at a time
     UnslothVLLMGenerator   the training model's colocated vLLM engine, with the live LoRA adapter
 
 Every backend returns exactly `params.n` samples per prompt or raises: fewer samples would bias
@@ -56,6 +57,12 @@ class Generator(Protocol):
     def generate(self, prompts: list[str], params: SamplingConfig) -> list[list[Sample]]:
         """[len(prompts)][params.n] samples, in the order of `prompts`."""
         ...
+
+
+def prompt_token_ids(tokenizer: Any, prompts: list[str]) -> list[list[int]]:
+    """The token ids every backend generates from: the rendered prompt as is, no special tokens added
+    (the chat template already wrote them), so HF and vLLM condition on exactly the same ids."""
+    return [tokenizer(prompt, add_special_tokens=False)["input_ids"] for prompt in prompts]
 
 
 def check_samples(samples: list[list[Sample]], num_prompts: int, n: int) -> list[list[Sample]]:
@@ -128,15 +135,16 @@ class HFGenerator:
         self, prompts: list[str], params: SamplingConfig, eos_ids: set[int], pad_id: int, device: Any
     ) -> list[list[Sample]]:
         """Sequences come back as [len(prompts) * n, prompt_len + T], the n samples of a prompt adjacent."""
-        inputs = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
-        inputs = inputs.to(device)
+        ids = prompt_token_ids(self.tokenizer, prompts)
+        inputs = self.tokenizer.pad({"input_ids": ids}, return_tensors="pt").to(device)
         # top_k 0 is "off" for transformers; None would fall back to the checkpoint's default (often 20 or 50)
         top_k = 0 if params.top_k == -1 else params.top_k
+        greedy = params.temperature == 0  # n = 1 (SamplingConfig checks): the most likely token each time
         sampling = {
-            "do_sample": True,
-            "temperature": params.temperature,
-            "top_p": params.top_p,
-            "top_k": top_k,
+            "do_sample": not greedy,
+            "temperature": None if greedy else params.temperature,
+            "top_p": None if greedy else params.top_p,
+            "top_k": None if greedy else top_k,
             "repetition_penalty": 1.0,  # neutral values where a checkpoint's generation_config may differ
             "typical_p": 1.0,
             "no_repeat_ngram_size": 0,
@@ -206,16 +214,15 @@ def _engine_max_model_len(llm: Any) -> int | None:
     return None
 
 
-def check_context_fits(llm: Any, prompts: list[str], max_tokens: int) -> None:
+def check_context_fits(llm: Any, token_ids: list[list[int]], max_tokens: int) -> None:
     """prompt + max_tokens must fit the engine's max_model_len, or vLLM would cut samples short silently."""
     limit = _engine_max_model_len(llm)
     if limit is None:
         return
-    tokenizer = llm.get_tokenizer()
-    longest = max(len(tokenizer.encode(p, add_special_tokens=False)) for p in prompts)
+    longest = max(len(ids) for ids in token_ids)
     if longest + max_tokens > limit:
         raise ValueError(
-            f"the longest prompt ({longest} tokens) + max_tokens ({max_tokens}) exceeds the engine's "
+            f"the longest prompt ({longest} tokens) + eval.max_tokens ({max_tokens}) exceeds the engine's "
             f"max_model_len ({limit}); lower eval.max_tokens or start the engine with a larger max_model_len"
         )
 
@@ -235,8 +242,20 @@ def vllm_max_lora_rank(rank: int) -> int:
     raise ValueError(f"LoRA rank {rank} exceeds vLLM's largest max_lora_rank {VLLM_LORA_RANKS[-1]}")
 
 
+def lora_request_for(adapter_path: str | Path) -> Any:
+    """A LoRARequest for an adapter directory, with an id never used before in this process."""
+    from vllm.lora.request import LoRARequest
+
+    lora_id = next(_LORA_IDS)
+    return LoRARequest(f"adapter-{lora_id}", lora_id, str(Path(adapter_path).resolve()))
+
+
 class VLLMGenerator:
-    """A vLLM engine of its own; an adapter is served through a LoRARequest with a fresh integer id."""
+    """A vLLM engine of its own; an adapter is served through a LoRARequest with a fresh integer id.
+
+    Prompts are tokenized here with the engine's tokenizer exactly as the HF backend does
+    (`prompt_token_ids`) and handed to vLLM as token ids, so both backends condition on the same tokens.
+    """
 
     name = "vllm"
 
@@ -251,14 +270,15 @@ class VLLMGenerator:
         *,
         seed: int = 0,
         max_model_len: int | None = None,
+        max_lora_rank: int | None = None,
         gpu_memory_utilization: float = 0.9,
         dtype: str = "auto",
         show_progress: bool = True,
         **engine_kwargs: Any,
     ) -> VLLMGenerator:
-        """Build the engine (prefix caching on; LoRA enabled when an adapter is given) and its request."""
+        """Build the engine (prefix caching on; LoRA enabled for `adapter_path` or when `max_lora_rank` is
+        given, so that `with_adapter` can serve adapters later) and its request."""
         from vllm import LLM
-        from vllm.lora.request import LoRARequest
 
         kwargs: dict[str, Any] = {
             "model": model_path,
@@ -270,19 +290,28 @@ class VLLMGenerator:
         }
         if max_model_len is not None:
             kwargs["max_model_len"] = max_model_len
-        lora_request = None
         if adapter_path is not None:
-            kwargs.update(enable_lora=True, max_loras=1, max_lora_rank=vllm_max_lora_rank(adapter_rank(adapter_path)))
-            lora_id = next(_LORA_IDS)
-            lora_request = LoRARequest(f"adapter-{lora_id}", lora_id, str(Path(adapter_path).resolve()))
+            max_lora_rank = max(max_lora_rank or 0, adapter_rank(adapter_path))
+        if max_lora_rank:
+            kwargs.update(enable_lora=True, max_loras=1, max_lora_rank=vllm_max_lora_rank(max_lora_rank))
+        lora_request = lora_request_for(adapter_path) if adapter_path is not None else None
         return cls(LLM(**kwargs), lora_request, show_progress)
+
+    def with_adapter(self, adapter_path: str | Path | None) -> VLLMGenerator:
+        """The same engine serving another adapter (None: the base model)."""
+        request = lora_request_for(adapter_path) if adapter_path is not None else None
+        return type(self)(self.llm, request, self.show_progress)
 
     def generate(self, prompts: list[str], params: SamplingConfig) -> list[list[Sample]]:
         if not prompts:
             return []
-        check_context_fits(self.llm, prompts, params.max_tokens)
+        token_ids = prompt_token_ids(self.llm.get_tokenizer(), prompts)
+        check_context_fits(self.llm, token_ids, params.max_tokens)
         outputs = self.llm.generate(
-            prompts, vllm_sampling_params(params), lora_request=self.lora_request, use_tqdm=self.show_progress
+            [{"prompt_token_ids": ids} for ids in token_ids],
+            vllm_sampling_params(params),
+            lora_request=self.lora_request,
+            use_tqdm=self.show_progress,
         )
         return samples_from_request_outputs(outputs, len(prompts), params.n)
 
@@ -320,12 +349,13 @@ class UnslothVLLMGenerator:
         if not prompts:
             return []
         llm = self.model.vllm_engine
-        check_context_fits(llm, prompts, params.max_tokens)
+        token_ids = prompt_token_ids(llm.get_tokenizer(), prompts)
+        check_context_fits(llm, token_ids, params.max_tokens)
         self.lora_dir.mkdir(parents=True, exist_ok=True)
         with awake(llm):
             lora_request = self.model.load_lora(str(self.lora_dir), load_tensors=True)
             outputs = self.model.fast_generate(
-                prompts,
+                [{"prompt_token_ids": ids} for ids in token_ids],
                 sampling_params=vllm_sampling_params(params),
                 lora_request=lora_request,
                 use_tqdm=False,

@@ -1,9 +1,17 @@
-"""Evaluation inside training: a TrainerCallback that calls `evaluate_fn(step)` on a schedule.
+"""Evaluation inside training: a TrainerCallback that acts at every scheduled step.
 
-When: every `every_steps` optimizer steps (`on_step_end`, after `state.global_step` has advanced), once
-at the end of training (skipped if that step was just evaluated), and optionally at step 0
-(`on_train_begin` of a run that starts from scratch: the base-model row of Table 2).
-Failures are isolated: an exception in evaluation is logged with its traceback and training goes on.
+When: every `every_steps` optimizer steps (`on_step_end`, after `state.global_step` has advanced), once at
+the end of training (skipped if that step was just handled), and optionally at step 0 (`on_train_begin`
+of a run that starts from scratch: the base row of Table 2).
+
+What, at such a step (main process only):
+1. `save_fn(step)`: keep the adapter of that step (eval/adapters/step_<N>), so that the step can be
+   evaluated, or evaluated again, from the file whatever happens next;
+2. `evaluate_fn(step)` when evaluating during training; without one (eval.when=after) the saved adapter
+   waits for the evaluation stage that runs after training.
+A failure never ends the training run, and is never silent: it is logged with its traceback, passed to
+`failure_fn` (which writes eval/failures.jsonl) and listed in `failures`; the adapter stays for a retry.
+After a successful evaluation `done_fn(step)` runs (it deletes the adapter unless eval.keep_adapters).
 On resume, steps already in eval/summary.jsonl cost nothing: the runner skips them.
 """
 
@@ -21,44 +29,59 @@ log = logging.getLogger(__name__)
 class EvaluationCallback(TrainerCallback):
     def __init__(
         self,
-        evaluate_fn: Callable[[int], dict[str, float]],
+        evaluate_fn: Callable[[int], dict[str, float]] | None,
         every_steps: int,
         at_start: bool = False,
         log_fn: Callable[[dict[str, float], int], None] | None = None,
+        save_fn: Callable[[int], Any] | None = None,
+        failure_fn: Callable[[int, BaseException], Any] | None = None,
+        done_fn: Callable[[int], Any] | None = None,
     ) -> None:
         if every_steps < 1:
             raise ValueError(f"every_steps must be >= 1, got {every_steps}")
-        self.evaluate_fn, self.every_steps, self.at_start, self.log_fn = (
-            evaluate_fn,
-            every_steps,
-            at_start,
-            log_fn,
-        )
-        self.evaluated: set[int] = set()  # steps evaluated (or attempted) in this process
+        self.evaluate_fn, self.every_steps, self.at_start, self.log_fn = evaluate_fn, every_steps, at_start, log_fn
+        self.save_fn, self.failure_fn, self.done_fn = save_fn, failure_fn, done_fn
+        self.handled: set[int] = set()  # steps handled (saved and/or evaluated, or attempted) in this process
         self.failures: list[int] = []
 
-    def _evaluate(self, step: int, state: Any) -> None:
-        if step in self.evaluated or not getattr(state, "is_world_process_zero", True):
+    def _fail(self, step: int, what: str, error: BaseException) -> None:
+        self.failures.append(step)
+        log.error("%s at step %d failed; training continues", what, step, exc_info=error)
+        if self.failure_fn is not None:
+            self.failure_fn(step, error)
+
+    def _handle(self, step: int, state: Any) -> None:
+        if step in self.handled or not getattr(state, "is_world_process_zero", True):
             return
-        self.evaluated.add(step)
+        self.handled.add(step)
+        if self.save_fn is not None:
+            try:
+                self.save_fn(step)
+            except Exception as err:
+                self._fail(step, "saving the adapter for evaluation", err)
+                return
+        if self.evaluate_fn is None:
+            return
         try:
             metrics = self.evaluate_fn(step)
-            if self.log_fn is not None and metrics:
-                self.log_fn(metrics, step)
-        except Exception:  # evaluation must never end a training run
-            self.failures.append(step)
-            log.exception("evaluation at step %d failed; training continues", step)
+        except Exception as err:  # an evaluation must never end a training run, nor vanish
+            self._fail(step, "evaluation", err)
+            return
+        if self.log_fn is not None and metrics:
+            self.log_fn(metrics, step)
+        if self.done_fn is not None:
+            self.done_fn(step)
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
         if self.at_start and state.global_step == 0:
-            self._evaluate(0, state)
+            self._handle(0, state)
         return control
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
         if state.global_step > 0 and state.global_step % self.every_steps == 0:
-            self._evaluate(state.global_step, state)
+            self._handle(state.global_step, state)
         return control
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
-        self._evaluate(state.global_step, state)
+        self._handle(state.global_step, state)
         return control

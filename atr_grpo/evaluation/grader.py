@@ -1,4 +1,4 @@
-"""Is a completion's final answer equal to the gold answer? (contracts §5)
+"""Is a completion's final answer equal to the gold answer?
 
 The rules, chosen so that no harness convention can silently change a score:
 
@@ -223,7 +223,7 @@ def grade_sample(
 
 
 def grade(completion: str, gold: str) -> bool:
-    """True when the completion's final `\\boxed{}` is math-verify-equivalent to `gold` (contracts §5).
+    """True when the completion's final `\\boxed{}` is math-verify-equivalent to `gold`.
 
     In-process, under a signal timer in the main thread (no timer in other threads); use `grade_many`
     for batches and for a hard wall-time bound.
@@ -290,7 +290,7 @@ def _failed_job(job: tuple[str, str, str | None, float], reason: str) -> GradeRe
 
 
 def grade_many(pairs: Sequence[tuple[str, str]], workers: int | None = None) -> list[bool]:
-    """`grade` over (completion, gold) pairs in worker processes (contracts §5); a timeout is wrong."""
+    """`grade` over (completion, gold) pairs in worker processes; a timeout is wrong."""
     return [result.correct for result in grade_samples([(c, g, "stop") for c, g in pairs], workers=workers)]
 
 

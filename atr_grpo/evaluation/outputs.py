@@ -1,4 +1,4 @@
-"""The evaluation files of a run directory (contracts §3), written so that nothing is ever lost.
+"""The evaluation files of a run directory, written so that nothing is ever lost.
 
     <run_dir>/eval/step_<step:06d>/<benchmark>.jsonl   one line per (problem, sample)
     <run_dir>/eval/summary.jsonl                        one line per (step, benchmark)

@@ -2,7 +2,7 @@
 
 `run_evaluation` renders every problem with the training prompt (`atr_grpo.data.prompts.render_prompt`),
 draws n samples per problem from a backend, grades them in worker processes, writes the per-sample
-file and the summary line of each benchmark (contracts §3; see `outputs` for the overwrite policy) and
+file and the summary line of each benchmark (see `outputs` for the layout and the overwrite policy) and
 returns a flat dict for the logger: `eval/<benchmark>/mean@K`, `eval/<benchmark>/pass@K`,
 `eval/average/...` for K in {1, k}, and `eval/<benchmark>/status/<status>` counts.
 """

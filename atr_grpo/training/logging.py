@@ -16,10 +16,13 @@ from atr_grpo.config import TrainConfig
 
 log = logging.getLogger(__name__)
 
-# TRL's names → the names of contracts §3 (the originals are kept as well)
+# TRL's names → the run files' names (README, "Runs"; the originals are kept as well)
 RENAMED = {"completions/mean_length": "completion_length"}
 # end-of-training summaries are not per-step metrics
 SUMMARY_KEYS = ("train_runtime", "train_samples_per_second", "train_steps_per_second", "train_loss")
+# Unsloth's trainer logs PPO clip statistics computed with TRL's default ε = 0.2 whatever the rule is; they
+# would sit beside the rule's own `clip/*` and be read as the rule's, so they are not recorded
+MISLEADING_PREFIXES = ("clip_ratio/",)
 WANDB_ID_FILE = "wandb_run_id"
 
 
@@ -104,7 +107,7 @@ class MetricsCallback(TrainerCallback):
         if any(key in logs for key in SUMMARY_KEYS):
             rundir.write_json(self.logger.run_dir / "train_summary.json", {"step": state.global_step, **logs})
             return
-        metrics = dict(logs)
+        metrics = {k: v for k, v in logs.items() if not k.startswith(MISLEADING_PREFIXES)}
         for old, new in RENAMED.items():
             if old in metrics:
                 metrics[new] = metrics[old]

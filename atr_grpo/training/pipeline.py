@@ -1,9 +1,16 @@
-"""One training run, top to bottom: run directory → SFT format stage → GRPO with the rule → evaluation.
+"""One training run, top to bottom: checks → run directory → SFT format stage → GRPO with the rule → evaluation.
 
-prepare_run_dir   refuse to overwrite; on resume=true check the config matches and find the checkpoint
-ensure_sft_adapter the cached format-stage adapter all methods of a model start from
-build the trainer TRL path (CPU, or GPU without Unsloth) or Unsloth path (GPU, vLLM rollouts)
-train             checkpoints every save_steps, metrics.jsonl every step, evaluation every every_steps
+preflight          what the machine and the config must allow, checked before any model is loaded
+prepare_run_dir    refuse to overwrite; a re-launch of the same config continues the run
+ensure_sft_adapter the cached format-stage adapter all methods of a model start from (its own process)
+train_grpo         TRL path (CPU, or GPU without Unsloth) or Unsloth path; checkpoints every save_steps,
+                   metrics.jsonl every step, an adapter (and, eval.when=during, an evaluation) at each
+                   scheduled evaluation step
+evaluation stage   eval.when=after: the saved adapters, in a process of its own once training has exited
+
+`run_pipeline` is `python -m atr_grpo.train`: with eval.when=after the GRPO stage and the evaluation stage
+each run in a fresh process (`atr_grpo.training.stages`), so the evaluator gets the GPU memory training used.
+`run_training` is the GRPO stage in the calling process (tests, notebooks, extra callbacks).
 """
 
 from __future__ import annotations
@@ -21,12 +28,15 @@ from omegaconf import OmegaConf
 
 from atr_grpo import rundir
 from atr_grpo.clipping import build_rule
-from atr_grpo.config import ConfigError, TrainConfig
+from atr_grpo.config import ConfigError, TrainConfig, check_vllm_temperature
+from atr_grpo.evaluation.schedule import EvaluationState, record_failure, run_evaluation_state, saved_adapters
 
 log = logging.getLogger(__name__)
 
 # rules whose effect does not go through the ratio w: they act even on strictly on-policy updates
 ACTS_ON_POLICY = ("clip_cov",)
+# exit status of a run whose training finished but whose scheduled evaluations are not all done
+EXIT_EVALUATIONS_INCOMPLETE = 3
 # keys that may change when a run is resumed (they do not change what the run computes)
 RESUMABLE_CHANGES = ("resume", "logger")
 
@@ -65,6 +75,12 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     return max(found, key=lambda p: int(p.name.split("-")[-1])) if found else None
 
 
+def run_state(run_dir: Path) -> RunState:
+    """The state of an existing run directory (for a stage process: nothing is written)."""
+    finished = (run_dir / rundir.DONE_FILE).exists()
+    return RunState(run_dir, None if finished else latest_checkpoint(run_dir), finished)
+
+
 def prepare_run_dir(cfg: TrainConfig, config_yaml: str) -> RunState:
     """Create a fresh run directory, or continue the run already in it. Never overwrites a run."""
     run_dir = Path(cfg.run_dir)
@@ -91,9 +107,7 @@ def prepare_run_dir(cfg: TrainConfig, config_yaml: str) -> RunState:
     env = rundir.read_json(env_path) if env_path.exists() else {}
     env.setdefault("resumes", []).append(rundir.environment())
     rundir.write_json(env_path, env)
-    if (run_dir / rundir.DONE_FILE).exists():
-        return RunState(run_dir, None, True)
-    return RunState(run_dir, latest_checkpoint(run_dir), False)
+    return run_state(run_dir)
 
 
 # ------------------------------------------------------------------------------------------ checks
@@ -116,64 +130,126 @@ def warn_if_on_policy(cfg: TrainConfig) -> str | None:
     return message
 
 
-def choose_backend(cfg: TrainConfig) -> str:
-    if cfg.trainer.backend == "trl":
-        return "trl"
-    cuda = torch.cuda.is_available()
-    unsloth_ok = cuda and _importable("unsloth")
-    if cfg.trainer.backend == "unsloth" and not unsloth_ok:
-        raise ConfigError("invalid config: trainer.backend='unsloth' needs a CUDA GPU and `pip install -e .[gpu]`")
-    return "unsloth" if unsloth_ok else "trl"
-
-
 def _importable(name: str) -> bool:
     import importlib.util
 
     return importlib.util.find_spec(name) is not None
 
 
+def choose_backend(cfg: TrainConfig) -> str:
+    """The training backend: trainer.backend, with auto = Unsloth on a CUDA machine where it is installed."""
+    if cfg.trainer.backend == "trl":
+        return "trl"
+    unsloth_ok = torch.cuda.is_available() and _importable("unsloth")
+    if cfg.trainer.backend == "unsloth" and not unsloth_ok:
+        raise ConfigError("invalid config: trainer.backend='unsloth' needs a CUDA GPU and `pip install -e .[gpu]`")
+    return "unsloth" if unsloth_ok else "trl"
+
+
+def resolve_rollout_engine(cfg: TrainConfig) -> str:
+    """rollout.engine with auto resolved (vLLM on a CUDA machine where it is installed), checked against the
+    machine: vLLM must be importable and the training temperature within vLLM's bound."""
+    engine = cfg.rollout.engine
+    if engine == "auto":
+        engine = "vllm" if torch.cuda.is_available() and _importable("vllm") else "hf"
+    if engine == "vllm":
+        if not _importable("vllm"):
+            raise ConfigError("invalid config: rollout.engine='vllm' needs vLLM (`make install` installs it)")
+        check_vllm_temperature(cfg.trainer.temperature, "trainer.temperature", "vLLM rollouts")
+    cfg.rollout.engine = engine  # the run goes on with the resolved engine (config.yaml keeps what was asked)
+    return engine
+
+
+def preflight(cfg: TrainConfig) -> str:
+    """Everything that can be refused before a model is loaded; returns the training backend."""
+    from atr_grpo.training.evaluations import check_evaluation_fits
+
+    backend = choose_backend(cfg)
+    resolve_rollout_engine(cfg)
+    check_evaluation_fits(cfg, backend)
+    return backend
+
+
 # ------------------------------------------------------------------------------------------ the run
-def filter_long_prompts(dataset: Any, tokenizer: Any, cfg: TrainConfig) -> Any:
-    """Drop prompts longer than trainer.max_prompt_length tokens (TRL 1.15 does not truncate prompts)."""
-    limit = cfg.trainer.max_prompt_length
+@dataclass
+class RunOutcome:
+    """How a run ended: trained to its last step or not, and where its scheduled evaluations stand."""
 
-    def fits(example: dict[str, Any]) -> bool:
-        text = tokenizer.apply_chat_template(
-            example["prompt"],
-            tokenize=False,
-            add_generation_prompt=True,
-            enable_thinking=cfg.prompt.enable_thinking,
-        )
-        return len(tokenizer(text, add_special_tokens=False)["input_ids"]) <= limit
+    run_dir: Path
+    trained: bool
+    evaluation: EvaluationState | None
 
-    kept = dataset.filter(fits)
-    if len(kept) < len(dataset):
-        log.info("kept %d of %d prompts within %d tokens", len(kept), len(dataset), limit)
-    if len(kept) == 0:
-        raise ConfigError(f"invalid config: no training prompt fits trainer.max_prompt_length={limit}")
-    return kept
+    @property
+    def ok(self) -> bool:
+        return self.trained and (self.evaluation is None or self.evaluation.complete)
+
+    def summary(self) -> str:
+        done = "training finished" if self.trained else "training did not finish"
+        evaluations = "" if self.evaluation is None else f"; {self.evaluation.describe()}"
+        line = f"{self.run_dir}: {done}{evaluations}"
+        if not self.ok and self.evaluation is not None and self.evaluation.failed:
+            line += (
+                f" (errors in {self.run_dir / rundir.EVAL_DIR / 'failures.jsonl'}; re-launch the same command to retry)"
+            )
+        return ("" if self.ok else "NOT COMPLETE: ") + line
+
+
+def run_outcome(run_dir: Path) -> RunOutcome:
+    config = OmegaConf.to_container(OmegaConf.load(run_dir / rundir.CONFIG_FILE), resolve=True)
+    return RunOutcome(run_dir, (run_dir / rundir.DONE_FILE).exists(), run_evaluation_state(run_dir, config))  # type: ignore[arg-type]
+
+
+def run_pipeline(cfg: TrainConfig, config_yaml: str) -> RunOutcome:
+    """`python -m atr_grpo.train`: the whole run, or what is left of it (a finished run's pending evaluations)."""
+    from atr_grpo.training.stages import StageError, run_stage
+
+    preflight(cfg)
+    state = prepare_run_dir(cfg, config_yaml)
+    separate = cfg.eval.enabled and cfg.eval.when == "after"
+    if state.finished:
+        print(f"{state.run_dir}: training already finished")
+    elif separate:  # a process of its own: all of its memory is given back before the evaluation stage
+        run_stage("grpo", state.run_dir)
+    else:
+        train_grpo(cfg, state)
+    if cfg.eval.enabled and saved_adapters(state.run_dir):
+        try:
+            run_stage("evaluate", state.run_dir)
+        except StageError as err:  # the process died before it could record its failures: record them here
+            for step in sorted(saved_adapters(state.run_dir)):
+                record_failure(state.run_dir, step, "after", err)
+    outcome = run_outcome(state.run_dir)
+    (log.info if outcome.ok else log.error)(outcome.summary())
+    return outcome
 
 
 def run_training(cfg: TrainConfig, config_yaml: str, callbacks: Sequence[Any] = ()) -> Path:
-    """Run (or resume, or skip when finished) one training run; returns its run directory.
+    """Run (or resume, or skip when finished) the GRPO stage in this process; returns the run directory.
 
-    `callbacks`: extra transformers `TrainerCallback`s (e.g. a user's probe), added after ours.
+    `callbacks`: extra transformers `TrainerCallback`s (e.g. a user's probe), added after ours. With
+    eval.when=after the adapters to evaluate are left in eval/adapters/ (`evaluations.evaluate_saved_adapters`).
     """
+    preflight(cfg)
+    state = prepare_run_dir(cfg, config_yaml)
+    if state.finished:
+        print(f"{state.run_dir}: already finished; nothing to do")
+        return state.run_dir
+    train_grpo(cfg, state, callbacks)
+    return state.run_dir
+
+
+def train_grpo(cfg: TrainConfig, state: RunState, callbacks: Sequence[Any] = ()) -> None:
+    """The GRPO stage of a prepared run directory (preflight done): SFT adapter, trainer, training, DONE."""
     backend = choose_backend(cfg)
     if backend == "unsloth":
         import unsloth  # noqa: F401  (first: it patches transformers and rewrites trl's GRPOTrainer)
     from transformers import set_seed
 
-    from atr_grpo.data.datasets import grpo_dataset
-    from atr_grpo.training.eval_hook import build_eval_callback
+    from atr_grpo.training.evaluations import build_eval_callback
     from atr_grpo.training.logging import MetricsCallback, RunLogger, truncate_metrics
     from atr_grpo.training.sft import ensure_sft_adapter
 
     rule = build_rule(cfg.clipping.name, **cfg.clipping.params())
-    state = prepare_run_dir(cfg, config_yaml)
-    if state.finished:
-        print(f"{state.run_dir}: already finished; nothing to do")
-        return state.run_dir
     warn_if_on_policy(cfg)
     if cfg.trainer.num_threads:
         torch.set_num_threads(cfg.trainer.num_threads)
@@ -187,11 +263,13 @@ def run_training(cfg: TrainConfig, config_yaml: str, callbacks: Sequence[Any] = 
     logger = RunLogger(cfg, state.run_dir)
     try:
         if backend == "unsloth":
-            from atr_grpo.training.unsloth_backend import build_unsloth_trainer
+            from atr_grpo.training.unsloth_trainer import build_unsloth_trainer
 
             trainer, tokenizer = build_unsloth_trainer(cfg, rule, adapter, state.run_dir)
         else:
-            trainer, tokenizer = build_trl_trainer(cfg, rule, adapter, state.run_dir, grpo_dataset)
+            from atr_grpo.training.trl_backend import build_trl_trainer
+
+            trainer, tokenizer = build_trl_trainer(cfg, rule, adapter, state.run_dir)
         trainer.add_callback(MetricsCallback(logger))
         if cfg.eval.enabled:
             trainer.add_callback(build_eval_callback(cfg, trainer, tokenizer, state.run_dir, logger, backend))
@@ -207,30 +285,8 @@ def run_training(cfg: TrainConfig, config_yaml: str, callbacks: Sequence[Any] = 
                 "step": trainer.state.global_step,
                 "seconds": round(time.time() - started, 1),
                 "backend": backend,
+                "rollout_engine": cfg.rollout.engine,
             },
         )
     finally:
         logger.finish()
-    return state.run_dir
-
-
-def build_trl_trainer(cfg: TrainConfig, rule: Any, adapter: Path | None, run_dir: Path, dataset_fn: Any) -> tuple:
-    """TRL path: transformers + peft model (the SFT adapter, trainable) and the rule's GRPOTrainer."""
-    from atr_grpo.models import load_model_and_tokenizer
-    from atr_grpo.rewards import math_verify_reward
-    from atr_grpo.training.grpo import RuleGRPOTrainer, grpo_args
-
-    model, tokenizer = load_model_and_tokenizer(cfg.model, adapter_path=adapter, for_training=True)
-    dataset = filter_long_prompts(dataset_fn(cfg.data, cfg.prompt), tokenizer, cfg)
-    trainer = RuleGRPOTrainer(
-        model=model,
-        reward_funcs=[math_verify_reward],
-        args=grpo_args(cfg, run_dir / rundir.CHECKPOINT_DIR),
-        train_dataset=dataset,
-        processing_class=tokenizer,
-        rule=rule,
-        loss_agg=cfg.trainer.loss_agg,
-        kl_estimator=cfg.trainer.kl_estimator,
-        kl_importance_weight=cfg.trainer.kl_importance_weight,
-    )
-    return trainer, tokenizer

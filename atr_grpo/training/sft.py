@@ -1,9 +1,14 @@
 """The SFT "format" stage (App. B): teach the answer format before GRPO, once per model.
 
 Every clipping method and seed of one model must start GRPO from the same adapter, so the adapter is
-cached under a hash of everything that determines it (model, LoRA, SFT settings, prompt, and the data
-generator for the synthetic task) and reused; a file lock keeps concurrent runs on a cluster from
-training it twice, and the cache entry appears atomically (trained in a temporary folder, then renamed).
+cached under a hash of everything that determines it (model, LoRA, SFT settings, prompt, the data
+generator for the synthetic task, and the trainer that trains it) and reused; a file lock keeps concurrent
+runs on a cluster from training it twice, and the cache entry appears atomically (trained in a temporary
+folder, then renamed).
+
+The stage always runs in a process of its own (`atr_grpo.training.stages sft`), through TRL's own
+`SFTTrainer`: on a GPU the training process has imported Unsloth, which replaces TRL's trainers with its
+generated ones, so training the adapter in that process would make it depend on the machine.
 """
 
 from __future__ import annotations
@@ -20,9 +25,10 @@ from typing import Any
 import torch
 
 from atr_grpo import rundir
-from atr_grpo.config import TrainConfig
+from atr_grpo.config import TrainConfig, config_to_yaml
 from atr_grpo.data.datasets import sft_dataset
 from atr_grpo.models import load_model_and_tokenizer, tiny_fingerprint
+from atr_grpo.training.stages import RUN_CONFIG, run_stage
 
 log = logging.getLogger(__name__)
 
@@ -32,16 +38,25 @@ ADAPTER_MARKER = "adapter_config.json"
 def sft_fingerprint(cfg: TrainConfig) -> dict[str, Any]:
     """What the SFT adapter depends on (and nothing else: not the clipping rule, not the run seed)."""
     sft = {k: v for k, v in asdict(cfg.sft).items() if k != "cache_dir"}
-    model = asdict(cfg.model)
-    for runtime_only in ("gpu_memory_utilization", "fast_inference"):  # how it runs, not what it learns
-        model.pop(runtime_only)
-    key: dict[str, Any] = {"model": model, "sft": sft, "prompt": asdict(cfg.prompt)}
+    key: dict[str, Any] = {
+        "model": asdict(cfg.model),
+        "sft": sft,
+        "prompt": asdict(cfg.prompt),
+        "trainer": sft_trainer_identity(),
+    }
     if cfg.model.tiny is not None:  # the locally built base changes with its recipe, not only its config
         key["tiny_base"] = tiny_fingerprint(cfg.model.tiny)
     if cfg.sft.name == "arithmetic":  # the examples come from the task generator
         data = asdict(cfg.data)
         key["data"] = {k: data[k] for k in ("num_train", "num_eval", "max_operand", "operations", "generator_seed")}
     return key
+
+
+def sft_trainer_identity() -> str:
+    """The trainer that trains the adapter: TRL's own SFTTrainer, at the installed TRL version."""
+    from importlib.metadata import version
+
+    return f"trl.SFTTrainer=={version('trl')}"
 
 
 def sft_cache_key(cfg: TrainConfig) -> str:
@@ -63,15 +78,23 @@ def ensure_sft_adapter(cfg: TrainConfig) -> Path:
         staging = root / f"{key}.partial"
         if staging.exists():
             shutil.rmtree(staging)  # leftovers of an interrupted SFT run: ours to remove, never a user file
-        train_sft(cfg, staging)
+        staging.mkdir(parents=True)
+        (staging / RUN_CONFIG).write_text(config_to_yaml(cfg))
+        run_stage("sft", staging)  # a process of its own: pristine TRL on every machine
+        (staging / RUN_CONFIG).unlink()
         staging.rename(target)
     return target
 
 
 def train_sft(cfg: TrainConfig, out_dir: Path) -> None:
     """Train a fresh LoRA adapter on the format data with TRL's SFTTrainer and save it to `out_dir`."""
+    import sys
+
     from trl import SFTConfig as TRLSFTConfig
     from trl import SFTTrainer
+
+    if "unsloth" in sys.modules:  # its patched SFTTrainer would train a machine-dependent adapter
+        raise RuntimeError("the SFT stage must run in a process that has not imported unsloth (stages sft)")
 
     from atr_grpo.compat import install_trl_logprob_fallback
 

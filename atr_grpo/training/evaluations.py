@@ -1,0 +1,184 @@
+"""The evaluations of a training run (eval.every_steps, the end, and step 0), in one of two ways.
+
+eval.when=after (the paper's default on a GPU). At each scheduled step the training process only saves the
+adapter (eval/adapters/step_<N>). After training, `evaluate_saved_adapters` runs in a process of its own (the
+training process has exited, so its GPU memory, Unsloth's colocated engine included, is free) and evaluates
+every waiting adapter with one vLLM engine sized for the longest prompt + eval.max_tokens: the paper's
+32,768-token budget on the same single GPU. An adapter is deleted once its evaluation is recorded (unless
+eval.keep_adapters); a failed step keeps it, and re-launching the run's command evaluates it again.
+
+eval.when=during. The training process evaluates at each scheduled step on the live model: HF `generate`
+(the TRL path) or Unsloth's colocated engine, whose context is model.max_seq_length. The adapter is saved
+first and deleted after a successful evaluation, so a failed step can be evaluated later from its file.
+
+Either way `check_evaluation_fits` runs before training: an evaluation that cannot fit (prompt + max_tokens
+beyond the engine or the model's context, or an HF KV cache beyond memory) is refused with the keys named.
+Generation runs under a forked RNG, so evaluating never changes the training run's random stream.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from atr_grpo.config import ConfigError, TrainConfig
+from atr_grpo.evaluation import engines
+from atr_grpo.evaluation.callback import EvaluationCallback
+from atr_grpo.evaluation.schedule import (
+    EvaluationState,
+    adapter_dir,
+    record_failure,
+    remove_adapter,
+    run_evaluation_state,
+    saved_adapters,
+)
+
+log = logging.getLogger(__name__)
+
+
+def live_backend(cfg: TrainConfig, training_backend: str) -> str:
+    """The backend of evaluations during training: Unsloth's colocated engine when rollouts use it, else HF."""
+    if training_backend == "unsloth" and cfg.rollout.engine == "vllm":
+        return "unsloth_vllm"
+    if cfg.eval.backend == "vllm":
+        raise ConfigError(
+            "invalid config: eval.backend=vllm with eval.when=during needs the Unsloth backend's colocated engine "
+            "(trainer.backend=unsloth, rollout.engine=vllm); use eval.when=after for an engine of its own"
+        )
+    return "hf"
+
+
+def evaluation_backend(cfg: TrainConfig, training_backend: str) -> str:
+    return (
+        live_backend(cfg, training_backend) if cfg.eval.when == "during" else engines.choose_backend(cfg.eval.backend)
+    )
+
+
+def check_evaluation_fits(cfg: TrainConfig, training_backend: str) -> None:
+    """Refuse, before training, an evaluation that could not run (the keys to change are named)."""
+    from atr_grpo.models import load_tokenizer
+
+    if not cfg.eval.enabled:
+        return
+    backend = evaluation_backend(cfg, training_backend)
+    tokenizer = load_tokenizer(cfg.model)
+    longest = engines.longest_prompt(tokenizer, engines.load_benchmarks(cfg.eval, cfg.data), cfg.prompt)
+    limit = cfg.model.max_seq_length if backend == "unsloth_vllm" else None
+    engines.check_capacity(cfg.eval, cfg.model, longest, "vllm" if backend == "unsloth_vllm" else backend, limit)
+
+
+def save_adapter(model: Any, run_dir: Path, step: int) -> Path:
+    """The trainable adapter of `model` into eval/adapters/step_<N>, written whole or not at all."""
+    target = adapter_dir(run_dir, step)
+    staging = target.with_name(target.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    model.save_pretrained(str(staging))
+    shutil.rmtree(target, ignore_errors=True)  # a re-save of the same step (a resumed run): ours to replace
+    staging.rename(target)
+    return target
+
+
+def _metadata(cfg: TrainConfig, step: int, adapter: Any = None) -> dict[str, Any]:
+    return {"model": cfg.model.name, "method": cfg.method, "seed": cfg.seed, "adapter_step": step}
+
+
+def _run(cfg: TrainConfig, generator: Any, tokenizer: Any, benchmarks: list[Any], run_dir: Path, step: int) -> dict:
+    from atr_grpo.evaluation import run_evaluation
+
+    ev = cfg.eval
+    with torch.random.fork_rng(devices=[]):
+        return run_evaluation(
+            generator,
+            tokenizer,
+            benchmarks,
+            engines.sampling_config(ev),
+            run_dir,
+            step,
+            system_prompt=cfg.prompt.system,
+            enable_thinking=cfg.prompt.enable_thinking,
+            k=ev.k,
+            grader_workers=ev.grader_workers,
+            grader_timeout=ev.grader_timeout,
+            metadata=_metadata(cfg, step),
+            show_progress=False,
+        )
+
+
+def build_eval_callback(
+    cfg: TrainConfig, trainer: Any, tokenizer: Any, run_dir: Path, logger: Any, training_backend: str
+) -> EvaluationCallback:
+    """The callback that saves each scheduled step's adapter and, with eval.when=during, evaluates it."""
+    from atr_grpo.evaluation import HFGenerator, UnslothVLLMGenerator
+
+    ev = cfg.eval
+    benchmarks: list[Any] = []
+
+    def evaluate(step: int) -> dict[str, float]:
+        if not benchmarks:
+            benchmarks.extend(engines.load_benchmarks(ev, cfg.data))
+        if live_backend(cfg, training_backend) == "unsloth_vllm":
+            generator: Any = UnslothVLLMGenerator(trainer.model, run_dir / "eval_lora")
+        else:
+            generator = HFGenerator(trainer.model, tokenizer, ev.batch_size, show_progress=False)
+        return _run(cfg, generator, tokenizer, benchmarks, run_dir, step)
+
+    def done(step: int) -> None:
+        if not ev.keep_adapters:
+            remove_adapter(run_dir, step)
+
+    return EvaluationCallback(
+        evaluate if ev.when == "during" else None,
+        ev.every_steps,
+        at_start=ev.at_start,
+        log_fn=logger.log_eval,
+        save_fn=lambda step: save_adapter(trainer.model, run_dir, step),
+        failure_fn=lambda step, error: record_failure(run_dir, step, "during", error),
+        done_fn=done,
+    )
+
+
+def evaluate_saved_adapters(cfg: TrainConfig, run_dir: Path) -> EvaluationState | None:
+    """The evaluation stage: evaluate every waiting adapter of the run, one engine for all of them.
+
+    Each step's failure is recorded in eval/failures.jsonl and the next step goes on; returns the run's
+    evaluation state afterwards (None when the run evaluates nothing).
+    """
+    from omegaconf import OmegaConf
+
+    from atr_grpo import rundir
+    from atr_grpo.models import load_model_and_tokenizer, load_tokenizer
+
+    config = OmegaConf.to_container(OmegaConf.load(run_dir / rundir.CONFIG_FILE), resolve=True)
+    state = run_evaluation_state(run_dir, config)  # type: ignore[arg-type]
+    if state is None or not state.pending:
+        return state
+    ev, adapters = cfg.eval, saved_adapters(run_dir)
+    backend = engines.choose_backend(ev.backend)
+    tokenizer = load_tokenizer(cfg.model)
+    benchmarks = engines.load_benchmarks(ev, cfg.data)
+    engine = None
+    log.info("evaluation stage: steps %s with %s", state.pending, backend)
+    for step in state.pending:
+        try:
+            if backend == "vllm":
+                if engine is None:
+                    longest = engines.longest_prompt(tokenizer, benchmarks, cfg.prompt)
+                    engine = engines.vllm_generator(cfg.model, ev, longest, max_lora_rank=cfg.model.lora.r)
+                generator: Any = engine.with_adapter(adapters[step])
+            else:
+                from atr_grpo.evaluation import HFGenerator
+
+                model, _ = load_model_and_tokenizer(cfg.model, adapter_path=adapters[step])
+                generator = HFGenerator(model, tokenizer, ev.batch_size, show_progress=False)
+            _run(cfg, generator, tokenizer, benchmarks, run_dir, step)
+        except Exception as err:  # recorded, and the next step is still evaluated
+            record_failure(run_dir, step, "after", err)
+            log.error("evaluation stage: step %d failed", step, exc_info=err)
+            continue
+        if not ev.keep_adapters:
+            remove_adapter(run_dir, step)
+    return run_evaluation_state(run_dir, config)  # type: ignore[arg-type]

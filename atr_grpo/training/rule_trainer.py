@@ -1,0 +1,229 @@
+"""What both trainer paths (TRL's `GRPOTrainer`, Unsloth's generated one) share around the rule.
+
+- `grpo_arg_values`: TRL's config values from ours; everything that changes the loss or the sampler is set
+  explicitly, never left to a library default.
+- `RuleTrainerMixin`: the rule and its `LossSettings`, the rule's extras for a micro-batch (Clip-Cov's key
+  seed, the full-vocabulary KL against π_old's snapshot), and one `record_loss` that turns a micro-batch's
+  `GRPOLoss` into the step's metrics: the rule's `clip/*`, `ratio/*`, `kl/*`, the entropy, and the
+  rollout-engine mismatch under `rollout/`. Metrics are pooled over micro-batches and processes
+  (`step_stats.StepStats`) and added to TRL's log at each logging step.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from atr_grpo.clipping import ClipRule
+from atr_grpo.clipping.cov import key_seed_from
+from atr_grpo.config import TrainConfig
+from atr_grpo.losses import GRPOLoss, LossSettings
+from atr_grpo.training.full_kl import adapter_snapshot, full_vocab_kl
+from atr_grpo.training.step_stats import StepStats
+
+# A token whose ratio π_trainer/π_rollout leaves [1 - band, 1 + band] counts as mismatched
+ROLLOUT_RATIO_BAND = 0.1
+
+
+def resolve_flag(value: bool | str | None, default: bool) -> bool:
+    """A setting that may be left to the machine: None or "auto" → `default`."""
+    if value is None or value == "auto":
+        return default
+    return value is True or value == "true"
+
+
+def loss_settings(cfg: TrainConfig) -> LossSettings:
+    tr = cfg.trainer
+    return LossSettings(
+        loss_agg=tr.loss_agg,
+        max_completion_length=tr.max_completion_length,
+        beta=tr.beta,
+        kl_estimator=tr.kl_estimator,
+        kl_importance_weight=tr.kl_importance_weight,
+    )
+
+
+def vllm_arg_values(cfg: TrainConfig) -> dict[str, Any]:
+    """TRL's vLLM settings from `rollout.*` (rollout.engine=vllm): colocated engine or a `trl vllm-serve` server."""
+    ro, tr = cfg.rollout, cfg.trainer
+    if ro.engine != "vllm":
+        return {"use_vllm": False}
+    vllm = ro.vllm
+    values: dict[str, Any] = {
+        "use_vllm": True,
+        "vllm_mode": vllm.mode,
+        # the rollout engine needs room for the longest prompt plus a full completion, and nothing more
+        "vllm_max_model_length": tr.max_prompt_length + tr.max_completion_length,
+        "vllm_gpu_memory_utilization": vllm.gpu_memory_utilization,
+        "vllm_enable_sleep_mode": vllm.enable_sleep_mode,
+    }
+    if vllm.mode == "server":
+        values.update(
+            vllm_server_base_url=vllm.server_base_url,
+            vllm_server_host=vllm.server_host,
+            vllm_server_port=vllm.server_port,
+            vllm_server_timeout=vllm.server_timeout,
+            vllm_group_port=vllm.group_port,
+        )
+    return values
+
+
+def grpo_arg_values(cfg: TrainConfig, output_dir: str | Path) -> dict[str, Any]:
+    """TRL's `GRPOConfig` values from ours (both paths use these; Unsloth's config class changes some
+    silently, which `unsloth_trainer` undoes and checks)."""
+    tr, cuda = cfg.trainer, torch.cuda.is_available()
+    return dict(
+        output_dir=str(output_dir),
+        seed=cfg.seed,
+        # batching and staleness (rollout.*): how many optimizer steps share one generation batch
+        per_device_train_batch_size=tr.per_device_train_batch_size,
+        gradient_accumulation_steps=tr.gradient_accumulation_steps,
+        num_generations=tr.num_generations,
+        steps_per_generation=cfg.steps_per_generation,
+        num_iterations=cfg.rollout.num_iterations,
+        # sampling
+        temperature=tr.temperature,
+        top_p=tr.top_p,
+        top_k=0 if tr.top_k == -1 else tr.top_k,  # TRL/transformers: 0 = off
+        max_completion_length=tr.max_completion_length,
+        chat_template_kwargs={"enable_thinking": cfg.prompt.enable_thinking},
+        # loss: our loss does the work; these keep TRL's own bookkeeping consistent with it
+        loss_type="dr_grpo",
+        scale_rewards=tr.scale_rewards,
+        beta=tr.beta,
+        mask_truncated_completions=tr.mask_truncated_completions,
+        disable_dropout=True,  # stale ratios must come from the update, not from dropout masks
+        vllm_importance_sampling_correction=tr.vllm_importance_sampling_correction,
+        **vllm_arg_values(cfg),
+        # optimisation
+        learning_rate=tr.learning_rate,
+        weight_decay=tr.weight_decay,
+        optim=tr.optim,
+        adam_beta1=tr.adam_beta1,
+        adam_beta2=tr.adam_beta2,
+        lr_scheduler_type=tr.lr_scheduler_type,
+        warmup_steps=tr.warmup_ratio,  # transformers 5: a float in [0, 1) is a fraction of max_steps
+        max_grad_norm=tr.max_grad_norm,
+        max_steps=tr.max_steps,
+        bf16=resolve_flag(tr.bf16, cuda),
+        gradient_checkpointing=resolve_flag(tr.gradient_checkpointing, cuda),
+        use_cpu=not cuda,
+        # bookkeeping
+        logging_steps=tr.logging_steps,
+        save_strategy="steps",
+        save_steps=tr.save_steps,
+        save_total_limit=tr.save_total_limit,
+        report_to="none",  # W&B is fed by our own callback, with the same keys as metrics.jsonl
+        log_completions=tr.log_completions,
+        remove_unused_columns=False,
+        dataloader_num_workers=0,
+    )
+
+
+def rule_generator(seed: int, global_step: int, micro_step: int) -> torch.Generator:
+    """A generator for randomised rules (Clip-Cov) that depends only on (seed, position in training),
+    so a resumed run draws exactly what an uninterrupted one would."""
+    digest = hashlib.sha256(f"{seed}:{global_step}:{micro_step}".encode()).digest()
+    return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") & ((1 << 63) - 1))
+
+
+def rollout_mismatch(sampling_logp: Tensor, trainer_logp: Tensor, mask: Tensor) -> dict[str, float]:
+    """How far the rollout engine's log-probs are from the trainer's, under the same weights.
+
+    `trainer_logp` is log π_old as the trainer computes it (the weights that generated the rollout),
+    `sampling_logp` the engine's log-prob of the sampled token (NaN where it gave none). Over valid tokens:
+    mean and max |Δ log p| and the fraction whose ratio π_trainer/π_rollout is outside [0.9, 1.1]. On a
+    perfect engine all three are 0; a clipping rule sees this mismatch as ratio movement it did not cause.
+    """
+    with torch.no_grad():
+        diff = trainer_logp.detach().float() - sampling_logp.float()
+        valid = mask.bool() & ~torch.isnan(diff)
+        count = valid.sum().clamp(min=1)
+        absolute = torch.where(valid, diff.abs(), 0.0)
+        ratio = torch.exp(torch.where(valid, diff, 0.0))
+        outside = valid & ((ratio < 1 - ROLLOUT_RATIO_BAND) | (ratio > 1 + ROLLOUT_RATIO_BAND))
+        values = torch.stack([absolute.sum() / count, absolute.max(), outside.sum() / count]).tolist()
+    return {
+        "rollout/logp_abs_diff_mean": values[0],
+        "rollout/logp_abs_diff_max": values[1],
+        "rollout/ratio_out_of_band_frac": values[2],
+    }
+
+
+class RuleTrainerMixin:
+    """Added in front of a `GRPOTrainer` class (TRL's or Unsloth's): the rule, its extras and its metrics."""
+
+    def _setup_rule(self, rule: ClipRule, settings: LossSettings) -> None:
+        self.rule = rule
+        self.loss_settings = settings
+        self._old_adapter: dict[str, Tensor] | None = None
+        self._step_stats = StepStats()
+
+    # π_old for the full-vocabulary KL: the weights that generated this rollout
+    def _generate_and_score_completions(self, inputs: Any) -> Any:
+        if "full_kl" in self.rule.needs:
+            self._old_adapter = adapter_snapshot(self.accelerator.unwrap_model(self.model))
+        return super()._generate_and_score_completions(inputs)  # type: ignore[misc]
+
+    def rule_extras(
+        self,
+        model: Any,
+        input_ids: Tensor,
+        attention_mask: Tensor,
+        logits_to_keep: int,
+        like: Tensor,
+        has_old: bool,
+    ) -> dict[str, Tensor]:
+        """The rule's declared extras as tensors in the layout of `like` (`[B, logits_to_keep]`)."""
+        extras: dict[str, Tensor] = {}
+        if "generator" in self.rule.needs:  # Clip-Cov: a seed tensor, so compiled code can draw the same keys
+            extras["key_seed"] = key_seed_from(rule_generator(self.args.seed, self.state.global_step, self._step))
+        if "full_kl" in self.rule.needs:
+            if not has_old or self._old_adapter is None:
+                extras["full_kl"] = torch.zeros_like(like, dtype=torch.float32)  # on-policy: π_old = π_θ
+            else:
+                extras["full_kl"] = full_vocab_kl(
+                    self.accelerator.unwrap_model(model),
+                    self._old_adapter,
+                    input_ids,
+                    attention_mask,
+                    logits_to_keep,
+                    self.temperature,
+                )
+        return extras
+
+    def record_loss(self, result: GRPOLoss, sampling_logp: Tensor | None = None) -> None:
+        """A training micro-batch's metrics: the rule's, the KL to the reference, the rollout mismatch."""
+        valid = result.batch.mask
+        count = int(valid.sum())
+        metrics = result.metrics()
+        if result.kl_ref is not None:
+            metrics["kl_ref"] = float(torch.where(valid, result.kl_ref, 0.0).sum() / max(count, 1))
+        if sampling_logp is not None:  # π_old's log-probs from the trainer vs the rollout engine's
+            metrics.update(rollout_mismatch(sampling_logp, result.batch.old_logp, valid))
+        self._step_stats.add(metrics, count)
+
+    def record_entropy(self, entropies: Tensor, mask: Tensor) -> None:
+        valid = mask.bool()
+        count = int(valid.sum())
+        value = float(torch.where(valid, entropies.detach().float(), 0.0).sum() / max(count, 1))
+        self._step_stats.add({"entropy": value}, count)
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        """Add the step's pooled metrics (global over micro-batches and processes) to TRL's log."""
+        if self._step_stats.keys():
+            logs.update(self._step_stats.reduce(self._all_reduce))
+        super().log(logs, start_time)  # type: ignore[misc]
+
+    def _all_reduce(self, tensor: Tensor, op: str) -> Tensor:
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+            return tensor
+        pooled = tensor.to(self.accelerator.device)  # type: ignore[attr-defined]
+        dist.all_reduce(pooled, op={"sum": dist.ReduceOp.SUM, "min": dist.ReduceOp.MIN, "max": dist.ReduceOp.MAX}[op])
+        return pooled.cpu()

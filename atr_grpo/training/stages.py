@@ -1,0 +1,66 @@
+"""The stages of a training run that get a process of their own:
+
+    python -m atr_grpo.training.stages sft STAGING_DIR    the SFT format stage (STAGING_DIR/run_config.yaml)
+    python -m atr_grpo.training.stages grpo RUN_DIR       GRPO training of a prepared run directory
+    python -m atr_grpo.training.stages evaluate RUN_DIR   the evaluation of the run's saved adapters
+
+Why processes. SFT must run through the same, pristine TRL `SFTTrainer` on every machine, and on a GPU the
+training process has imported Unsloth, which rewrites TRL's trainers. The evaluation after training needs the
+GPU memory that training holds (Unsloth's colocated vLLM engine included), which only exiting gives back.
+Each stage reads the run's own resolved config, so what it does is what the run directory records.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+STAGES = ("sft", "grpo", "evaluate")
+RUN_CONFIG = "run_config.yaml"  # the config an SFT stage process is given, in its staging folder
+
+
+class StageError(RuntimeError):
+    """A stage process failed; its own output (above) says why."""
+
+
+def run_stage(stage: str, path: Path) -> None:
+    """Run one stage in a fresh Python process and wait for it; raises StageError if it fails."""
+    command = [sys.executable, "-m", "atr_grpo.training.stages", stage, str(path)]
+    result = subprocess.run(command, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    if result.returncode != 0:
+        raise StageError(f"the {stage} stage of {path} failed (exit status {result.returncode}); its output is above")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 2 or args[0] not in STAGES:
+        print(f"usage: python -m atr_grpo.training.stages {{{','.join(STAGES)}}} PATH", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.INFO, format="[%(asctime)s %(name)s] %(message)s", datefmt="%H:%M:%S")
+    stage, path = args[0], Path(args[1])
+    from atr_grpo import rundir
+    from atr_grpo.config import config_from_yaml
+
+    if stage == "sft":
+        from atr_grpo.training.sft import train_sft
+
+        train_sft(config_from_yaml((path / RUN_CONFIG).read_text()), path)
+        return 0
+    cfg = config_from_yaml((path / rundir.CONFIG_FILE).read_text())
+    if stage == "grpo":
+        from atr_grpo.training.pipeline import resolve_rollout_engine, run_state, train_grpo
+
+        resolve_rollout_engine(cfg)
+        train_grpo(cfg, run_state(path))
+        return 0
+    from atr_grpo.training.evaluations import evaluate_saved_adapters
+
+    evaluate_saved_adapters(cfg, path)  # a failed step is recorded in eval/failures.jsonl, not an exit status
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

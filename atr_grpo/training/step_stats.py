@@ -1,0 +1,70 @@
+"""Per-step metrics pooled over micro-batches and processes, so that a logged value is the global one.
+
+A micro-batch's rule metrics are token-weighted means over its valid tokens (`clip/frac`, `ratio/mean`,
+...) or extremes (`ratio/min`, `ratio/max`). Averaging per-micro-batch values, as TRL's `_metrics` lists
+do, weighs a short micro-batch like a long one and turns a maximum into a mean of maxima. Here each mean
+is kept as (sum, count) and each extreme as an extreme, then reduced across processes at logging time:
+`clip/frac` is the fraction of all tokens of the optimizer step, on every process, that the rule froze.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from typing import Any
+
+import torch
+
+
+def reduction(key: str) -> str:
+    """How a metric pools: `ratio/max`, `rollout/logp_abs_diff_max` → "max"; `.../min`, `..._min` → "min";
+    everything else is a token-weighted mean."""
+    last = key.rsplit("/", 1)[-1].rsplit("_", 1)[-1]
+    return last if last in ("min", "max") else "mean"
+
+
+class StepStats:
+    """Accumulates metrics between two logging events."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, float] = defaultdict(float)
+        self.counts: dict[str, float] = defaultdict(float)
+        self.minima: dict[str, float] = {}
+        self.maxima: dict[str, float] = {}
+
+    def add(self, metrics: dict[str, float], weight: float) -> None:
+        """Metrics of one micro-batch; means are weighted by `weight` (its number of valid tokens).
+
+        A NaN (or None) value, or a weight of 0, contributes nothing but still registers its key, so that
+        every process reduces the same keys.
+        """
+        for key, value in metrics.items():
+            missing = value is None or math.isnan(value)
+            kind = reduction(key)
+            if kind == "min":
+                self.minima[key] = min(math.inf if missing else value, self.minima.get(key, math.inf))
+            elif kind == "max":
+                self.maxima[key] = max(-math.inf if missing else value, self.maxima.get(key, -math.inf))
+            else:
+                counted = 0.0 if missing or weight <= 0 else float(weight)
+                self.sums[key] += value * counted if counted else 0.0
+                self.counts[key] += counted
+
+    def keys(self) -> list[str]:
+        return sorted({*self.sums, *self.minima, *self.maxima})
+
+    def reduce(self, all_reduce: Any = None) -> dict[str, float]:
+        """The pooled values, then empty. `all_reduce(tensor, op)` ("sum"/"min"/"max") pools across
+        processes; every process must call this with the same keys (they log the same metrics)."""
+        keys = sorted({*self.sums, *self.counts})
+        mins, maxs = sorted(self.minima), sorted(self.maxima)
+        sums = torch.tensor([[self.sums[k], self.counts[k]] for k in keys], dtype=torch.float64).reshape(-1, 2)
+        lows = torch.tensor([self.minima[k] for k in mins], dtype=torch.float64)
+        highs = torch.tensor([self.maxima[k] for k in maxs], dtype=torch.float64)
+        if all_reduce is not None:
+            sums, lows, highs = all_reduce(sums, "sum"), all_reduce(lows, "min"), all_reduce(highs, "max")
+        out = {k: (s / c if c > 0 else math.nan) for k, (s, c) in zip(keys, sums.tolist())}
+        out.update((k, v if math.isfinite(v) else math.nan) for k, v in zip(mins, lows.tolist()))
+        out.update((k, v if math.isfinite(v) else math.nan) for k, v in zip(maxs, highs.tolist()))
+        self.__init__()
+        return out

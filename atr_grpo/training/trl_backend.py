@@ -1,0 +1,87 @@
+"""The TRL path: TRL's `GRPOTrainer` whose loss is `losses.grpo_loss` with the registered rule.
+
+TRL keeps generation (HF `generate`, or vLLM with rollout.engine=vllm), rewards, advantages, the rollout
+buffer and π_old's log-probs; `_compute_loss` is replaced so that the loss is the one composition both
+paths share, and every rule logs the same `clip/*`, `ratio/*`, `kl/*`, `entropy` and `rollout/*` metrics.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from trl import GRPOConfig, GRPOTrainer
+
+from atr_grpo.clipping import ClipRule
+from atr_grpo.compat import install_trl_logprob_fallback
+from atr_grpo.config import TrainConfig
+from atr_grpo.losses import LossSettings, grpo_loss
+from atr_grpo.training.rule_trainer import RuleTrainerMixin, grpo_arg_values, loss_settings
+
+
+class RuleGRPOTrainer(RuleTrainerMixin, GRPOTrainer):
+    """GRPOTrainer whose per-token loss is `rule`, aggregated and regularised as `settings` say."""
+
+    def __init__(self, *args: Any, rule: ClipRule, settings: LossSettings, **kwargs: Any) -> None:
+        install_trl_logprob_fallback()  # TRL's fused log-prob kernel needs a Triton driver; a no-op where it has one
+        self._setup_rule(rule, settings)
+        super().__init__(*args, **kwargs)
+
+    def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
+        prompt_ids, prompt_mask = inputs["prompt_ids"], inputs["prompt_mask"]
+        completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
+        input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
+        attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)
+        logits_to_keep = completion_ids.size(1)  # only completion tokens are scored
+        mask = completion_mask if "tool_mask" not in inputs else completion_mask * inputs["tool_mask"]
+
+        logp, entropies, _ = self._get_per_token_logps_and_entropies(
+            model, input_ids, attention_mask, logits_to_keep, compute_entropy=True
+        )
+        # TRL skips π_old's forward when every update is on-policy; then π_old = π_θ (w ≡ 1)
+        has_old = inputs.get("old_per_token_logps") is not None
+        old_logp = inputs["old_per_token_logps"] if has_old else logp.detach()
+        training = self.model.training
+        correction = None
+        if self.use_vllm and self.vllm_importance_sampling_correction:
+            correction = inputs["importance_sampling_ratio"]
+        result = grpo_loss(
+            self.rule,
+            logp,
+            old_logp,
+            inputs["advantages"],
+            mask,
+            self.loss_settings,
+            ref_logp=inputs.get("ref_per_token_logps"),
+            correction_weight=correction,
+            # TRL scales for gradient accumulation inside the loss (loss_is_scaled_for_ga)
+            gradient_accumulation_steps=self.current_gradient_accumulation_steps if training else 1,
+            extras=self.rule_extras(model, input_ids, attention_mask, logits_to_keep, logp, has_old),
+        )
+        if training:
+            self.record_loss(result, inputs.get("sampling_per_token_logps"))
+            self.record_entropy(entropies, mask)
+        return result.loss
+
+
+def build_trl_trainer(cfg: TrainConfig, rule: ClipRule, adapter: Path | None, run_dir: Path) -> tuple[Any, Any]:
+    """transformers + peft model (the SFT adapter, trainable) and the rule's GRPOTrainer."""
+    from atr_grpo import rundir
+    from atr_grpo.data.datasets import filter_long_prompts, grpo_dataset
+    from atr_grpo.models import load_model_and_tokenizer
+    from atr_grpo.rewards import math_verify_reward
+
+    model, tokenizer = load_model_and_tokenizer(cfg.model, adapter_path=adapter, for_training=True)
+    dataset = grpo_dataset(cfg.data, cfg.prompt)
+    dataset = filter_long_prompts(dataset, tokenizer, cfg.trainer.max_prompt_length, cfg.prompt.enable_thinking)
+    trainer = RuleGRPOTrainer(
+        model=model,
+        reward_funcs=[math_verify_reward],
+        args=GRPOConfig(**grpo_arg_values(cfg, run_dir / rundir.CHECKPOINT_DIR)),
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        rule=rule,
+        settings=loss_settings(cfg),
+    )
+    return trainer, tokenizer

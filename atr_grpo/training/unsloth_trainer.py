@@ -1,0 +1,211 @@
+"""The Unsloth path on a GPU: Unsloth's model (with its colocated vLLM engine for rollouts), its generated
+`GRPOTrainer`, the rule installed into its compiled loss (`unsloth_loss`), and the same settings as the
+TRL path. Unsloth's config class silently rewrites some values: they are set back before the trainer is
+built and checked after it exists, so that the two paths cannot train differently without an error.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from atr_grpo.clipping import ClipRule
+from atr_grpo.config import ConfigError, TrainConfig
+
+log = logging.getLogger(__name__)
+
+# Unsloth switches that replace the loss normaliser or π_old: the two paths would no longer train alike
+UNSUPPORTED_ENV = (
+    "UNSLOTH_GRPO_ZERO_VARIANCE_EXCLUDE",
+    "UNSLOTH_GRPO_LOSS_AGGREGATION",
+    "UNSLOTH_GRPO_ROLLOUT_LOGPROBS_AS_OLD",
+)
+# Attributes GRPOTrainer copies from its args in __init__ (same names); checked after construction
+TRAINER_ATTRIBUTES = (
+    "beta",
+    "loss_type",
+    "scale_rewards",
+    "mask_truncated_completions",
+    "max_completion_length",
+    "num_generations",
+    "temperature",
+)
+# Args that Unsloth's trainer may rewrite inside __init__, after `neutralise_overrides` ran
+ARGS_CHECKED_AFTER_INIT = (
+    "per_device_train_batch_size",
+    "gradient_accumulation_steps",
+    "steps_per_generation",
+    "bf16",
+    "fp16",
+)
+
+
+def neutralise_overrides(args: Any, wanted: dict[str, Any]) -> list[str]:
+    """Set back every value Unsloth's config class changed; returns "key: theirs -> ours" for each.
+
+    transformers' own normalisations (`report_to="none"` → `[]`) are not Unsloth's and are left alone.
+    """
+    changed = []
+    for key, value in wanted.items():
+        current = getattr(args, key, None)
+        if key == "report_to" and value == "none" and current in ([], "none", None):
+            continue
+        if current != value:
+            changed.append(f"{key}: {current!r} -> {value!r}")
+            setattr(args, key, value)
+    return changed
+
+
+def check_trainer_settings(trainer: Any, wanted: dict[str, Any]) -> None:
+    """After `__init__`, the trainer must still train with our settings (it copies some, rewrites others)."""
+    for attribute in TRAINER_ATTRIBUTES:
+        found = getattr(trainer, attribute, wanted.get(attribute))
+        if attribute in wanted and found != wanted[attribute]:
+            raise RuntimeError(
+                f"the Unsloth trainer changed {attribute} from {wanted[attribute]!r} to {found!r}; "
+                "the two training paths would differ (use trainer.backend=trl)"
+            )
+    for key in ARGS_CHECKED_AFTER_INIT:
+        if key in wanted and getattr(trainer.args, key) != wanted[key]:
+            found = getattr(trainer.args, key)
+            hint = " (set trainer.bf16=true, or use trainer.backend=trl)" if key in ("bf16", "fp16") else ""
+            raise RuntimeError(f"the Unsloth trainer changed {key} from {wanted[key]!r} to {found!r}{hint}")
+
+
+def check_environment() -> None:
+    set_vars = [name for name in UNSUPPORTED_ENV if os.environ.get(name)]
+    if set_vars:
+        raise ConfigError(
+            f"unset {', '.join(set_vars)}: they change Unsloth's loss normaliser or π_old, so the Unsloth path "
+            "would no longer train like the TRL path"
+        )
+
+
+def load_adapter_weights(model: Any, adapter: Path) -> None:
+    """Copy a saved LoRA adapter (the SFT stage's) into the model's fresh adapter of the same shape.
+
+    Every LoRA weight of the model must come from the file and every tensor of the file must land: a
+    missing or unexpected key is an error (peft would leave the fresh random weights in place).
+    """
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    state = load_file(str(Path(adapter) / "adapter_model.safetensors"))
+    result = set_peft_model_state_dict(model, state)
+    unexpected = list(getattr(result, "unexpected_keys", []) or [])
+    missing = [key for key in (getattr(result, "missing_keys", []) or []) if "lora_" in key]
+    if unexpected or missing:
+        raise RuntimeError(
+            f"adapter {adapter} does not match the model's LoRA: "
+            f"{len(missing)} missing keys {missing[:3]}, {len(unexpected)} unexpected keys {unexpected[:3]}"
+        )
+
+
+def load_unsloth_model(cfg: TrainConfig, adapter: Path | None) -> tuple[Any, Any]:
+    """Unsloth's model (+ colocated vLLM for rollout.engine=vllm) with the paper's LoRA, SFT weights loaded."""
+    from unsloth import FastLanguageModel  # noqa: I001  (must precede trl/transformers use)
+
+    from atr_grpo.models import resolve_model_path
+    from atr_grpo.training.rule_trainer import resolve_flag
+
+    model_cfg, lora = cfg.model, cfg.model.lora
+    use_vllm = cfg.rollout.engine == "vllm"
+    model, tokenizer = FastLanguageModel.from_pretrained(
+        model_name=resolve_model_path(model_cfg),
+        max_seq_length=model_cfg.max_seq_length,
+        dtype=None if model_cfg.dtype == "auto" else getattr(torch, model_cfg.dtype),
+        load_in_4bit=model_cfg.load_in_4bit,
+        fast_inference=use_vllm,
+        max_lora_rank=lora.r,
+        gpu_memory_utilization=cfg.rollout.vllm.gpu_memory_utilization,
+        random_state=cfg.seed,
+    )
+    if use_vllm and getattr(model, "vllm_engine", None) is None:  # Unsloth drops fast_inference silently
+        raise RuntimeError(
+            "rollout.engine=vllm, but Unsloth loaded the model without its vLLM engine (is vllm 0.31.0 installed "
+            "and importable?); use rollout.engine=hf to sample with transformers"
+        )
+    model = FastLanguageModel.get_peft_model(
+        model,
+        r=lora.r,
+        target_modules=list(lora.target_modules),
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        use_gradient_checkpointing="unsloth" if resolve_flag(cfg.trainer.gradient_checkpointing, True) else False,
+        random_state=cfg.seed,
+    )
+    if adapter is not None:
+        load_adapter_weights(model, adapter)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return model, tokenizer
+
+
+class UnslothRuleTrainerMixin:
+    """In front of `RuleTrainerMixin` and Unsloth's generated `GRPOTrainer`: the rule's constructor, and
+    the entropy, which zoo computes only for `get_high_entropy_mask` (every token is kept: the loss is unchanged)."""
+
+    def __init__(self, *args: Any, rule: ClipRule, settings: Any, **kwargs: Any) -> None:
+        self._setup_rule(rule, settings)  # type: ignore[attr-defined]
+        super().__init__(*args, **kwargs)
+
+    def get_high_entropy_mask(self, entropies: Tensor, mask: Tensor, threshold: float) -> Tensor:
+        if self.model.training:  # type: ignore[attr-defined]
+            self.record_entropy(entropies, mask)  # type: ignore[attr-defined]
+        return mask.bool()
+
+
+def build_unsloth_trainer(cfg: TrainConfig, rule: ClipRule, adapter: Path | None, run_dir: Path) -> tuple[Any, Any]:
+    """Unsloth's generated GRPOTrainer with the rule installed, the same settings as the TRL path."""
+    check_environment()
+    if cfg.trainer.vllm_importance_sampling_correction:
+        raise ConfigError(
+            "invalid config: trainer.vllm_importance_sampling_correction must be false with trainer.backend=unsloth "
+            "(the rule's loss replaces Unsloth's, which is where that correction lives)"
+        )
+    model, tokenizer = load_unsloth_model(cfg, adapter)  # imports unsloth first: it patches trl
+
+    import trl
+
+    from atr_grpo import rundir
+    from atr_grpo.data.datasets import filter_long_prompts, grpo_dataset
+    from atr_grpo.rewards import math_verify_reward
+    from atr_grpo.training.rule_trainer import RuleTrainerMixin, grpo_arg_values, loss_settings
+    from atr_grpo.training.unsloth_loss import install_rule
+
+    namespace = trl.GRPOTrainer.compute_loss.__globals__
+    if "grpo_accumulated_loss" not in namespace:
+        raise RuntimeError("trl.GRPOTrainer is not Unsloth's generated trainer: import unsloth before trl")
+
+    wanted = grpo_arg_values(cfg, run_dir / rundir.CHECKPOINT_DIR)  # with vLLM, Unsloth reuses model.vllm_engine
+    wanted.update(
+        unsloth_num_chunks=-1,
+        # any quantile < 1 makes zoo compute per-token entropies; `get_high_entropy_mask` records them and
+        # keeps every token, so the loss is unchanged
+        top_entropy_quantile=1.0 - 1e-6,
+    )
+    args = trl.GRPOConfig(**wanted)
+    for change in neutralise_overrides(args, wanted):
+        log.info("neutralised an Unsloth config override: %s", change)
+
+    trainer_class = type("UnslothRuleTrainer", (UnslothRuleTrainerMixin, RuleTrainerMixin, trl.GRPOTrainer), {})
+    dataset = grpo_dataset(cfg.data, cfg.prompt)
+    dataset = filter_long_prompts(dataset, tokenizer, cfg.trainer.max_prompt_length, cfg.prompt.enable_thinking)
+    settings = loss_settings(cfg)
+    trainer = trainer_class(
+        model=model,
+        reward_funcs=[math_verify_reward],
+        args=args,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        rule=rule,
+        settings=settings,
+    )
+    check_trainer_settings(trainer, wanted)
+    install_rule(namespace, rule, settings)  # for the life of the process: one run per process
+    return trainer, tokenizer

@@ -1,0 +1,72 @@
+"""Bad input is refused before any model loads, with the key named: a rule's unknown parameter, a missing
+local file, a temperature vLLM would refuse, vLLM asked for where it cannot run."""
+
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO, compose, train_config
+
+from atr_grpo.config import ConfigError, config_from_yaml, config_to_yaml, to_object
+
+
+def train_cli(*overrides):
+    return subprocess.run(
+        [sys.executable, "-m", "atr_grpo.train", *overrides],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["clipping=atr", "+clipping.eps=0.2"], "unknown key clipping.eps (allowed: name, delta, semantics)"),
+        (["data=dapo_math", "data.path=/nonexistent.parquet"], "data.path must be an existing file"),
+        (["rollout.engine=vllm", "trainer.temperature=2.5"], "trainer.temperature must be <= 2.0"),
+    ],
+)
+def test_the_train_entry_point_refuses_with_status_2_and_no_traceback(overrides, message):
+    result = train_cli(*overrides, "logger=none")
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert message in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["+trainer.foo=1"], "unknown key trainer.foo"),
+        (["+eval.paths.amc23=/no/such/file.jsonl"], "eval.paths.amc23 must be an existing file"),
+        (["eval.backend=vllm", "eval.temperature=2.5"], "eval.temperature must be <= 2.0 with eval.backend=vllm"),
+        (["sft.path=/no/such/sft.parquet"], "sft.path must be an existing file"),
+        (["model.path=./no-such-model"], "model.path must be an existing file"),
+    ],
+)
+def test_composed_configs_are_refused(overrides, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        to_object(compose(["experiment=smoke", *overrides]))
+
+
+def test_vllm_rollouts_need_vllm_importable(monkeypatch):
+    from atr_grpo.training import pipeline
+
+    cfg = train_config(["experiment=smoke", "rollout.engine=vllm"])
+    monkeypatch.setattr(pipeline, "_importable", lambda name: name != "vllm")
+    with pytest.raises(ConfigError, match="rollout.engine='vllm' needs vLLM"):
+        pipeline.resolve_rollout_engine(cfg)
+
+
+def test_auto_rollout_engine_is_hf_without_cuda():
+    from atr_grpo.training.pipeline import resolve_rollout_engine
+
+    cfg = train_config(["experiment=smoke"])
+    assert cfg.rollout.engine == "auto" and resolve_rollout_engine(cfg) == "hf" == cfg.rollout.engine
+
+
+def test_a_runs_config_survives_the_trip_through_its_yaml():
+    """What a stage process reads back (config.yaml) is the config the run was launched with."""
+    for overrides in (["experiment=smoke"], ["experiment=smoke", "clipping=clip_cov"], []):
+        cfg = train_config(overrides)
+        assert config_from_yaml(config_to_yaml(cfg)) == cfg

@@ -1,0 +1,76 @@
+"""An evaluation that cannot fit is refused before anything loads, naming the keys: prompt + eval.max_tokens
+beyond the engine or the model's context, or an HF KV cache beyond memory (Qwen3-1.7B at 32,768 tokens)."""
+
+from types import SimpleNamespace
+
+import pytest
+from conftest import train_config
+
+from atr_grpo.config import ConfigError
+from atr_grpo.evaluation import engines
+
+
+@pytest.fixture
+def tiny(tiny_model_dir, monkeypatch):
+    monkeypatch.setattr("atr_grpo.models.resolve_model_path", lambda cfg: str(tiny_model_dir))
+    return train_config(["experiment=smoke"])
+
+
+def test_the_papers_hf_evaluation_needs_about_480_gb_of_kv_cache():
+    """16 prompts × 8 samples × (prompt + 32,768) tokens on Qwen3-1.7B (28 layers, 8 KV heads of 128, bf16)."""
+    qwen3_1_7b = SimpleNamespace(num_hidden_layers=28, num_key_value_heads=8, head_dim=128, num_attention_heads=16)
+    needed = engines.kv_cache_bytes(qwen3_1_7b, sequences=16 * 8, tokens=32768 + 200, dtype_bytes=2)
+    assert 470e9 < needed < 490e9
+
+
+def test_hf_backend_refuses_a_kv_cache_beyond_memory(tiny, monkeypatch):
+    ev = tiny.eval
+    engines.check_capacity(ev, tiny.model, longest=60, backend="hf")  # the smoke settings fit
+    monkeypatch.setattr(engines, "available_memory", lambda: (1 << 20, "GPU memory"))  # a 1 MiB "GPU"
+    with pytest.raises(ConfigError, match=r"eval.batch_size × eval.n.*eval.max_tokens.*GPU memory.*eval.backend=vllm"):
+        engines.check_capacity(ev, tiny.model, longest=60, backend="hf")
+    engines.check_capacity(ev, tiny.model, longest=60, backend="vllm")  # vLLM pages its cache: no such limit
+
+
+def test_the_models_context_bounds_every_backend(tiny):
+    """The tiny model has max_position_embeddings = 512."""
+    tiny.eval.max_tokens = 500
+    for backend in ("hf", "vllm"):
+        with pytest.raises(ConfigError, match=r"eval.max_tokens \(500\).*max_position_embeddings = 512"):
+            engines.check_capacity(tiny.eval, tiny.model, longest=60, backend=backend)
+
+
+def test_the_colocated_training_engine_is_too_short_for_the_papers_budget(tiny):
+    """Unsloth's engine holds model.max_seq_length tokens; 32,768 new tokens need eval.when=after."""
+    tiny.eval.max_tokens = 32768
+    with pytest.raises(ConfigError, match=r"eval.max_tokens \(32768\).*model.max_seq_length \(2048\).*eval.when=after"):
+        engines.check_capacity(tiny.eval, tiny.model, longest=120, backend="vllm", engine_limit=2048)
+
+
+def test_an_explicit_engine_length_must_hold_the_evaluation(tiny):
+    tiny.eval.max_model_len = 64
+    with pytest.raises(ConfigError, match="eval.max_model_len=64"):
+        engines.check_capacity(tiny.eval, tiny.model, longest=60, backend="vllm")
+
+
+def test_check_evaluation_fits_uses_the_engine_of_each_mode(tiny, monkeypatch):
+    """during + Unsloth's rollout engine → model.max_seq_length; after → an engine of its own."""
+    from atr_grpo.training import evaluations
+
+    calls = []
+    monkeypatch.setattr(engines, "check_capacity", lambda *args: calls.append(args[3:]))
+    tiny.eval.when, tiny.rollout.engine = "during", "vllm"
+    evaluations.check_evaluation_fits(tiny, "unsloth")
+    tiny.eval.when, tiny.eval.backend = "after", "vllm"
+    evaluations.check_evaluation_fits(tiny, "unsloth")
+    tiny.eval.when, tiny.rollout.engine, tiny.eval.backend = "during", "hf", "hf"
+    evaluations.check_evaluation_fits(tiny, "trl")
+    assert calls == [("vllm", tiny.model.max_seq_length), ("vllm", None), ("hf", None)]
+
+
+def test_vllm_during_training_on_the_trl_path_is_refused(tiny):
+    tiny.eval.when, tiny.eval.backend = "during", "vllm"
+    from atr_grpo.training.evaluations import check_evaluation_fits
+
+    with pytest.raises(ConfigError, match="eval.backend=vllm with eval.when=during.*eval.when=after"):
+        check_evaluation_fits(tiny, "trl")

@@ -1,0 +1,54 @@
+"""The SFT format stage: its length filter counts tokens, it trains through TRL's own SFTTrainer in a process
+that never imported Unsloth, and the trainer's identity is part of the adapter's cache key."""
+
+import json
+import sys
+import types
+
+import pytest
+from conftest import train_config
+
+from atr_grpo.data.datasets import chat_length, sft_dataset
+from atr_grpo.data.prompts import format_answer
+
+
+@pytest.fixture
+def tokenizer(tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_model_dir)
+
+
+def test_the_length_filter_counts_tokens_not_encoding_keys(tokenizer, tmp_path):
+    """Examples longer than sft.max_length_fraction × model.max_seq_length are dropped (transformers 5 returns a
+    BatchEncoding from apply_chat_template(tokenize=True), whose len() is 2 whatever the text)."""
+    rows = [
+        {"problem": "What is 1 + 1?", "generated_solution": "1 + 1 = 2.", "expected_answer": "2"},
+        {"problem": "What is 2 + 2?", "generated_solution": "2 + 2 = 4. " * 40, "expected_answer": "4"},
+    ]
+    path = tmp_path / "sft.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = train_config(["experiment=smoke", "sft=openmath", f"sft.path={path}", "sft.max_length_fraction=0.5"])
+    short = [{"role": "user", "content": "What is 1 + 1?"}, {"role": "assistant", "content": "1 + 1 = 2."}]
+    assert chat_length(tokenizer, short, False) > 10  # a real token count
+    kept = sft_dataset(cfg.sft, cfg.data, cfg.prompt, tokenizer, cfg.model.max_seq_length)  # limit 128 tokens
+    assert [m[0]["content"] for m in kept["completion"]] == [format_answer("1 + 1 = 2.", "2")], (
+        "the long one is dropped"
+    )
+
+
+def test_the_cache_key_names_the_trainer():
+    from atr_grpo.training.sft import sft_cache_key, sft_fingerprint, sft_trainer_identity
+
+    cfg = train_config(["experiment=smoke"])
+    assert sft_fingerprint(cfg)["trainer"] == sft_trainer_identity()
+    assert sft_trainer_identity().startswith("trl.SFTTrainer==1.15")
+    assert sft_cache_key(cfg) == sft_cache_key(train_config(["experiment=smoke", "clipping=clip", "seed=3"]))
+
+
+def test_sft_refuses_to_train_where_unsloth_was_imported(monkeypatch, tmp_path):
+    from atr_grpo.training.sft import train_sft
+
+    monkeypatch.setitem(sys.modules, "unsloth", types.ModuleType("unsloth"))
+    with pytest.raises(RuntimeError, match="has not imported unsloth"):
+        train_sft(train_config(["experiment=smoke"]), tmp_path)

@@ -1,0 +1,133 @@
+"""A training run's stages on the tiny model (CPU), for real: evaluation after training with a vLLM engine of its
+own, every scheduled step evaluated and its adapter kept until then; a failed evaluation recorded, reported by
+the exit status, and evaluated again by a re-launch; TRL's colocated vLLM engine for rollouts with the
+rollout/trainer mismatch logged every step."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO, compose
+from omegaconf import OmegaConf
+
+from atr_grpo import rundir
+from atr_grpo.config import to_object
+from atr_grpo.evaluation.schedule import adapter_dir, read_failures, run_complete, saved_adapters
+from atr_grpo.training import evaluations
+from atr_grpo.training.pipeline import EXIT_EVALUATIONS_INCOMPLETE, run_outcome, run_training
+
+pytestmark = pytest.mark.slow
+needs_vllm = pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="`make install` installs vLLM")
+
+
+def train_cli(run_dir, *overrides):
+    return subprocess.run(
+        [sys.executable, "-m", "atr_grpo.train", "experiment=smoke", f"run_dir={run_dir}", *overrides],
+        cwd=REPO,  # the tiny model and SFT caches under results/cache
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+
+
+def summary(run_dir):
+    return rundir.read_jsonl(rundir.summary_path(run_dir))
+
+
+def metrics(run_dir):
+    return rundir.read_jsonl(run_dir / rundir.METRICS_FILE)
+
+
+@needs_vllm
+def test_evaluation_after_training_with_vllm_evaluates_every_scheduled_step(tmp_path, smoke_sft_adapter):
+    """eval.when=after: GRPO in one process, then one vLLM engine for the adapters of steps 0, 2 and 4."""
+    run_dir = tmp_path / "run"
+    result = train_cli(run_dir, "eval.when=after", "eval.backend=vllm")
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "3 of 3 scheduled evaluations done" in result.stdout
+    rows = summary(run_dir)
+    assert [(r["step"], r["benchmark"], r["backend"]) for r in rows] == [(s, "arithmetic", "vllm") for s in (0, 2, 4)]
+    assert [r["adapter_step"] for r in rows] == [0, 2, 4]
+    for step in (0, 2, 4):  # the same per-sample files as in-training evaluation writes
+        samples = rundir.read_jsonl(rundir.eval_step_dir(run_dir, step) / "arithmetic.jsonl")
+        assert len(samples) == 8 * 4 and {"completion", "correct", "status", "finish_reason"} <= set(samples[0])
+    assert saved_adapters(run_dir) == {}, "each adapter is deleted once its evaluation is recorded"
+    assert (run_dir / "final_adapter" / "adapter_model.safetensors").exists()
+    assert run_complete(run_dir) and not (run_dir / "eval" / "failures.jsonl").exists()
+
+
+def test_a_failed_evaluation_is_recorded_reported_and_retried(tmp_path, monkeypatch, smoke_sft_adapter):
+    """eval.when=during, the evaluation of step 2 fails: the failure and its traceback go to eval/failures.jsonl,
+    step 2's adapter stays, the run is not complete; a re-launch evaluates step 2 from that adapter."""
+    monkeypatch.chdir(REPO)
+    run_dir = tmp_path / "run"
+    cfg = compose(["experiment=smoke", f"run_dir={run_dir}"])
+    real_run = evaluations._run
+
+    def failing_at_2(cfg, generator, tokenizer, benchmarks, run_dir, step):
+        if step == 2:
+            raise MemoryError("CUDA out of memory (simulated)")
+        return real_run(cfg, generator, tokenizer, benchmarks, run_dir, step)
+
+    monkeypatch.setattr(evaluations, "_run", failing_at_2)
+    run_training(to_object(cfg), OmegaConf.to_yaml(cfg, resolve=True))
+    (failure,) = read_failures(run_dir)
+    assert failure["step"] == 2 and failure["stage"] == "during" and "MemoryError" in failure["traceback"]
+    assert [r["step"] for r in summary(run_dir)] == [0, 4]
+    assert sorted(saved_adapters(run_dir)) == [2], "only the failed step keeps its adapter"
+    outcome = run_outcome(run_dir)
+    assert (
+        not outcome.ok and outcome.summary().startswith("NOT COMPLETE") and "failed at steps [2]" in outcome.summary()
+    )
+    assert not run_complete(run_dir), "make reproduce-* launches it again"
+
+    monkeypatch.undo()
+    result = train_cli(run_dir)  # the same command: training is done, step 2 is evaluated from its adapter
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert [r["step"] for r in summary(run_dir)] == [0, 4, 2] and run_complete(run_dir)
+    assert saved_adapters(run_dir) == {}
+
+
+def test_a_run_whose_evaluations_cannot_be_completed_exits_with_status_3(tmp_path, monkeypatch, smoke_sft_adapter):
+    monkeypatch.chdir(REPO)
+    run_dir = tmp_path / "run"
+    cfg = compose(["experiment=smoke", f"run_dir={run_dir}", "eval.when=after", "eval.backend=hf"])
+    run_training(to_object(cfg), OmegaConf.to_yaml(cfg, resolve=True))  # trains, leaves adapters 0, 2, 4
+    assert sorted(saved_adapters(run_dir)) == [0, 2, 4] and summary_missing(run_dir)
+    for step in (2, 4):
+        evaluations.remove_adapter(run_dir, step)  # lost: these steps can no longer be evaluated
+    result = train_cli(run_dir, "eval.when=after", "eval.backend=hf")
+    assert result.returncode == EXIT_EVALUATIONS_INCOMPLETE, result.stderr[-3000:]
+    assert "NOT COMPLETE" in result.stderr and "without an adapter at steps [2, 4]" in result.stderr
+    assert [r["step"] for r in summary(run_dir)] == [0], "what could be evaluated was"
+    assert not adapter_dir(run_dir, 0).exists()
+
+
+def summary_missing(run_dir):
+    return not rundir.summary_path(run_dir).exists()
+
+
+@needs_vllm
+def test_vllm_rollouts_train_bind_off_policy_and_log_the_engine_mismatch(tmp_path, monkeypatch, smoke_sft_adapter):
+    """rollout.engine=vllm (TRL's colocated engine): the run trains; the reused steps (2, 4) are off-policy and the
+    rule binds, the fresh ones (1, 3) have w ≡ 1; rollout/* compares the engine's log-probs with the trainer's."""
+    monkeypatch.chdir(REPO)
+    run_dir = tmp_path / "run"
+    binding = ["clipping=clip", "clipping.eps=0.05", "trainer.learning_rate=1e-3", "eval=none"]
+    cfg = compose(["experiment=smoke", f"run_dir={run_dir}", "rollout.engine=vllm", *binding])
+    run_training(to_object(cfg), OmegaConf.to_yaml(cfg, resolve=True))
+    assert json.loads((run_dir / rundir.DONE_FILE).read_text())["rollout_engine"] == "vllm"
+    rows = metrics(run_dir)
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    for row in rows:
+        mean, peak = row["rollout/logp_abs_diff_mean"], row["rollout/logp_abs_diff_max"]
+        assert 0 < mean <= peak, row  # float32 engine vs trainer: close, never bit-identical
+        assert mean < 0.05 and 0 <= row["rollout/ratio_out_of_band_frac"] < 0.05, row
+    for row in rows[0::2]:
+        assert row["ratio/min"] == row["ratio/max"] == 1.0 and row["clip/frac"] == 0.0
+    for row in rows[1::2]:
+        assert row["clip/frac"] > 0 and row["ratio/max"] > 1.05

