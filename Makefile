@@ -57,7 +57,7 @@ VERL_PINS := verl==0.9.1 pytest==9.2.0
 $(VERL_STAMP): pyproject.toml
 	python3 -m venv $(VERL_VENV)
 	$(VERL_VENV)/bin/pip install -q --upgrade pip
-	@# torch first and exactly pinned (the CPU build where no CUDA is wanted); verl's wheel does not require torch
+	@# torch first and exactly pinned, so that nothing resolves a multi-GB CUDA build (verl's wheel needs no torch)
 	$(VERL_VENV)/bin/pip install -q torch==2.13.0
 	$(VERL_VENV)/bin/pip install -q $(VERL_PINS) torch==2.13.0
 	@# this package without its pins: the plugin needs torch only, and the rest would fight verl's transformers

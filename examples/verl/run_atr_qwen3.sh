@@ -91,4 +91,9 @@ if [ -n "${DRY_RUN:-}" ]; then
   printf '\n'
   exit 0
 fi
+# verl loads its plugins quietly (a plugin that fails to import only shows up later as an unknown loss_mode):
+# import ours here first, so that a broken or missing install fails now, with its error
+"${PYTHON}" -c 'import atr_grpo.integrations.verl as plugin; from importlib.metadata import entry_points as eps
+assert "atr_grpo" in {ep.name for ep in eps(group="verl.plugins")}, "install this package here: pip install --no-deps -e ."
+plugin.register_policy_losses()'
 exec "${command[@]}"
