@@ -48,6 +48,28 @@ test: lint ## Lint, then the CPU test suite (GPU tests skip without CUDA)
 demo: install ## CPU demo: tiny model, SFT format stage -> GRPO (ATR) -> Mean@8/Pass@8 before and after
 	$(PY) -m atr_grpo.demo
 
+# ---- verl (a separate environment: verl 0.9.1 pins transformers<5.11, this package pins 5.17.0) ----
+VERL_VENV ?= .venv-verl
+VERL_PY := $(VERL_VENV)/bin/python
+VERL_STAMP := $(VERL_VENV)/.installed
+VERL_PINS := verl==0.9.1 pytest==9.2.0
+
+$(VERL_STAMP): pyproject.toml
+	python3 -m venv $(VERL_VENV)
+	$(VERL_VENV)/bin/pip install -q --upgrade pip
+	@# torch first and exactly pinned, so that nothing resolves a multi-GB CUDA build (verl's wheel needs no torch)
+	$(VERL_VENV)/bin/pip install -q torch==2.13.0
+	$(VERL_VENV)/bin/pip install -q $(VERL_PINS) torch==2.13.0
+	@# this package without its pins: the plugin needs torch only, and the rest would fight verl's transformers
+	$(VERL_VENV)/bin/pip install -q --no-deps -e .
+	$(VERL_PY) -c "import verl, sys; print('verl', verl.__version__); sys.exit(verl.__version__ != '0.9.1')"
+	touch $@
+
+install-verl: $(VERL_STAMP) ## Create .venv-verl: verl 0.9.1 + this package without its pins (CPU torch)
+
+test-verl: install-verl ## Every rule through verl's policy-loss API equals ours (loss and gradient), on CPU
+	$(VERL_PY) -m pytest -q tests_verl
+
 # ---- benchmarks (measurements, not tests) ----
 bench-loss: install ## Time forward+backward of every rule vs `clip` (B=32, T=2048, fp32, CPU)
 	$(PY) scripts/bench_loss.py
@@ -86,4 +108,4 @@ clean: ## Remove caches (never touches results/runs)
 	find . -name __pycache__ -type d -prune -not -path './.venv/*' -exec rm -rf {} +
 
 .PHONY: help install lint format test clean demo bench-loss bench-train bench-grader \
-	reproduce-table2 reproduce-table3 ablate-delta passk-curve tables figures
+	install-verl test-verl reproduce-table2 reproduce-table3 ablate-delta passk-curve tables figures

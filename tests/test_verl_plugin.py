@@ -1,0 +1,137 @@
+"""The verl plugin's checks that need no verl (the main environment has none; `make test-verl` runs the rest).
+
+Parameters reach a rule from verl's config and are validated by the rule, with the verl key in every error;
+verl's aggregation modes map to ours or are refused; rules whose extras verl cannot supply are refused.
+"""
+
+import pytest
+import torch
+
+from atr_grpo.clipping import RULES, build_rule
+from atr_grpo.clipping.kl import ATR
+from atr_grpo.integrations import verl as plugin
+from atr_grpo.losses import AGGREGATIONS
+
+
+@pytest.mark.skipif(plugin.verl_available(), reason="verl is installed here: the import path without it is not")
+def test_without_verl_the_module_imports_and_says_how_to_get_verl():
+    """Importing works without verl; the config class and the registration raise an ImportError naming the fix."""
+    with pytest.raises(ImportError, match=r"make install-verl.*\.venv-verl"):
+        plugin.ATRPolicyLossConfig  # noqa: B018
+    with pytest.raises(ImportError, match="make install-verl"):
+        plugin.register_policy_losses()
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        plugin.nothing  # noqa: B018
+
+
+def test_loss_modes_are_the_registry_names_with_the_prefix():
+    """`atr_grpo.<rule>` round-trips to the rule name; verl's own loss modes are not ours."""
+    for name in RULES:
+        assert plugin.rule_name_of(plugin.loss_mode_of(name)) == name
+    assert plugin.rule_name_of("vanilla") is None
+    assert plugin.rule_name_of("clip_cov") is None  # verl's built-in, not ours
+
+
+def test_config_class_fields_cover_every_parameter_of_every_rule():
+    """Every parameter of every registered rule is a settable key (rules added later are picked up)."""
+    names = set(plugin.param_names())
+    for rule in RULES.values():
+        assert {p.name for p in rule.params} <= names
+    assert {"delta", "eps", "eps_low", "eps_high", "semantics"} <= names
+
+
+def test_parameters_from_the_config_reach_the_rule():
+    """Set values are passed to the rule; unset ones (None) leave the rule's source default."""
+    rule = plugin.rule_from_config("atr_grpo.atr", {"delta": 0.05, "semantics": None})
+    assert isinstance(rule, ATR) and rule.delta == 0.05 and rule.semantics == "min"
+    assert plugin.rule_from_config("atr_grpo.clip_higher", None).config() == {"eps_low": 0.2, "eps_high": 0.28}
+    assert plugin.rule_from_config("atr_grpo.dual_clip", {"c": 5}).c == 5.0
+
+
+@pytest.mark.parametrize(
+    ("values", "key", "allowed"),
+    [
+        ({"delta": -0.1}, "actor_rollout_ref.actor.policy_loss.delta", "> 0"),
+        ({"delta": 0.0}, "actor_rollout_ref.actor.policy_loss.delta", "> 0"),
+        ({"semantics": "both"}, "actor_rollout_ref.actor.policy_loss.semantics", "'min', 'mask'"),
+    ],
+)
+def test_bad_parameter_is_refused_naming_the_verl_key(values, key, allowed):
+    """A value outside the rule's range fails with the full verl key and the allowed values."""
+    with pytest.raises(ValueError, match="parameter") as error:
+        plugin.rule_from_config("atr_grpo.atr", values)
+    assert str(error.value).startswith(key + ":") and allowed in str(error.value)
+
+
+def test_cross_parameter_check_names_the_keys_set():
+    """Dual-clip's c must exceed 1 + eps_high: the rule's own check, reported under the verl keys."""
+    with pytest.raises(ValueError, match=r"policy_loss\.c, actor_rollout_ref\.actor\.policy_loss\.eps_high: .*'c'"):
+        plugin.rule_from_config("atr_grpo.dual_clip", {"c": 1.1, "eps_high": 0.2})
+
+
+def test_parameter_of_another_rule_is_refused():
+    """δ set for a ratio rule is an error that lists the rule's own parameters, not a silent no-op."""
+    with pytest.raises(ValueError, match=r"policy_loss\.delta: not a parameter of clipping rule 'clip'.*: eps$"):
+        plugin.rule_from_config("atr_grpo.clip", {"delta": 0.05})
+
+
+def test_unknown_rule_is_refused_with_the_allowed_loss_modes():
+    with pytest.raises(ValueError, match=r"'atr_grpo\.atrr' is not an atr_grpo loss; allowed: .*atr_grpo\.atr"):
+        plugin.rule_from_config("atr_grpo.atrr", {})
+
+
+def test_full_kl_is_refused_because_verl_has_no_full_distribution():
+    """Full-KL needs π_old's whole next-token distribution, which verl's policy-loss API does not pass."""
+    with pytest.raises(ValueError, match=r"'atr_grpo\.full_kl' is not available under verl.*full next-token"):
+        plugin.rule_from_config("atr_grpo.full_kl", {})
+    assert plugin.refusal(RULES["full_kl"]) is not None
+
+
+def test_generator_is_the_only_extra_supplied_and_clip_cov_is_accepted():
+    """Clip-Cov's random keys are supplied (a seeded generator); no other rule of the registry is refused."""
+    refused = {name for name, rule in RULES.items() if plugin.refusal(rule)}
+    assert refused == {name for name, rule in RULES.items() if set(rule.needs) - set(plugin.PROVIDED_EXTRAS)}
+    assert "clip_cov" not in refused and "full_kl" in refused
+
+
+def test_key_generator_depends_on_seed_and_rank_only():
+    """Same (seed, rank) -> the same stream; another seed or rank -> another stream."""
+
+    def draws(generator):
+        return [int(v) for v in torch.randint(0, 2**31 - 1, (4,), generator=generator)]
+
+    assert draws(plugin.key_generator(3, 0)) == draws(plugin.key_generator(3, 0))
+    assert draws(plugin.key_generator(3, 0)) != draws(plugin.key_generator(4, 0))
+    assert draws(plugin.key_generator(3, 0)) != draws(plugin.key_generator(3, 1))
+
+
+def test_verl_aggregations_map_onto_ours():
+    """The three mapped modes are exactly our three aggregations."""
+    assert sorted(plugin.VERL_AGGREGATIONS.values()) == sorted(AGGREGATIONS)
+    rule = build_rule("atr")
+    for verl_mode, ours in plugin.VERL_AGGREGATIONS.items():
+        assert plugin.check_aggregation(rule, verl_mode, loss_scale_factor=1536) == ours
+
+
+@pytest.mark.parametrize("mode", ["token-sum", "seq-mean-token-sum", "token_mean"])
+def test_unmapped_aggregation_is_refused_naming_the_key(mode):
+    with pytest.raises(ValueError, match=rf"actor_rollout_ref\.actor\.loss_agg_mode='{mode}' has no counterpart"):
+        plugin.check_aggregation(build_rule("atr"), mode, loss_scale_factor=1536)
+
+
+def test_dr_grpo_needs_a_constant_normaliser():
+    """seq-mean-token-sum-norm without loss_scale_factor would divide by each micro-batch's padded length."""
+    with pytest.raises(ValueError, match=r"set actor_rollout_ref\.actor\.loss_scale_factor"):
+        plugin.check_aggregation(build_rule("atr"), "seq-mean-token-sum-norm", loss_scale_factor=None)
+
+
+def test_rule_with_a_native_aggregation_accepts_only_that_mode():
+    """A sequence-level rule that declares `native_aggregation` runs only under the verl mode that equals it."""
+    sequence_rule = build_rule("atr")
+    sequence_rule.native_aggregation = "seq_mean"
+    assert plugin.check_aggregation(sequence_rule, "seq-mean-token-mean", None) == "seq_mean"
+    with pytest.raises(ValueError, match=r"'seq_mean' aggregation.*set actor_rollout_ref\.actor\.loss_agg_mode="):
+        plugin.check_aggregation(sequence_rule, "token-mean", None)
+    sequence_rule.native_aggregation = "geo_mean"
+    with pytest.raises(ValueError, match="verl has no such mode"):
+        plugin.check_aggregation(sequence_rule, "seq-mean-token-mean", None)
