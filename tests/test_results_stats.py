@@ -104,7 +104,7 @@ def test_identical_methods_are_not_marked_beyond_alpha():
 def test_seed_luck_fools_the_test_alone_not_the_mark():
     """Identical methods whose runs each get a seed's luck (logit sd 0.3, 3 seeds): the sign-flip test, which is
     about the runs, rejects far more often than α; the mark, which also asks the seed-resampled interval,
-    stays near α (the figures scripts/calibrate_stats.py prints: 0.28 and 0.07)."""
+    stays near α (scripts/calibrate_stats.py, 2,000 draws: 0.25 and 0.06)."""
     found = calibrate(Scenario(seeds=3, seed_sd=0.3), datasets=1000, resampling=FAST, alpha=0.05)
     assert found.rejection_rate > 0.15
     assert found.marked_rate < 0.1

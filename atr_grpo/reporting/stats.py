@@ -9,8 +9,8 @@ which is how the tables compute a cell and the paper's Average.
   (the Average is stratified by benchmark); when a cell pools S ≥ 2 seeds, the seeds are resampled too, one
   draw shared by every problem and benchmark (seeds and problems are crossed, not nested: a two-way or
   "pigeonhole" bootstrap, Owen 2007). With one seed the interval holds problem and sampling noise only, not
-  the training-seed spread. A resample is drawn as multinomial weights, so that the R replicates are one
-  einsum instead of R index gathers.
+  the training-seed spread. Problems are drawn as index arrays (one gather per chunk of resamples), seeds as
+  weights (how often each seed was drawn), so no Python loop runs per resample.
 - **Test**: a paired sign-flip permutation test. Under "the two methods are exchangeable on each problem"
   the seed-averaged difference of a problem is as likely to be +d as −d, so each problem's sign is flipped
   at random (every seed of the problem together) and the two-sided p-value is (1 + #{|T*| ≥ |T|}) / (1 + R),
@@ -68,11 +68,19 @@ def _check(scores: Sequence[np.ndarray]) -> int:
     return seeds.pop()
 
 
-def _weights(rng: np.random.Generator, draws: int, size: int) -> np.ndarray:
-    """[draws, size] resampling weights: how often each of `size` units is drawn, divided by `size`."""
-    if size == 1:
-        return np.ones((draws, 1))
-    return rng.multinomial(size, np.full(size, 1.0 / size), size=draws) / size
+CHUNK_ELEMENTS = 4_000_000  # bound on the gathered array of one step of `_resampled_means`
+
+
+def _resampled_means(scores: np.ndarray, problem_draws: np.ndarray, seed_weights: np.ndarray) -> np.ndarray:
+    """[..., R]: for each resample r, the mean over problems `problem_draws[r]` ([R, P] indices), weighted over
+    seeds by `seed_weights[r]` ([R, S], how often each seed was drawn, divided by S); in chunks of resamples."""
+    draws = problem_draws.shape[0]
+    chunk = max(1, CHUNK_ELEMENTS // scores.size)
+    parts = []
+    for start in range(0, draws, chunk):
+        means = scores[..., problem_draws[start : start + chunk]].mean(axis=-1)  # [..., S, r]
+        parts.append(np.einsum("rs,...sr->...r", seed_weights[start : start + chunk], means))
+    return np.concatenate(parts, axis=-1)
 
 
 def estimate(scores: Sequence[np.ndarray]) -> np.ndarray:
@@ -83,10 +91,11 @@ def estimate(scores: Sequence[np.ndarray]) -> np.ndarray:
 
 def replicates(scores: Sequence[np.ndarray], resampling: Resampling, key: str) -> np.ndarray:
     """Bootstrap replicates [..., R] of `estimate(scores)` (seeds and problems crossed, see the module doc)."""
-    n_seeds = _check(scores)
+    n_seeds, draws = _check(scores), resampling.resamples
     rng = resampling.generator(key)
-    seed_weights = _weights(rng, resampling.resamples, n_seeds)  # [R, S], shared by every benchmark
-    per_bench = [np.einsum("rs,...sp,rp->...r", seed_weights, a, _weights(rng, resampling.resamples, a.shape[-1]))
+    seed_draws = rng.integers(0, n_seeds, (draws, n_seeds))  # one seed draw, shared by every benchmark
+    seed_weights = (seed_draws[:, :, None] == np.arange(n_seeds)).mean(axis=1)  # [R, S]
+    per_bench = [_resampled_means(a, rng.integers(0, a.shape[-1], (draws, a.shape[-1])), seed_weights)
                  for a in scores]  # fmt: skip
     return np.mean(per_bench, axis=0)
 
