@@ -80,6 +80,9 @@ bench-train: install ## Step time of our trainer vs stock TRL GRPOTrainer (dr_gr
 bench-grader: install ## Grade 1,144 responses serially and with the worker pool
 	$(PY) scripts/bench_grader.py
 
+bench-stats: install ## Bootstrap intervals and paired tests of table2 on a Table-2-sized tree vs reading its files
+	$(PY) scripts/bench_stats.py
+
 # ---- reproducing the paper (one fresh process per run; finished runs skipped, interrupted ones resumed) ----
 # DRY_RUN=1 prints one command per run and runs nothing. ARGS is passed on (e.g. ARGS="hydra/launcher=slurm").
 RUNS ?= results/runs

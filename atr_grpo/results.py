@@ -1,12 +1,18 @@
-"""`python -m atr_grpo.results {table2,table3,delta,passk,all,figures} --runs DIR --out DIR`
+"""`python -m atr_grpo.results {table2,table3,delta,passk,binding,all,figures} --runs DIR --out DIR`
+`python -m atr_grpo.results compare A B --runs DIR [--benchmark B] [--metric mean@8]`
+`python -m atr_grpo.results regrade --runs DIR`
 
 Reads only the run directories under --runs (found by their config.yaml) and writes the paper's tables as
 CSV, Markdown and LaTeX, plus `<table>_vs_paper.md` where the paper publishes the numbers
 (results/paper/), or its figures as PNG and PDF. Each table takes the runs of one experiment:
   table2 → table2, table3 → table3, delta → ablate_delta (Figure 3), passk → passk_curve (Figure 4);
-  figures 2 and the clipping curves → table2. --experiment takes another (e.g. `demo` on a CPU).
+  binding (clip_binding: does the rule act or react to noise) → every run; figures 2 and the clipping
+  curves → table2. --experiment takes another (e.g. `demo` on a CPU).
 `all` builds every table whose runs exist and names the others. Runs with missing evaluations are listed
 in the outputs and on stderr, never silently dropped. Only files this command wrote are ever overwritten.
+Tables 2 and 3 carry bootstrap intervals and paired tests against `clip` (--resamples, --alpha); --grader TAG
+reads the verdicts of `regrade` instead of the original ones. `compare` prints method A − method B, paired on
+problems and seeds; `regrade` re-scores every saved sample with the current grader into eval/regrade/<tag>/.
 """
 
 from __future__ import annotations
@@ -15,19 +21,23 @@ import argparse
 import sys
 from pathlib import Path
 
-from atr_grpo.reporting import figures, tables
+from atr_grpo import rundir
+from atr_grpo.evaluation.grader import DEFAULT_TIMEOUT
+from atr_grpo.reporting import binding, compare, figures, regrade, stats, tables
 from atr_grpo.reporting.runs import Run, drop_repeats, find_runs
 
-TABLES = {"table2": "table2", "table3": "table3", "delta": "ablate_delta", "passk": "passk_curve"}
-COMMANDS = (*TABLES, "all", "figures")
+# each table's experiment; None = every run
+TABLES = {"table2": "table2", "table3": "table3", "delta": "ablate_delta", "passk": "passk_curve",
+          "clip_binding": None}  # fmt: skip
+COMMANDS = (*TABLES, "all", "figures", "compare", "regrade")
 
 
 class ResultsError(RuntimeError):
     pass
 
 
-def _select(runs: list[Run], runs_dir: Path, experiment: str) -> list[Run]:
-    chosen = [run for run in runs if run.experiment == experiment]
+def _select(runs: list[Run], runs_dir: Path, experiment: str | None) -> list[Run]:
+    chosen = [run for run in runs if run.config and experiment in (None, run.experiment)]
     if chosen:
         return chosen
     found: dict[str, int] = {}
@@ -36,15 +46,27 @@ def _select(runs: list[Run], runs_dir: Path, experiment: str) -> list[Run]:
     if not found:
         raise ResultsError(f"no run directories (folders with a config.yaml) under {runs_dir}")
     listing = ", ".join(f"{name} ({n} runs)" for name, n in sorted(found.items()))
+    if experiment is None:
+        raise ResultsError(f"no readable config.yaml under {runs_dir} (found: {listing})")
     raise ResultsError(f"no runs of experiment {experiment!r} under {runs_dir} (found: {listing}); "
                        "--experiment NAME tabulates another")  # fmt: skip
 
 
 def build_table(name: str, runs: list[Run], runs_dir: Path, out_dir: Path, experiment: str | None = None,
-                ddof: int = 0) -> list[Path]:  # fmt: skip
+                ddof: int = 0, resampling: stats.Resampling | None = None,
+                alpha: float = tables.ALPHA) -> list[Path]:  # fmt: skip
     """Write one table from the runs of its experiment; raises ResultsError when there are none."""
     chosen = _select(runs, runs_dir, experiment or TABLES[name])
-    table = tables.table3(chosen, ddof=ddof) if name == "table3" else tables.BUILDERS[name](chosen)
+    if name == "table2":
+        table = tables.table2(chosen, resampling, alpha)
+    elif name == "table3":
+        table = tables.table3(chosen, ddof=ddof, resampling=resampling, alpha=alpha)
+    elif name == "clip_binding":
+        table = binding.binding_table(chosen)
+        if not table.rows:
+            raise ResultsError("no run has clip/frac in its metrics.jsonl")
+    else:
+        table = tables.BUILDERS[name](chosen)
     for line in table.missing:
         print(f"warning: {name}: {line}", file=sys.stderr)
     return tables.write_table(table, out_dir)
@@ -74,26 +96,127 @@ def build_figures(runs: list[Run], runs_dir: Path, out_dir: Path, experiment: st
     return written, skipped
 
 
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 100:
+        raise argparse.ArgumentTypeError(f"must be >= 100, got {value}")
+    return value
+
+
+def _level(text: str) -> float:
+    value = float(text)
+    if not 0 < value < 0.5:
+        raise argparse.ArgumentTypeError(f"must be in (0, 0.5), got {value}")
+    return value
+
+
+def _common(parser: argparse.ArgumentParser, statistics: bool = True) -> None:
+    parser.add_argument("--runs", type=Path, default=Path("results/runs"), help="where the run directories are")
+    parser.add_argument("--experiment", default=None, help="take the runs of this experiment only")
+    if statistics:
+        parser.add_argument("--resamples", type=_positive, default=10_000,
+                            help="bootstrap resamples and sign flips per interval / test (default 10,000)")  # fmt: skip
+        parser.add_argument("--bootstrap-seed", type=int, default=0, help="seed of every resampling (default 0)")
+        parser.add_argument("--alpha", type=_level, default=tables.ALPHA,
+                            help="significance level; intervals are (1 − alpha) (default 0.05)")  # fmt: skip
+        parser.add_argument("--grader", default=None, metavar="TAG",
+                            help="use the verdicts of `regrade` with this tag (eval/regrade/TAG/) instead of the "
+                            "original ones")  # fmt: skip
+
+
+def _runs(parser: argparse.ArgumentParser, opts: argparse.Namespace) -> list[Run]:
+    """The runs under --runs, read with --grader's verdicts; a bad --runs or --grader is a usage error."""
+    if not opts.runs.is_dir():
+        parser.error(f"--runs {opts.runs} is not a directory")
+    grader = getattr(opts, "grader", None)
+    if grader is not None:
+        found = sorted({tag for path in rundir.find_run_dirs(opts.runs) for tag in regrade.tags(path)})
+        if grader not in found:
+            parser.error(f"--grader {grader!r}: no run under {opts.runs} has eval/regrade/{grader}/; regrades found: "
+                         f"{', '.join(found) or 'none (python -m atr_grpo.results regrade writes them)'}")  # fmt: skip
+    runs = find_runs(opts.runs, grader=grader)
+    for run in runs:
+        if not run.config:  # it cannot be placed in any table: say so here
+            print(f"warning: {run.path}: {'; '.join(run.problems)}", file=sys.stderr)
+    return runs
+
+
+def _resampling(opts: argparse.Namespace) -> stats.Resampling:
+    return stats.Resampling(opts.resamples, opts.bootstrap_seed, 1.0 - opts.alpha)
+
+
+def compare_main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m atr_grpo.results compare", description=compare.__doc__)
+    parser.add_argument("methods", nargs=2, metavar="METHOD", help="the two methods, A then B (A − B is shown)")
+    _common(parser)
+    parser.add_argument("--benchmark", default=None, help="comma-separated benchmarks and/or `average` (default all)")
+    parser.add_argument("--metric", default=None, help="comma-separated, e.g. mean@8,pass@8 (default mean@K,pass@K)")
+    parser.add_argument("--step", type=int, default=None, help="compare at this step (default: each run's final)")
+    opts = parser.parse_args(argv)
+    runs = [r for r in _runs(parser, opts) if opts.experiment in (None, r.experiment)]
+    resampling = _resampling(opts)
+    split = lambda text: text.split(",") if text else None  # noqa: E731
+    try:
+        rows = compare.compare_methods(runs, *opts.methods, resampling, split(opts.benchmark), split(opts.metric),
+                                       opts.step)  # fmt: skip
+    except compare.CompareError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(compare.format_rows(rows, *opts.methods, resampling), end="")
+    return 0
+
+
+def regrade_main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m atr_grpo.results regrade", description=regrade.__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    _common(parser, statistics=False)
+    parser.add_argument("--workers", type=int, default=None, help="grading processes (default: one per CPU)")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds per answer (default 5)")
+    parser.add_argument("--examples", type=int, default=3, help="changed verdicts shown per run and benchmark")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    opts = parser.parse_args(argv)
+    runs = [r for r in _runs(parser, opts) if r.config and opts.experiment in (None, r.experiment)]
+    if not runs:
+        print(f"error: no run directories{'' if opts.experiment is None else ' of ' + opts.experiment} under "
+              f"{opts.runs}", file=sys.stderr)  # fmt: skip
+        return 2
+    identity = regrade.grader_identity()
+    versions = ", ".join(f"{name} {version}" for name, version in identity["packages"].items())
+    print(f"grader {identity['tag']} ({versions}, grader.py sha256 {identity['grader_py_sha256'][:12]})")
+    total = changed = 0
+    for run in runs:
+        warn = lambda line: print(f"warning: {line}", file=sys.stderr)  # noqa: E731
+        found = regrade.regrade_run(run.path, identity, opts.workers, opts.timeout, opts.examples,
+                                    not opts.no_progress, warn)  # fmt: skip
+        for line in regrade.format_changes(found):
+            print(line)
+        total += sum(c.samples for c in found)
+        changed += sum(c.changed for c in found)
+    print(f"{changed} of {total} verdicts changed in {len(runs)} runs; summaries in "
+          f"<run>/eval/regrade/{identity['tag']}/summary.jsonl (tables: --grader {identity['tag']})")  # fmt: skip
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] == "compare":
+        return compare_main(argv[1:])
+    if argv and argv[0] == "regrade":
+        return regrade_main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m atr_grpo.results", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     parser.add_argument("what", help=f"one of {', '.join(COMMANDS)}")
-    parser.add_argument("--runs", type=Path, default=Path("results/runs"), help="where the run directories are")
+    _common(parser)
     parser.add_argument("--out", type=Path, default=None, help="output folder (results/tables or results/figures)")
-    parser.add_argument("--experiment", default=None, help="take the runs of this experiment for every output")
     parser.add_argument("--ddof", type=int, choices=(0, 1), default=0,
                         help="table3's std over seeds: 0 as in the paper (default), 1 for the sample std")  # fmt: skip
     parser.add_argument("--methods", default=None, help="figures: comma-separated methods to draw (default all)")
     opts = parser.parse_args(argv)
     if opts.what not in COMMANDS:
         parser.error(f"unknown table {opts.what!r}; allowed: {', '.join(COMMANDS)}")
-    if not opts.runs.is_dir():
-        parser.error(f"--runs {opts.runs} is not a directory")
     out = opts.out or Path("results/figures" if opts.what == "figures" else "results/tables")
-    runs = find_runs(opts.runs)
-    for run in runs:
-        if not run.config:  # it cannot be placed in any table: say so here
-            print(f"warning: {run.path}: {'; '.join(run.problems)}", file=sys.stderr)
+    runs = _runs(parser, opts)
+    options = {"ddof": opts.ddof, "resampling": _resampling(opts), "alpha": opts.alpha}
     written: list[Path] = []
     try:
         if opts.what == "figures":
@@ -102,11 +225,11 @@ def main(argv: list[str] | None = None) -> int:
             for reason in skipped:
                 print(f"skipped {reason}", file=sys.stderr)
         elif opts.what != "all":
-            written = build_table(opts.what, runs, opts.runs, out, opts.experiment, opts.ddof)
+            written = build_table(opts.what, runs, opts.runs, out, opts.experiment, **options)
         else:
             for name in TABLES:
                 try:
-                    written += build_table(name, runs, opts.runs, out, opts.experiment, opts.ddof)
+                    written += build_table(name, runs, opts.runs, out, opts.experiment, **options)
                 except ResultsError as err:
                     print(f"skipped {name}: {err}", file=sys.stderr)
                     tables.remove_stale(out, name)

@@ -15,6 +15,7 @@ through a temporary file and renamed, and a file that must not change is refused
 from __future__ import annotations
 
 import fcntl
+import gzip
 import json
 import os
 import platform
@@ -87,9 +88,21 @@ def append_jsonl(path: str | Path, records: dict[str, Any] | Iterable[dict[str, 
         os.fsync(handle.fileno())
 
 
+def read_text(path: str | Path) -> str:
+    """The text of a file, decompressed when its name ends in `.gz` (committed per-sample files are)."""
+    path = Path(path)
+    if path.suffix != ".gz":
+        return path.read_text(encoding="utf-8")
+    try:
+        return gzip.decompress(path.read_bytes()).decode("utf-8")
+    except (EOFError, OSError) as err:  # gzip.BadGzipFile is an OSError
+        raise ValueError(f"{path}: not a complete gzip file ({err})") from None
+
+
 def iter_jsonl(path: str | Path) -> Iterator[dict[str, Any]]:
-    """Records of a JSONL file; a torn last line (a run killed mid-write) is skipped, others must parse."""
-    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    """Records of a JSONL file (or `.jsonl.gz`); a torn last line (a run killed mid-write) is skipped, others
+    must parse."""
+    lines = read_text(path).splitlines()
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue

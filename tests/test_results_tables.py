@@ -20,6 +20,7 @@ from atr_grpo.reporting.runs import find_runs
 from atr_grpo.results import main
 
 BENCHES = ["amc23", "aime24", "aime25"]
+UNCERTAINTY = ["ci_low", "ci_high", "diff_vs_clip", "diff_ci_low", "diff_ci_high", "p_vs_clip", "p_holm_vs_clip"]
 PAPER = Path(__file__).resolve().parents[1] / "results" / "paper"
 
 
@@ -103,7 +104,7 @@ def cell(rows, **where):
 
 def test_table2_csv_has_the_contract_columns_and_final_best_values(built):
     rows = read_csv(built[0] / "table2.csv")
-    assert list(rows[0]) == ["model", "method", "benchmark", "metric", "final", "best"]
+    assert list(rows[0]) == ["model", "method", "benchmark", "metric", "final", "best", *UNCERTAINTY]
     amc = cell(rows, model="qwen3-1.7b", method="atr", benchmark="amc23", metric="mean@8")
     assert (amc["final"], amc["best"]) == ("40.00", "50.00")
     aime = cell(rows, model="qwen3-1.7b", method="atr", benchmark="aime24", metric="mean@8")
@@ -157,6 +158,10 @@ def test_missing_evaluations_are_reported_in_the_output_and_on_stderr(built):
     assert "atr__s0__model=qwen3-8b: no evaluation at step 100 (1 step) of trainer.max_steps = 100" in section
     stderr = built[1]
     assert "warning: table2:" in stderr and "sapo__s0__model=qwen3-1.7b: no evaluation" in stderr
+    assert (
+        "runs/table2/table2__atr__s0__model=qwen3-1.7b: no per-sample file eval/step_000100/amc23.jsonl(.gz): "
+        "no interval or test" in section
+    )  # summaries only: no interval, and the output says why
     rows = read_csv(built[0] / "table2.csv")  # the incomplete 8B run still has its row
     assert cell(rows, model="qwen3-8b", method="atr", benchmark="amc23", metric="mean@8")["final"] == "60.00"
 
@@ -171,7 +176,7 @@ def test_a_run_that_stopped_before_the_others_is_reported(tmp_path, capsys):
 
 def test_table3_mean_and_population_std_over_seeds(built):
     rows = read_csv(built[0] / "table3.csv")
-    assert list(rows[0]) == ["model", "method", "benchmark", "metric", "mean", "std", "n_seeds"]
+    assert list(rows[0]) == ["model", "method", "benchmark", "metric", "mean", "std", "n_seeds", *UNCERTAINTY]
     amc = cell(rows, method="atr", benchmark="amc23", metric="mean@8")
     std = math.sqrt(((40 - 42) ** 2 + (44 - 42) ** 2 + 0) / 3)  # ddof = 0, as the paper's Table 3
     assert (amc["mean"], amc["std"], amc["n_seeds"]) == ("42.00", f"{std:.2f}", "3")
@@ -264,7 +269,8 @@ def test_passk_cli_writes_every_k_and_compares_with_the_paper(tmp_path):
 def test_unknown_table_lists_the_allowed_ones(tree, capsys):
     with pytest.raises(SystemExit):
         main(["table9", "--runs", str(tree)])
-    assert "unknown table 'table9'; allowed: table2, table3, delta, passk, all, figures" in capsys.readouterr().err
+    allowed = "table2, table3, delta, passk, clip_binding, all, figures, compare, regrade"
+    assert f"unknown table 'table9'; allowed: {allowed}" in capsys.readouterr().err
 
 
 def test_no_runs_fails_clearly(tmp_path, capsys):
@@ -272,7 +278,7 @@ def test_no_runs_fails_clearly(tmp_path, capsys):
     assert main(["table2", "--runs", str(tmp_path / "empty"), "--out", str(tmp_path / "out")]) == 2
     assert "no run directories (folders with a config.yaml) under" in capsys.readouterr().err
     assert main(["all", "--runs", str(tmp_path / "empty"), "--out", str(tmp_path / "out")]) == 2
-    assert "none of table2, table3, delta, passk has runs" in capsys.readouterr().err
+    assert "none of table2, table3, delta, passk, clip_binding has runs" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["table2", "--runs", str(tmp_path / "absent")])
     assert "is not a directory" in capsys.readouterr().err

@@ -1,10 +1,12 @@
-"""Run-directory files: appended, atomically written, never silently overwritten."""
+"""Run-directory files: appended, atomically written, never silently overwritten; compressed copies read alike."""
 
+import gzip
 import json
 
 import pytest
 
 from atr_grpo import rundir
+from atr_grpo.evaluation.outputs import find_sample_file, sample_file
 
 
 def test_jsonl_appends_and_skips_only_a_torn_last_line(tmp_path):
@@ -44,3 +46,29 @@ def test_environment_records_versions_and_device():
     assert env["packages"]["torch"].startswith("2.13.0")
     assert env["packages"]["trl"] == "1.15.0"
     assert {"git_commit", "python", "device", "start_time"} <= set(env)
+
+
+def test_compressed_jsonl_reads_like_the_plain_file(tmp_path):
+    """A `.jsonl.gz` file gives the records of its plain twin; a cut-off gzip stream is an error naming the file."""
+    records = [{"problem_id": 1, "sample": i, "correct": i % 2 == 0} for i in range(4)]
+    text = "".join(json.dumps(r) + "\n" for r in records)
+    (tmp_path / "a.jsonl.gz").write_bytes(gzip.compress(text.encode()))
+    assert rundir.read_jsonl(tmp_path / "a.jsonl.gz") == records
+    (tmp_path / "cut.jsonl.gz").write_bytes(gzip.compress(text.encode())[:-12])
+    with pytest.raises(ValueError, match="cut.jsonl.gz: not a complete gzip file"):
+        rundir.read_jsonl(tmp_path / "cut.jsonl.gz")
+
+
+def test_the_per_sample_file_is_found_plain_or_compressed_never_both(tmp_path):
+    """find_sample_file returns the plain file, else the `.gz` one, else None; both at once is refused."""
+    plain = sample_file(tmp_path, 50, "aime24")
+    assert find_sample_file(tmp_path, 50, "aime24") is None
+    plain.parent.mkdir(parents=True)
+    packed = plain.with_name("aime24.jsonl.gz")
+    packed.write_bytes(gzip.compress(b'{"sample": 0}\n'))
+    assert find_sample_file(tmp_path, 50, "aime24") == packed
+    plain.write_text('{"sample": 0}\n')
+    with pytest.raises(ValueError, match="both .*aime24.jsonl and aime24.jsonl.gz exist"):
+        find_sample_file(tmp_path, 50, "aime24")
+    packed.unlink()
+    assert find_sample_file(tmp_path, 50, "aime24") == plain

@@ -1,6 +1,7 @@
 """The evaluation files of a run directory, written so that nothing is ever lost.
 
-    <run_dir>/eval/step_<step:06d>/<benchmark>.jsonl   one line per (problem, sample)
+    <run_dir>/eval/step_<step:06d>/<benchmark>.jsonl   one line per (problem, sample); readers also take
+                                                        `<benchmark>.jsonl.gz` (`find_sample_file`)
     <run_dir>/eval/summary.jsonl                        one line per (step, benchmark)
 
 The summary line is the commit record: the per-sample file is written completely (temporary file +
@@ -26,6 +27,17 @@ from atr_grpo import rundir
 
 def sample_file(run_dir: str | Path, step: int, benchmark: str) -> Path:
     return rundir.eval_step_dir(run_dir, step) / f"{benchmark}.jsonl"
+
+
+def find_sample_file(run_dir: str | Path, step: int, benchmark: str) -> Path | None:
+    """The per-sample file to read for (step, benchmark): `<benchmark>.jsonl` or its compressed copy
+    `<benchmark>.jsonl.gz` (rundir.iter_jsonl reads both); None when neither exists. Both at once is an
+    error, since they may differ."""
+    plain = sample_file(run_dir, step, benchmark)
+    packed = plain.with_name(plain.name + ".gz")
+    if plain.exists() and packed.exists():
+        raise ValueError(f"both {plain} and {packed.name} exist: keep one of them")
+    return plain if plain.exists() else packed if packed.exists() else None
 
 
 def read_summary(run_dir: str | Path) -> dict[tuple[int, str], dict[str, Any]]:

@@ -2,7 +2,8 @@
 
 Everything here reads files only (contracts §3); nothing is recomputed from models. A run whose evaluations
 are incomplete keeps its place in the tables and carries a list of `problems`, in words, so that the output
-can say what is missing instead of silently dropping it.
+can say what is missing instead of silently dropping it. A run read with `grader=TAG` takes its summaries and
+verdicts from `eval/regrade/TAG/` (written by `python -m atr_grpo.results regrade`) instead of the originals.
 """
 
 from __future__ import annotations
@@ -17,9 +18,15 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from atr_grpo import rundir
-from atr_grpo.evaluation.outputs import read_summary
+from atr_grpo.evaluation.metrics import summarize
+from atr_grpo.evaluation.outputs import find_sample_file, read_summary
+from atr_grpo.reporting import regrade
 
 AVERAGE = "average"
+
+
+class MissingSamples(LookupError):
+    """A per-sample file a computation needs is absent (the message names it)."""
 
 
 @dataclass
@@ -27,6 +34,8 @@ class Run:
     path: Path
     config: dict[str, Any]
     problems: list[str] = field(default_factory=list)  # what is missing, in words (reported, never dropped)
+    grader: str | None = None  # a regrade tag: read eval/regrade/<tag>/ instead of the original verdicts
+    _cache: dict[tuple, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def _section(self, name: str) -> dict[str, Any]:
         value = self.config.get(name)
@@ -85,7 +94,41 @@ class Run:
 
     @cached_property
     def summary(self) -> dict[tuple[int, str], dict[str, Any]]:
-        return read_summary(self.path)
+        if self.grader is None:
+            return read_summary(self.path)
+        path = regrade.summary_path(self.path, self.grader)
+        return {(int(r["step"]), str(r["benchmark"])): r for r in rundir.iter_jsonl(path)} if path.exists() else {}
+
+    def verdicts(self, step: int, benchmark: str) -> dict[str, list[bool]]:
+        """{problem id: verdicts in sample order} of one evaluation, from its per-sample file (or, with a
+        grader tag, the regraded verdicts). Raises MissingSamples naming the file that is absent."""
+        key = ("verdicts", step, benchmark)
+        if key not in self._cache:
+            if self.grader is None:
+                path = find_sample_file(self.path, step, benchmark)
+                wanted = f"eval/step_{step:06d}/{benchmark}.jsonl(.gz)"
+            else:
+                path = regrade.verdict_file(self.path, self.grader, step, benchmark)
+                wanted, path = str(path.relative_to(self.path)), path if path.exists() else None
+            if path is None:
+                raise MissingSamples(f"{self.path}: no per-sample file {wanted}")
+            by_problem: dict[str, dict[int, bool]] = defaultdict(dict)
+            for record in rundir.iter_jsonl(path):
+                by_problem[str(record["problem_id"])][int(record["sample"])] = bool(record["correct"])
+            self._cache[key] = {pid: [row[i] for i in sorted(row)] for pid, row in by_problem.items()}
+        return self._cache[key]
+
+    def problem_scores(self, step: int, benchmark: str, metric: str) -> dict[str, float]:
+        """{problem id: the problem's `metric` (mean@K or the unbiased pass@K), a fraction}, by the definitions of
+        evaluation.metrics applied to that problem's row alone."""
+        key = ("scores", step, benchmark, metric)
+        if key not in self._cache:
+            k = int(metric.split("@")[1])
+            rows = self.verdicts(step, benchmark)
+            if any(len(row) < k for row in rows.values()):
+                raise MissingSamples(f"{self.path}: step {step}, {benchmark}: fewer than {k} samples for {metric}")
+            self._cache[key] = {pid: summarize([row], ks=[k])[metric] for pid, row in rows.items()}
+        return self._cache[key]
 
     @cached_property
     def metrics(self) -> list[dict[str, Any]]:
@@ -106,10 +149,21 @@ class Run:
             value = row.get(metric)
             if isinstance(value, (int, float)) and not math.isnan(value):
                 table.setdefault(step, {})[bench] = 100.0 * float(value)
+        return self._with_average(table)
+
+    def _with_average(self, table: dict[int, dict[str, float]]) -> dict[int, dict[str, float]]:
         for values in table.values():
             if self.benchmarks and all(b in values for b in self.benchmarks):
                 values[AVERAGE] = sum(values[b] for b in self.benchmarks) / len(self.benchmarks)
         return dict(sorted(table.items()))
+
+    def final_eval_step(self, key: str) -> int | None:
+        """The step of the final evaluation of `key`, a benchmark or AVERAGE (every configured benchmark),
+        whatever metrics its summary line holds (the per-sample files give the others)."""
+        table: dict[int, dict[str, float]] = {}
+        for step, bench in self.summary:
+            table.setdefault(step, {})[bench] = 0.0
+        return final_step(self._with_average(table), key)
 
 
 def _steps_text(steps: list[int]) -> str:
@@ -117,23 +171,25 @@ def _steps_text(steps: list[int]) -> str:
     return f"{shown} ({len(steps)} step{'s' * (len(steps) > 1)})"
 
 
-def load_run(path: Path) -> Run:
+def load_run(path: Path, grader: str | None = None) -> Run:
     """The run at `path`; an unreadable file becomes a problem of the run instead of an exception."""
     try:
         config = OmegaConf.to_container(OmegaConf.load(path / rundir.CONFIG_FILE), resolve=False)
     except Exception as err:  # a half-written config must not stop the other tables
-        run = Run(path=path, config={}, problems=[f"config.yaml unreadable ({err})"])
+        run = Run(path=path, config={}, problems=[f"config.yaml unreadable ({err})"], grader=grader)
         run.__dict__["summary"] = {}
         return run
-    run = Run(path=path, config=config if isinstance(config, dict) else {})  # type: ignore[arg-type]
+    run = Run(path=path, config=config if isinstance(config, dict) else {}, grader=grader)  # type: ignore[arg-type]
+    source = "eval/summary.jsonl" if grader is None else f"eval/regrade/{grader}/summary.jsonl"
     try:
         summary = run.summary
     except (ValueError, KeyError, TypeError) as err:  # a line that is not a summary record
         run.__dict__["summary"] = {}
-        run.problems.append(f"eval/summary.jsonl unreadable ({err})")
+        run.problems.append(f"{source} unreadable ({err})")
         return run
     if not summary:
-        run.problems.append("no evaluation (eval/summary.jsonl missing or empty)")
+        hint = "" if grader is None else " (python -m atr_grpo.results regrade writes it)"
+        run.problems.append(f"no evaluation ({source} missing or empty{hint})")
         return run
     for step in run.eval_steps:
         missing = [b for b in run.benchmarks if (step, b) not in summary]
@@ -147,9 +203,10 @@ def load_run(path: Path) -> Run:
     return run
 
 
-def find_runs(root: str | Path, experiment: str | None = None) -> list[Run]:
-    """Every run directory under `root` (found by its config.yaml), optionally of one experiment."""
-    runs = [load_run(p) for p in rundir.find_run_dirs(root)]
+def find_runs(root: str | Path, experiment: str | None = None, grader: str | None = None) -> list[Run]:
+    """Every run directory under `root` (found by its config.yaml), optionally of one experiment; with `grader`,
+    each run's verdicts of that regrade."""
+    runs = [load_run(p, grader) for p in rundir.find_run_dirs(root)]
     return [r for r in runs if experiment is None or r.experiment == experiment]
 
 
@@ -192,12 +249,22 @@ def problems(runs: list[Run]) -> list[str]:
     return lines
 
 
-def final_and_best(table: dict[int, dict[str, float]], key: str) -> tuple[float, float] | None:
-    """(value at the last step that has `key`, max over steps), excluding step 0 (the start) when later
-    steps exist: the paper's "final (best)" is about checkpoints reached by training."""
+def _counted_steps(table: dict[int, dict[str, float]], key: str) -> list[int]:
+    """The steps that have `key`, without step 0 (the start) when later steps exist: the paper's "final
+    (best)" is about checkpoints reached by training."""
     steps = [s for s in table if key in table[s]]
-    if len(steps) > 1:
-        steps = [s for s in steps if s > 0]
+    return [s for s in steps if s > 0] if len(steps) > 1 else steps
+
+
+def final_step(table: dict[int, dict[str, float]], key: str) -> int | None:
+    """The step of the final value of `key` (see `final_and_best`)."""
+    steps = _counted_steps(table, key)
+    return steps[-1] if steps else None
+
+
+def final_and_best(table: dict[int, dict[str, float]], key: str) -> tuple[float, float] | None:
+    """(value at the last step that has `key`, max over steps), excluding step 0 when later steps exist."""
+    steps = _counted_steps(table, key)
     if not steps:
         return None
     return table[steps[-1]][key], max(table[s][key] for s in steps)

@@ -5,6 +5,8 @@
   update) unless a standalone evaluation labelled `base` is among the runs.
 - table3: per model × method, mean ± std over seeds of the final values; plus the paper's
   "Clip (ε ∈ {0.1, ..., 0.5})" row, `clip-tuned`: the ε whose mean final Average Mean@K is highest.
+  Both give the reported value (final, mean) a bootstrap interval (`ci_low`, `ci_high`) and the paired test
+  against `clip` (`p_vs_clip`, Holm-adjusted `p_holm_vs_clip`), from the per-sample files (`cells`, `stats`).
 - delta (Figure 3 data): ATR by δ, mean over seeds of the final Average Mean@K / Pass@K.
 - passk (Figure 4 data): Mean@K / Pass@K for K = 1..n from the per-sample files of the last evaluation.
 Percent values rounded to 2 decimals. Runs with missing evaluations are listed, never silently dropped.
@@ -16,19 +18,34 @@ import csv
 import json
 import math
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from atr_grpo import rundir
 from atr_grpo.evaluation.metrics import summarize
-from atr_grpo.evaluation.outputs import sample_file
-from atr_grpo.reporting.runs import AVERAGE, Run, drop_repeats, final_and_best, mean_std, problems
+from atr_grpo.reporting import cells, stats
+from atr_grpo.reporting.runs import (
+    AVERAGE,
+    MissingSamples,
+    Run,
+    drop_repeats,
+    final_and_best,
+    final_step,
+    mean_std,
+    problems,
+)
 
 BENCHMARK_ORDER = ["amc23", "aime24", "aime25", AVERAGE]
 BENCHMARK_NAMES = {"amc23": "AMC2023", "aime24": "AIME2024", "aime25": "AIME2025", AVERAGE: "Average"}
 PAPER_DIR = Path(__file__).resolve().parents[2] / "results" / "paper"
 BASE = "base"
+BASELINE = "clip"  # the method every other is tested against in tables 2 and 3
+ALPHA = 0.05
+UNCERTAINTY_COLUMNS = ["ci_low", "ci_high", "diff_vs_clip", "diff_ci_low", "diff_ci_high", "p_vs_clip",
+                       "p_holm_vs_clip"]  # fmt: skip
+P_FORMAT = ".4g"
 MANIFEST = ".atr_results_manifest.json"  # the files in --out that this tool wrote (and may overwrite)
 
 
@@ -43,6 +60,9 @@ class Table:
     rows: list[dict[str, Any]]
     missing: list[str] = field(default_factory=list)  # incomplete or set-aside runs, in words
     notes: list[str] = field(default_factory=list)
+    formats: dict[str, str] = field(default_factory=dict)  # column → format spec of its floats (default .2f)
+    alpha: float = ALPHA  # the level at which a difference from the baseline is marked (†)
+    nan_text: dict[str, str] = field(default_factory=dict)  # column → what Markdown / LaTeX show for nan
 
 
 def _r(value: float) -> float:
@@ -105,7 +125,7 @@ def _final(run: Run, metric: str, bench: str) -> float | None:
     return None if pair is None else pair[0]
 
 
-def table2(runs: list[Run]) -> Table:
+def table2(runs: list[Run], resampling: stats.Resampling | None = None, alpha: float = ALPHA) -> Table:
     runs, metrics, missing = _prepare(runs)
     benches, groups = _benchmarks_of(runs), _grouped(runs)
     notes = ["final = last evaluation step, best = maximum over evaluation steps (step 0 excluded when later steps "
@@ -131,8 +151,21 @@ def table2(runs: list[Run]) -> Table:
                 if pair is not None:
                     rows.append({"model": model, "method": method, "benchmark": bench, "metric": metric,
                                  "final": _r(pair[0]), "best": _r(pair[1])})  # fmt: skip
-    columns = ["model", "method", "benchmark", "metric", "final", "best"]
-    return Table("table2", columns, _sort_rows(rows, "table2"), missing, notes)
+    starts_of = {m: [r for (model, _), g in groups.items() if model == m for r in g
+                     if r.max_steps is not None and 0 in r.eval_steps] for m, _ in groups}  # fmt: skip
+
+    def scores_of(model: str, method: str, metric: str, bench: str) -> cells.Scores:
+        if method == BASE and (model, BASE) not in groups:
+            return cells.cell_scores(starts_of[model], metric, bench, benches[:-1], lambda run: 0)
+        group = groups[(model, method)]
+        step = final_step(_seed_mean_table(group, metric), bench)  # the step whose seed mean is the final
+        return cells.cell_scores(group, metric, bench, benches[:-1], lambda run: step)
+
+    resampling = resampling or stats.Resampling()
+    notes += _with_uncertainty(rows, "final", scores_of, resampling, alpha, missing)
+    columns = ["model", "method", "benchmark", "metric", "final", "best", *UNCERTAINTY_COLUMNS]
+    formats = dict.fromkeys(UNCERTAINTY_COLUMNS[-2:], P_FORMAT)
+    return Table("table2", columns, _sort_rows(rows, "table2"), missing, notes, formats, alpha)
 
 
 def _seed_rows(model: str, method: str, group: list[Run], metrics: list[str], benches: list[str], ddof: int) -> list:
@@ -147,7 +180,8 @@ def _seed_rows(model: str, method: str, group: list[Run], metrics: list[str], be
     return rows
 
 
-def table3(runs: list[Run], ddof: int = 0, tuned_eps: tuple[float, ...] = (0.1, 0.2, 0.3, 0.4, 0.5)) -> Table:
+def table3(runs: list[Run], ddof: int = 0, tuned_eps: tuple[float, ...] = (0.1, 0.2, 0.3, 0.4, 0.5),
+           resampling: stats.Resampling | None = None, alpha: float = ALPHA) -> Table:  # fmt: skip
     runs, metrics, missing = _prepare(runs)
     benches, groups = _benchmarks_of(runs), _grouped(runs)
     rows = []
@@ -166,11 +200,79 @@ def table3(runs: list[Run], ddof: int = 0, tuned_eps: tuple[float, ...] = (0.1, 
         if len(candidates) > 1:
             best_eps = max(candidates, key=lambda e: candidates[e][0])
             rows += _seed_rows(model, "clip-tuned", candidates[best_eps][1], metrics, benches, ddof)
+            groups[(model, "clip-tuned")] = candidates[best_eps][1]
             tried = ", ".join(f"{e:g}" for e in sorted(candidates))
             notes.append(f"{model}: clip-tuned = clip with ε = {best_eps:g}, the best of ε ∈ {{{tried}}} "
                          f"by mean final Average {metrics[0]}")  # fmt: skip
-    columns = ["model", "method", "benchmark", "metric", "mean", "std", "n_seeds"]
-    return Table("table3", columns, _sort_rows(rows, "table3"), missing, notes)
+
+    def scores_of(model: str, method: str, metric: str, bench: str) -> cells.Scores:
+        return cells.cell_scores(groups[(model, method)], metric, bench, benches[:-1])  # each seed's final
+
+    resampling = resampling or stats.Resampling()
+    notes += _with_uncertainty(rows, "mean", scores_of, resampling, alpha, missing)
+    columns = ["model", "method", "benchmark", "metric", "mean", "std", "n_seeds", *UNCERTAINTY_COLUMNS]
+    formats = dict.fromkeys(UNCERTAINTY_COLUMNS[-2:], P_FORMAT)
+    return Table("table3", columns, _sort_rows(rows, "table3"), missing, notes, formats, alpha)
+
+
+def _with_uncertainty(rows: list[dict[str, Any]], value: str, scores_of: Callable[[str, str, str, str], cells.Scores],
+                      resampling: stats.Resampling, alpha: float, missing: list[str]) -> list[str]:  # fmt: skip
+    """Add each row's interval and its test against BASELINE (Holm within each model × benchmark × metric
+    column); cells whose per-sample files are missing or disagree with the summaries get nan, and the reason
+    goes to `missing`. Returns the notes that state the methods."""
+    found: dict[tuple[str, str, str, str], cells.Scores | str] = {}
+
+    def get(model: str, method: str, metric: str, bench: str) -> cells.Scores | str:
+        key = (model, method, metric, bench)
+        if key not in found:
+            try:
+                found[key] = scores_of(*key)
+            except cells.ScoreError as err:
+                found[key] = str(err)
+        return found[key]
+
+    reasons: set[str] = set()
+    families: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
+    methods = {(r["model"], r["method"]) for r in rows}
+    for row in rows:
+        row.update(dict.fromkeys(UNCERTAINTY_COLUMNS, math.nan))
+        where = (row["model"], row["method"], row["metric"], row["benchmark"])
+        scores = get(*where)
+        if isinstance(scores, str):
+            reasons.add(f"{scores}: no interval or test for the cells that need it")
+            continue
+        estimate, low, high = cells.cell_interval(scores, resampling, "interval|" + "|".join(where))
+        if abs(estimate - row[value]) > 0.0051:  # the table's value is rounded to 2 decimals
+            reasons.add(f"{' '.join(where)}: the per-sample files give {estimate:.2f}, the summaries "
+                        f"{row[value]:.2f}: no interval or test")  # fmt: skip
+            continue
+        row["ci_low"], row["ci_high"] = _r(low), _r(high)
+        if row["method"] in (BASE, BASELINE) or (row["model"], BASELINE) not in methods:
+            continue
+        baseline = get(row["model"], BASELINE, row["metric"], row["benchmark"])
+        if isinstance(baseline, str):
+            continue  # its reason is reported with the baseline's own row
+        try:
+            diff = cells.compare(scores, baseline, resampling, "|".join(where), (row["method"], BASELINE))
+        except cells.ScoreError as err:
+            reasons.add(f"{row['model']} {row['method']} vs {BASELINE}: {err}: no test")
+            continue
+        row["diff_vs_clip"], row["diff_ci_low"], row["diff_ci_high"] = (_r(diff.difference), _r(diff.ci_low),
+                                                                       _r(diff.ci_high))  # fmt: skip
+        row["p_vs_clip"] = diff.p_value
+        families[(row["model"], row["benchmark"], row["metric"])].append(row)
+    for family in families.values():
+        for row, adjusted in zip(family, stats.holm([r["p_vs_clip"] for r in family])):
+            row["p_holm_vs_clip"] = adjusted
+    missing += sorted(reasons)
+    return [f"[low, high]: {resampling.describe()}; for the {value} value ("
+            f"{'best is chosen on the same problems and has none' if value == 'final' else 'mean over seeds'})",
+            f"† = differs from {BASELINE} at α = {alpha:g}: the two-sided paired sign-flip permutation test over "
+            f"problems (each problem's difference averaged over the paired seeds, {resampling.resamples:,} sign "
+            "flips) rejects after Holm's adjustment within each model × benchmark × metric column, and the paired "
+            "bootstrap interval of the difference excludes 0 (diff_vs_clip, diff_ci_low, diff_ci_high, p_vs_clip, "
+            "p_holm_vs_clip in the CSV); with one seed per method neither can see the spread between training "
+            "seeds, so a lucky seed counts as a difference"]  # fmt: skip
 
 
 def delta_table(runs: list[Run]) -> Table:
@@ -187,7 +289,7 @@ def delta_table(runs: list[Run]) -> Table:
             row[metric] = _r(sum(finals) / len(finals)) if finals else math.nan
         rows.append({**row, "n_seeds": len(group)})
     notes = ["ATR runs by δ: final Average over the benchmarks, mean over seeds (Figure 3)"]
-    return Table("delta", ["model", "delta", *metrics, "n_seeds"], rows, missing, notes)
+    return Table("delta", ["model", "delta", *metrics, "n_seeds"], rows, missing, notes, {"delta": "g"})
 
 
 def passk_table(runs: list[Run]) -> Table:
@@ -201,11 +303,10 @@ def passk_table(runs: list[Run]) -> Table:
         step = max(s for (s, _), row in run.summary.items() if int(row.get("n", 0)) == n_max)
         per_bench: dict[str, dict[str, float]] = {}
         for bench in run.benchmarks:
-            path = sample_file(run.path, step, bench)
-            if path.exists():
-                per_bench[bench] = summarize(_correct_matrix(path))
-            else:
-                missing.append(f"{run.path}: no per-sample file eval/step_{step:06d}/{bench}.jsonl")
+            try:
+                per_bench[bench] = summarize(list(run.verdicts(step, bench).values()))
+            except MissingSamples as err:
+                missing.append(str(err))
         if len(per_bench) == len(run.benchmarks) and per_bench:
             per_bench[AVERAGE] = {key: sum(v[key] for v in per_bench.values()) / len(per_bench)
                                   for key in next(iter(per_bench.values()))}  # fmt: skip
@@ -217,13 +318,6 @@ def passk_table(runs: list[Run]) -> Table:
     columns = ["model", "method", "seed", "step", "benchmark", "k", "mean@k", "pass@k"]
     notes = ["unbiased Pass@K from all n samples per problem; Mean@K = accuracy of the first K samples"]
     return Table("passk", columns, rows, missing, notes)
-
-
-def _correct_matrix(path: Path) -> list[list[bool]]:
-    by_problem: dict[Any, dict[int, bool]] = defaultdict(dict)
-    for record in rundir.iter_jsonl(path):
-        by_problem[record["problem_id"]][int(record["sample"])] = bool(record["correct"])
-    return [[samples[i] for i in sorted(samples)] for samples in by_problem.values()]
 
 
 BUILDERS = {"table2": table2, "table3": table3, "delta": delta_table, "passk": passk_table}
@@ -263,11 +357,9 @@ def remove_stale(out_dir: Path, prefix: str) -> list[Path]:
     return removed
 
 
-def _fmt(value: Any, column: str = "") -> str:
+def _fmt(value: Any, spec: str = ".2f") -> str:
     if isinstance(value, float):
-        if math.isnan(value):
-            return "nan"
-        return f"{value:g}" if column == "delta" else f"{value:.2f}"
+        return "nan" if math.isnan(value) else format(value, spec)
     return str(value)
 
 
@@ -276,7 +368,7 @@ def write_csv(table: Table, path: Path) -> None:
         writer = csv.DictWriter(handle, fieldnames=table.columns)
         writer.writeheader()
         for row in table.rows:
-            writer.writerow({c: _fmt(row[c], c) for c in table.columns})
+            writer.writerow({c: _fmt(row[c], table.formats.get(c, ".2f")) for c in table.columns})
 
 
 Cell = tuple[str, str]  # (text, the part of it to highlight: the paper bolds the best value of a column)
@@ -296,10 +388,15 @@ def _paper_grid(table: Table) -> tuple[list[tuple[str, str]], list[tuple[str, st
     for r in table.rows:
         main = _fmt(r[value])
         strong = main if r["method"] != BASE and r[value] == top.get((r["model"], r["benchmark"], r["metric"])) else ""
+        marked = stats.significant(r.get("p_holm_vs_clip", math.nan), r.get("diff_ci_low", math.nan),
+                                   r.get("diff_ci_high", math.nan), table.alpha)  # fmt: skip
+        mark = "†" if marked else ""
+        interval = "" if math.isnan(r.get("ci_low", math.nan)) else f" [{_fmt(r['ci_low'])}, {_fmt(r['ci_high'])}]"
         if table.name == "table2":
-            text = main if r["method"] == BASE and r["final"] == r["best"] else f"{main} ({_fmt(r['best'])})"
+            best = "" if r["method"] == BASE and r["final"] == r["best"] else f" ({_fmt(r['best'])})"
+            text = f"{main}{mark}{best}{interval}"
         else:
-            text = f"{main} ± {'–' if math.isnan(r['std']) else _fmt(r['std'])}"
+            text = f"{main}{mark} ± {'–' if math.isnan(r['std']) else _fmt(r['std'])}{interval}"
         cells[(r["model"], r["method"])][(r["benchmark"], r["metric"])] = (text, strong)
     body = [(model, method, [row.get(key, ("–", "")) for key in keys]) for (model, method), row in cells.items()]
     return keys, body
@@ -311,7 +408,12 @@ def _plain_rows(table: Table) -> tuple[list[str], list[list[str]]]:
         last_k = max((r["k"] for r in rows), default=0)
         shown = [r for r in rows if r["benchmark"] == AVERAGE] or rows
         rows = [r for r in shown if r["k"] & (r["k"] - 1) == 0 or r["k"] == last_k]
-    return table.columns, [[_fmt(r[c], c) for c in table.columns] for r in rows]
+
+    def shown(value: Any, column: str) -> str:
+        blank = isinstance(value, float) and math.isnan(value) and column in table.nan_text
+        return table.nan_text[column] if blank else _fmt(value, table.formats.get(column, ".2f"))
+
+    return table.columns, [[shown(r[c], c) for c in table.columns] for r in rows]
 
 
 def _header(bench: str, metric: str) -> str:
@@ -324,8 +426,8 @@ def to_markdown(table: Table) -> str:
         keys, body = _paper_grid(table)
         lines += ["| model | method | " + " | ".join(_header(*key) for key in keys) + " |"]
         lines += ["|---|---|" + "---:|" * len(keys)]
-        for model, method, cells in body:
-            texts = [text.replace(strong, f"**{strong}**", 1) if strong else text for text, strong in cells]
+        for model, method, row_cells in body:
+            texts = [text.replace(strong, f"**{strong}**", 1) if strong else text for text, strong in row_cells]
             lines.append(f"| {model} | {method} | " + " | ".join(texts) + " |")
     else:
         header, body_rows = _plain_rows(table)
@@ -338,7 +440,8 @@ def to_markdown(table: Table) -> str:
 
 
 def _tex(text: str) -> str:
-    return text.replace("_", r"\_").replace("%", r"\%").replace("±", r"$\pm$").replace("–", "--")
+    replaced = text.replace("_", r"\_").replace("%", r"\%").replace("±", r"$\pm$").replace("–", "--")
+    return replaced.replace("†", r"$^\dagger$")
 
 
 def to_latex(table: Table) -> str:
@@ -361,11 +464,11 @@ def to_latex(table: Table) -> str:
     lines.append(" ".join(rules))
     lines.append(" & ".join([""] + [_tex(f"{m[0].upper()}{m[1:]} (%)") for _, m in keys]) + r" \\")
     model_now = None
-    for model, method, cells in body:
+    for model, method, row_cells in body:
         if model != model_now:
             lines += [r"\midrule", rf"\multicolumn{{{len(keys) + 1}}}{{l}}{{\textit{{{_tex(model)}}}}} \\"]
             model_now = model
-        texts = [_tex(t.replace(s, rf"\textbf{{{s}}}", 1) if s else t) for t, s in cells]
+        texts = [_tex(t.replace(s, rf"\textbf{{{s}}}", 1) if s else t) for t, s in row_cells]
         lines.append(" & ".join([_tex(method), *texts]) + r" \\")
     return "\n".join([*lines, r"\bottomrule", r"\end{tabular}"]) + "\n"
 

@@ -1,0 +1,211 @@
+"""Re-grade every saved sample with the current grader, beside the original verdicts, never over them.
+
+    <run_dir>/eval/regrade/<tag>/
+      grader.json                          what grades: math-verify and its parsers' versions, grader.py's hash
+      summary.jsonl                        one line per (step, benchmark), with the fields of eval/summary.jsonl
+      step_<step:06d>/<benchmark>.jsonl    the new verdict of every sample (problem_id, sample, extracted, ...)
+      changes.jsonl                        every sample whose status changed: gold, before and after
+
+The tag names the grader exactly (`math-verify-<version>__<hash>`, the hash over the versions of math-verify,
+latex2sympy2_extended and sympy and the bytes of `evaluation/grader.py`), so unchanged code gives the same tag
+and a second regrade only grades what is new: evaluations added since, or replaced ones (each summary line
+records the sha256 of the per-sample file it graded). As in eval/, the verdict file is written completely
+before its summary line, which is the commit record; a verdict file without one is moved aside, not reused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from atr_grpo import rundir
+from atr_grpo.evaluation import grader
+from atr_grpo.evaluation.metrics import summarize
+from atr_grpo.evaluation.outputs import find_sample_file, move_aside, read_summary, write_samples
+
+REGRADE_DIR = "regrade"
+GRADER_FILE = "grader.json"
+CHANGES_FILE = "changes.jsonl"
+GRADER_PACKAGES = ("math-verify", "latex2sympy2_extended", "sympy")
+
+
+# ------------------------------------------------------------------------------------------------ layout
+def regrade_dir(run_dir: str | Path, tag: str) -> Path:
+    return Path(run_dir) / rundir.EVAL_DIR / REGRADE_DIR / tag
+
+
+def summary_path(run_dir: str | Path, tag: str) -> Path:
+    return regrade_dir(run_dir, tag) / rundir.SUMMARY_FILE
+
+
+def verdict_file(run_dir: str | Path, tag: str, step: int, benchmark: str) -> Path:
+    return regrade_dir(run_dir, tag) / f"step_{step:06d}" / f"{benchmark}.jsonl"
+
+
+def tags(run_dir: str | Path) -> list[str]:
+    """The regrades a run has (folders with a summary)."""
+    root = Path(run_dir) / rundir.EVAL_DIR / REGRADE_DIR
+    return sorted(p.parent.name for p in root.glob(f"*/{rundir.SUMMARY_FILE}")) if root.is_dir() else []
+
+
+# ------------------------------------------------------------------------------------------------ identity
+def grader_identity() -> dict[str, Any]:
+    """The versions and code that decide a verdict, and the tag that names them."""
+    versions = {}
+    for name in GRADER_PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    code = hashlib.sha256(Path(grader.__file__).read_bytes()).hexdigest()
+    digest = hashlib.sha256(repr((sorted(versions.items()), code)).encode()).hexdigest()[:10]
+    return {"tag": f"math-verify-{versions['math-verify']}__{digest}", "packages": versions,
+            "grader_py_sha256": code}  # fmt: skip
+
+
+def _file_sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+# ------------------------------------------------------------------------------------------------ regrade
+@dataclass
+class BenchmarkChanges:
+    """What a regrade found for one benchmark of one run, over its evaluation steps."""
+
+    run: Path
+    benchmark: str
+    steps: list[int] = field(default_factory=list)
+    samples: int = 0
+    changed: int = 0  # verdicts (correct or not) that differ from the original
+    status_changed: int = 0  # statuses that differ (wrong → no_answer changes no score but is counted here)
+    examples: list[dict[str, Any]] = field(default_factory=list)
+    reused: bool = False  # every step already regraded with this tag: counts from its summary lines
+
+
+def _changes(before: dict[str, Any], after: grader.GradeResult) -> tuple[bool, bool]:
+    """(verdict changed, status changed); files from before statuses were recorded compare verdicts only."""
+    verdict = bool(before.get("correct")) != after.correct
+    return verdict, verdict or before.get("status", after.status) != after.status
+
+
+def _record(before: dict[str, Any], after: grader.GradeResult) -> dict[str, Any]:
+    return {"problem_id": before["problem_id"], "sample": before["sample"], "extracted": after.extracted,
+            "correct": after.correct, "status": after.status}  # fmt: skip
+
+
+def _regraded(run_dir: Path, tag: str) -> dict[tuple[int, str], dict[str, Any]]:
+    """The summary line of every (step, benchmark) this grader has regraded (the last one of each)."""
+    path = summary_path(run_dir, tag)
+    return {(int(r["step"]), str(r["benchmark"])): r for r in rundir.iter_jsonl(path)} if path.exists() else {}
+
+
+def _pending(run_dir: Path, tag: str, warn: Callable[[str], None]) -> tuple[list, dict]:
+    """(evaluations to grade as (step, benchmark, source path, sha256), those already regraded)."""
+    done = _regraded(run_dir, tag)
+    todo, reused = [], {}
+    for step, bench in sorted(read_summary(run_dir)):
+        source = find_sample_file(run_dir, step, bench)
+        if source is None:
+            warn(f"{run_dir}: step {step}, {bench} has a summary line but no per-sample file: not regraded")
+            continue
+        digest = _file_sha256(source)
+        if (step, bench) in done and done[(step, bench)].get("source_sha256") == digest:
+            reused[(step, bench)] = done[(step, bench)]
+        else:
+            todo.append((step, bench, source, digest))
+    return todo, reused
+
+
+def regrade_run(run_dir: str | Path, identity: dict[str, Any], workers: int | None = None,
+                timeout: float = grader.DEFAULT_TIMEOUT, examples: int = 3, show_progress: bool = True,
+                warn: Callable[[str], None] = print) -> list[BenchmarkChanges]:  # fmt: skip
+    """Regrade every evaluation of the run that this grader has not graded yet; returns what changed."""
+    from tqdm.auto import tqdm
+
+    run_dir, tag = Path(run_dir), identity["tag"]
+    out_dir = regrade_dir(run_dir, tag)
+    with rundir.file_lock(out_dir / ".lock"):
+        if not (out_dir / GRADER_FILE).exists():
+            rundir.write_json(out_dir / GRADER_FILE, identity, overwrite=False)
+        todo, reused = _pending(run_dir, tag, warn)
+        originals = {(s, b): rundir.read_jsonl(path) for s, b, path, _ in todo}
+        jobs = [(str(r["completion"]), str(r["gold"]), r.get("finish_reason")) for rows in originals.values()
+                for r in rows]  # fmt: skip
+        with tqdm(total=len(jobs), desc=f"regrade {run_dir.name}", disable=not show_progress, leave=False) as bar:
+            results = iter(grader.grade_samples(jobs, workers=workers, timeout=timeout, progress=bar))
+        report: dict[str, BenchmarkChanges] = {}
+        for step, bench, source, digest in todo:
+            changes = report.setdefault(bench, BenchmarkChanges(run_dir, bench))
+            before_rows = originals[(step, bench)]
+            after = [next(results) for _ in before_rows]
+            _write_evaluation(run_dir, tag, step, bench, source, digest, before_rows, after, changes, examples)
+        for (step, bench), row in sorted(reused.items()):
+            changes = report.setdefault(bench, BenchmarkChanges(run_dir, bench, reused=True))
+            changes.steps.append(step)
+            changes.samples += int(row["samples"])
+            changes.changed += int(row["changed"])
+            changes.status_changed += int(row["status_changed"])
+    for changes in report.values():
+        changes.steps.sort()
+    return [report[b] for b in sorted(report)]
+
+
+def _write_evaluation(run_dir: Path, tag: str, step: int, bench: str, source: Path, digest: str,
+                      before_rows: list[dict[str, Any]], after: list[grader.GradeResult], changes: BenchmarkChanges,
+                      examples: int) -> None:  # fmt: skip
+    """The verdict file, the changes and, last, the summary line of one regraded evaluation."""
+    records, changed_lines, by_problem = [], [], defaultdict(dict)
+    n_changed = n_status = 0
+    for before, result in zip(before_rows, after):
+        records.append(_record(before, result))
+        by_problem[str(before["problem_id"])][int(before["sample"])] = result.correct
+        verdict, status = _changes(before, result)
+        n_changed, n_status = n_changed + verdict, n_status + status
+        if status:
+            line = {"step": step, "benchmark": bench, "problem_id": before["problem_id"], "sample": before["sample"],
+                    "gold": before.get("gold"), "verdict_changed": verdict,
+                    "before": {k: before.get(k) for k in ("status", "correct", "extracted")},
+                    "after": {k: _record(before, result)[k] for k in ("status", "correct", "extracted")}}  # fmt: skip
+            changed_lines.append(line)
+            if verdict and len(changes.examples) < examples:
+                changes.examples.append(line)
+    path = verdict_file(run_dir, tag, step, bench)
+    original = read_summary(run_dir).get((step, bench), {})
+    if path.exists():  # graded from a per-sample file replaced since, or left by an interrupted regrade
+        move_aside(path, "replaced" if (step, bench) in _regraded(run_dir, tag) else "interrupted")
+    write_samples(path, records)
+    if changed_lines:
+        rundir.append_jsonl(regrade_dir(run_dir, tag) / CHANGES_FILE, changed_lines)
+    matrix = [[row[i] for i in sorted(row)] for row in by_problem.values()]
+    line = {"step": step, "benchmark": bench, "num_problems": len(matrix), "n": len(matrix[0]) if matrix else 0,
+            **(summarize(matrix) if matrix else {}), "status_counts": grader.status_counts(after),
+            "samples": len(after), "changed": n_changed, "status_changed": n_status, "grader": tag,
+            "grader_before": original.get("grader"), "source": str(source.relative_to(run_dir)),
+            "source_sha256": digest, "git_commit": rundir.git_commit(),
+            "regraded_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}  # fmt: skip
+    rundir.append_jsonl(summary_path(run_dir, tag), line)
+    changes.steps.append(step)
+    changes.samples += len(after)
+    changes.changed += n_changed
+    changes.status_changed += n_status
+
+
+def format_changes(found: Sequence[BenchmarkChanges]) -> list[str]:
+    """One line per run and benchmark, then its example changes."""
+    lines = []
+    for c in found:
+        steps = ", ".join(map(str, c.steps))
+        again = " (already regraded with this grader)" if c.reused else ""
+        lines.append(f"{c.run}: {c.benchmark}: {c.changed} of {c.samples} verdicts changed, {c.status_changed} "
+                     f"statuses (steps {steps}){again}")  # fmt: skip
+        for e in c.examples:
+            before, after = e["before"], e["after"]
+            lines.append(f"    step {e['step']}, problem {e['problem_id']}, sample {e['sample']}: gold {e['gold']!r}, "
+                         f"extracted {after['extracted']!r}: {before['status']} → {after['status']}")  # fmt: skip
+    return lines

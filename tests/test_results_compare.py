@@ -1,0 +1,191 @@
+"""Intervals in tables 2 and 3 and `compare A B`, on run trees with per-sample files whose differences are
+known exactly: the interval is around the reported value with the width of the problems' spread, the paired
+difference and its per-seed values are exact, a uniform gain gets the smallest p the flips can give, identical
+methods get p = 1 and no mark, pairing refuses what does not match (naming it), compressed per-sample files
+read alike, and a rebuild is byte-identical."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import math
+import shutil
+
+import pytest
+from sampled_runs import PROBLEMS, SAMPLES, counts_matrix, method_matrices, sampled_run, write_sample_file
+from test_results_tables import BENCHES, cell, read_csv
+
+from atr_grpo.results import main
+
+RESAMPLES = 2000
+
+
+def build_tree(root, compress=False):
+    for seed in range(3):
+        sampled_run(root, "table3", "clip", seed, method_matrices(0, seed), compress=compress)
+        sampled_run(root, "table3", "atr", seed, method_matrices(2, seed), compress=compress)  # +2 correct each
+        sampled_run(root, "table3", "kl1", seed, method_matrices(0, seed), compress=compress)  # same as clip
+    sampled_run(root, "table2", "clip", 0, method_matrices(0, 0), compress=compress)
+    sampled_run(root, "table2", "atr", 0, method_matrices(2, 0), compress=compress)
+    return root
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory):
+    return build_tree(tmp_path_factory.mktemp("sampled") / "runs")
+
+
+def run_cli(*argv):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main([str(a) for a in argv])
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def built(tree, tmp_path_factory):
+    out = tmp_path_factory.mktemp("tables")
+    for name in ("table2", "table3"):
+        assert run_cli(name, "--runs", tree, "--out", out, "--resamples", RESAMPLES)[0] == 0
+    return out
+
+
+def test_table2_interval_is_around_the_final_value_with_the_width_of_the_problems_spread(built):
+    """One seed: the percentile interval of a mean of P per-problem scores ≈ mean ± 1.96 σ̂ / √P."""
+    row = cell(read_csv(built / "table2.csv"), method="clip", benchmark="amc23", metric="mean@8")
+    scores = [(i % 5) / SAMPLES for i in range(PROBLEMS)]
+    mean = sum(scores) / PROBLEMS
+    sd = math.sqrt(sum((s - mean) ** 2 for s in scores) / PROBLEMS)
+    assert float(row["final"]) == 100 * mean == 25.0
+    low, high = float(row["ci_low"]), float(row["ci_high"])
+    assert low < 25.0 < high
+    assert (high - low) == pytest.approx(100 * 2 * 1.96 * sd / math.sqrt(PROBLEMS), rel=0.12)
+
+
+def test_table2_marks_a_uniform_gain_over_clip(built):
+    """atr has 2 more correct samples of 8 on every problem: +25 points, the interval is exactly that (every
+    problem gains the same), and only the all-same-sign flips are as extreme: p = 1 / (R + 1)."""
+    rows = read_csv(built / "table2.csv")
+    atr = cell(rows, method="atr", benchmark="aime24", metric="mean@8")
+    assert (atr["diff_vs_clip"], atr["diff_ci_low"], atr["diff_ci_high"]) == ("25.00", "25.00", "25.00")
+    assert float(atr["p_vs_clip"]) == pytest.approx(1 / (RESAMPLES + 1), rel=1e-3)
+    assert cell(rows, method="clip", benchmark="aime24", metric="mean@8")["p_vs_clip"] == "nan"  # the baseline
+    md = (built / "table2.md").read_text()
+    assert "| qwen3-1.7b | atr | **50.00**† (50.00) [" in md
+    assert "differs from clip at α = 0.05" in md and f"{RESAMPLES:,} resamples, seed 0" in md
+    assert r"50.00}$^\dagger$ (50.00) [" in (built / "table2.tex").read_text()
+
+
+def test_table3_interval_pools_the_seeds_and_identical_methods_are_not_marked(built):
+    rows = read_csv(built / "table3.csv")
+    clip = cell(rows, method="clip", benchmark="average", metric="mean@8")
+    assert (clip["mean"], clip["n_seeds"]) == ("25.00", "3")
+    assert float(clip["ci_low"]) < 25.0 < float(clip["ci_high"])
+    same = cell(rows, method="kl1", benchmark="amc23", metric="pass@8")
+    assert (same["diff_vs_clip"], same["p_vs_clip"], same["p_holm_vs_clip"]) == ("0.00", "1", "1")
+    atr = cell(rows, method="atr", benchmark="amc23", metric="mean@8")
+    # Holm over {atr, kl1} in this column: the smallest p doubled
+    assert float(atr["p_holm_vs_clip"]) == pytest.approx(2 / (RESAMPLES + 1), rel=1e-3)
+    md = (built / "table3.md").read_text()
+    assert "| qwen3-1.7b | kl1 | 25.00 ± 0.00 [" in md and "| qwen3-1.7b | atr | **50.00**† ± 0.00 [" in md
+
+
+def test_rebuilding_the_tables_is_byte_identical(tree, built, tmp_path):
+    assert run_cli("table3", "--runs", tree, "--out", tmp_path, "--resamples", RESAMPLES)[0] == 0
+    for ext in ("csv", "md", "tex"):
+        assert (tmp_path / f"table3.{ext}").read_bytes() == (built / f"table3.{ext}").read_bytes()
+
+
+def test_another_bootstrap_seed_moves_the_interval_only_slightly(tree, built, tmp_path):
+    assert run_cli("table3", "--runs", tree, "--out", tmp_path, "--resamples", RESAMPLES, "--bootstrap-seed", 1)[0] == 0
+    before = cell(read_csv(built / "table3.csv"), method="clip", benchmark="amc23", metric="mean@8")
+    after = cell(read_csv(tmp_path / "table3.csv"), method="clip", benchmark="amc23", metric="mean@8")
+    assert before["ci_low"] != after["ci_low"]
+    assert float(after["ci_low"]) == pytest.approx(float(before["ci_low"]), abs=1.0)
+
+
+def test_compare_prints_the_paired_difference_per_benchmark_and_seed(tree):
+    code, out, err = run_cli("compare", "atr", "clip", "--runs", tree, "--experiment", "table3",
+                             "--resamples", RESAMPLES, "--metric", "mean@8")  # fmt: skip
+    assert code == 0, err
+    assert "## atr − clip: table3, qwen3-1.7b (seeds 0, 1, 2; evaluation steps 100)" in out
+    p, holm = f"{1 / (RESAMPLES + 1):.4g}", f"{4 / (RESAMPLES + 1):.4g}"  # Holm over 4 equal p-values: 4p
+    assert f"| amc23 | mean@8 | 50.00 | 25.00 | +25.00 | [+25.00, +25.00] | {p} | {holm} | † " \
+        "| +25.00, +25.00, +25.00 | 30 |" in out  # fmt: skip
+    assert "| average | mean@8 | 50.00 | 25.00 | +25.00 |" in out and "| 90 |" in out  # 3 benchmarks × 30 problems
+    assert "paired sign-flip permutation test over problems" in out and "adjusted over the 4 comparisons" in out
+
+
+def test_compare_of_identical_methods_finds_nothing(tree):
+    code, out, _ = run_cli("compare", "kl1", "clip", "--runs", tree, "--resamples", RESAMPLES,
+                           "--benchmark", "aime25", "--metric", "pass@8")  # fmt: skip
+    assert code == 0
+    assert "| aime25 | pass@8 | 80.00 | 80.00 | +0.00 | [+0.00, +0.00] | 1 | 1 |  | +0.00, +0.00, +0.00 | 30 |" in out
+
+
+def test_compare_at_an_earlier_step(tree):
+    code, out, _ = run_cli("compare", "atr", "clip", "--runs", tree, "--experiment", "table2", "--step", 50,
+                           "--benchmark", "amc23", "--metric", "mean@8", "--resamples", RESAMPLES)  # fmt: skip
+    assert code == 0 and "(seeds 0; evaluation steps 50)" in out
+    # step 50 has one correct sample fewer per problem, floored at 0: atr 1..5 of 8, clip 0, 0..3
+    clip = sum(max(i % 5 - 1, 0) for i in range(PROBLEMS)) / (PROBLEMS * SAMPLES)
+    assert f"| amc23 | mean@8 | 37.50 | {100 * clip:.2f} | {100 * (0.375 - clip):+.2f} |" in out
+
+
+def test_compressed_per_sample_files_give_the_same_comparison(tree, tmp_path):
+    packed = build_tree(tmp_path / "runs", compress=True)
+    assert not list(packed.rglob("*.jsonl")) or all(p.name in ("summary.jsonl", "metrics.jsonl")
+                                                    for p in packed.rglob("*.jsonl"))  # fmt: skip
+    argv = ("compare", "atr", "clip", "--experiment", "table3", "--resamples", RESAMPLES)
+    assert run_cli(*argv, "--runs", packed)[1] == run_cli(*argv, "--runs", tree)[1]
+
+
+@pytest.fixture()
+def mismatched(tmp_path):
+    root = tmp_path / "runs"
+    for seed in range(2):
+        sampled_run(root, "pairs", "clip", seed, method_matrices(0, seed))
+    sampled_run(root, "pairs", "atr", 0, method_matrices(1, 0))
+    fewer = counts_matrix([1] * (PROBLEMS - 1))  # problem 29 missing on aime24 at the final step
+    for method, seeds_short in (("sapo", [1]), ("kl2", [0, 1])):  # within one method / in both of its seeds
+        for seed in range(2):
+            path = sampled_run(root, "pairs", method, seed, method_matrices(1, seed))
+            if seed in seeds_short:
+                write_sample_file(path / "eval" / "step_000100" / "aime24.jsonl", fewer)
+    return root
+
+
+def test_compare_refuses_unpaired_seeds_and_problems_naming_them(mismatched):
+    code, _, err = run_cli("compare", "atr", "clip", "--runs", mismatched, "--resamples", 200)
+    assert code == 2 and "pairing needs the same seeds: atr has [0], clip has [0, 1]" in err
+    code, _, err = run_cli("compare", "sapo", "clip", "--runs", mismatched, "--resamples", 200, "--benchmark", "aime24")
+    assert code == 2
+    assert "pairs__sapo__s1__model=qwen3-1.7b: aime24 problems differ from" in err and "(missing here: 29;" in err
+    code, _, err = run_cli("compare", "kl2", "clip", "--runs", mismatched, "--resamples", 200, "--benchmark", "aime24")
+    assert code == 2 and "pairing needs the same problems: on aime24, clip lacks – and kl2 lacks 29" in err
+
+
+def test_compare_names_what_exists_when_the_request_is_wrong(mismatched):
+    code, _, err = run_cli("compare", "atr", "dcpo", "--runs", mismatched)
+    assert code == 2 and "no runs of method 'dcpo' (methods found: atr, clip, kl2, sapo)" in err
+    code, _, err = run_cli("compare", "atr", "clip", "--runs", mismatched, "--metric", "mean8")
+    assert code == 2 and "--metric 'mean8': expected mean@K or pass@K" in err
+    code, _, err = run_cli("compare", "atr", "clip", "--runs", mismatched, "--benchmark", "gsm8k")
+    assert code == 2 and "--benchmark gsm8k: pairs/qwen3-1.7b evaluates amc23, aime24, aime25 (and average)" in err
+    code, _, err = run_cli("compare", "atr", "clip", "--runs", mismatched, "--metric", "mean@16")
+    assert code == 2 and "fewer than 16 samples for mean@16" in err
+    with pytest.raises(SystemExit):
+        run_cli("compare", "atr", "clip", "--runs", mismatched, "--grader", "nope")
+
+
+def test_cells_without_per_sample_files_say_so(tmp_path):
+    root = build_tree(tmp_path / "runs")
+    shutil.rmtree(root / "table2" / "table2__clip__s0__model=qwen3-1.7b" / "eval" / "step_000100")
+    code, _, err = run_cli("table2", "--runs", root, "--out", tmp_path / "out", "--resamples", 200)
+    assert code == 0
+    assert "table2__clip__s0__model=qwen3-1.7b: no per-sample file eval/step_000100/amc23.jsonl(.gz)" in err
+    rows = read_csv(tmp_path / "out" / "table2.csv")
+    assert cell(rows, method="clip", benchmark="amc23", metric="mean@8")["ci_low"] == "nan"
+    assert cell(rows, method="atr", benchmark="amc23", metric="mean@8")["p_vs_clip"] == "nan"  # no baseline scores
+    assert cell(rows, method="atr", benchmark="amc23", metric="mean@8")["ci_low"] != "nan"
+    assert set(BENCHES) <= {r["benchmark"] for r in rows}
