@@ -21,8 +21,9 @@ from atr_grpo.clipping import (
 )
 
 DELTAS = [0.01, 0.03, 0.05, 0.07, 0.09, 0.2, 0.5, 1.0]
-RATIO_RULES = ["no_clip", "clip", "clip_higher", "dual_clip", "rpg_clip", "dcpo", "sapo", "atr", "kl1", "kl2",
-               "is_kl3", "full_kl", "clip_cov", "kl_cov"]  # fmt: skip
+ALL_RULES = sorted(RULES)
+# every rule whose effect goes through the ratio w: on-policy (w ≡ 1) it must be plain REINFORCE
+RATIO_DRIVEN = sorted(name for name, rule in RULES.items() if not rule.acts_on_policy)
 
 
 # ---------------------------------------------------------------------------------------------- inputs
@@ -157,9 +158,10 @@ def test_rpg_clip_has_the_gradient_of_dual_clip():
     torch.testing.assert_close(grads("rpg_clip", params, batch), grads("dual_clip", params, batch), rtol=0, atol=1e-12)
 
 
-@pytest.mark.parametrize("name", sorted(set(RATIO_RULES) - {"kl_cov", "clip_cov"}))
+@pytest.mark.parametrize("name", RATIO_DRIVEN)
 def test_on_policy_every_ratio_rule_is_reinforce(name):
-    """With old = logp.detach() (w ≡ 1) the gradient is −A on every valid token, for every rule."""
+    """With old = logp.detach() (w ≡ 1) the gradient is −A on every valid token, for every rule that does not
+    declare `acts_on_policy`."""
     logp, _, advantages, mask = planted_batch(5)
     rule = build_rule(name)
     extras = extras_for(rule, logp)
@@ -169,11 +171,10 @@ def test_on_policy_every_ratio_rule_is_reinforce(name):
     torch.testing.assert_close(grad, torch.where(mask, -advantages[:, None].expand_as(logp), 0.0))
 
 
-def test_clip_cov_and_kl_cov_on_policy():
-    """On-policy, KL-Cov's |log w| penalty has zero gradient (REINFORCE); Clip-Cov drops exactly its selection."""
+def test_clip_cov_acts_on_policy():
+    """On-policy, Clip-Cov detaches exactly its selection (why it declares `acts_on_policy`)."""
+    assert RULES["clip_cov"].acts_on_policy
     logp, _, advantages, mask = planted_batch(6)
-    _, grad = loss_and_grad(build_rule("kl_cov"), logp, logp.detach(), advantages, mask)
-    torch.testing.assert_close(grad, torch.where(mask, -advantages[:, None].expand_as(logp), 0.0))
     rule = build_rule("clip_cov", ratio=0.05, cov_lb=-1e9, cov_ub=1e9)
     leaf = logp.clone().requires_grad_()
     out = rule(leaf, logp.detach(), advantages, mask, generator=torch.Generator().manual_seed(0))
@@ -316,7 +317,7 @@ def test_clip_frac_counts_only_the_active_side():
         assert out.metrics["ratio/max"] == pytest.approx(1.5) and out.metrics["ratio/min"] == pytest.approx(0.5)
 
 
-@pytest.mark.parametrize("name", RATIO_RULES)
+@pytest.mark.parametrize("name", ALL_RULES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_extreme_inputs_give_finite_losses_and_gradients(name, dtype):
     """±80 log-ratios, −inf log-probs under the mask, all-masked rows/batches, zero advantages: never NaN."""
@@ -393,3 +394,15 @@ def test_bad_rules_and_parameters_are_named(name, params, words):
         build_rule(name, **params)
     for word in words:
         assert word in str(err.value)
+
+
+def test_the_on_policy_warning_follows_the_acts_on_policy_trait():
+    """A strictly on-policy run warns that its rule cannot act, unless the rule declares `acts_on_policy`."""
+    from conftest import train_config
+
+    from atr_grpo.training.pipeline import warn_if_on_policy
+
+    for name, rule in RULES.items():
+        cfg = train_config([f"clipping={name}", "rollout=on_policy"])
+        assert (warn_if_on_policy(cfg) is None) == rule.acts_on_policy, name
+        assert warn_if_on_policy(train_config([f"clipping={name}", "rollout=reuse2"])) is None

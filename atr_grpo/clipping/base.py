@@ -23,6 +23,14 @@ LOG_RATIO_LIMIT = 20.0
 
 SEMANTICS = ("min", "mask")
 
+# What a rule constrains, for listings and for grouping rules in tests and benchmarks:
+#   reference   no constraint at all (REINFORCE with the ratio)
+#   ratio       an interval on the importance ratio (token or sequence), hard clip or clipped weight
+#   divergence  a threshold on an estimate of the divergence between π_old and π_θ (the general operator)
+#   covariance  a selection of tokens by their advantage/log-prob covariance, over the whole batch
+#   soft        a smooth gate instead of a hard constraint
+FAMILIES = ("reference", "ratio", "divergence", "covariance", "soft")
+
 
 # ----------------------------------------------------------------------------------------- parameters
 @dataclass(frozen=True)
@@ -175,12 +183,16 @@ def rule_metrics(batch: TokenBatch, terms: RuleTerms) -> dict[str, float]:
 
 # ---------------------------------------------------------------------------------------------- the rule
 class ClipRule:
-    """Base class. Subclasses set `name`, `params`, optionally `needs`, and implement `terms`."""
+    """Base class. Subclasses set `name`, `family`, `params`, optionally the other traits, and implement `terms`."""
 
     name: ClassVar[str]
+    family: ClassVar[str]  # one of FAMILIES
     params: ClassVar[tuple[Param, ...]] = ()
     needs: ClassVar[tuple[str, ...]] = ()  # extras a call must pass: "full_kl", "generator"
-    summary: ClassVar[str] = ""  # one line for the README / `--help` style listings
+    # True when the rule changes the gradient even where w ≡ 1 (strictly on-policy updates), i.e. its effect
+    # does not go through the ratio; a run of any other rule warns that it cannot act when every update is on-policy
+    acts_on_policy: ClassVar[bool] = False
+    summary: ClassVar[str] = ""  # one line: the constraint or loss (README table, `python -m atr_grpo.clipping`)
     source: ClassVar[str] = ""  # the paper (and equation) the rule comes from
 
     def __init__(self, **values: Any) -> None:
@@ -235,6 +247,8 @@ def register(cls: type[ClipRule]) -> type[ClipRule]:
     """Class decorator: make a rule available by its `name` to `build_rule` and to the configs."""
     if cls.name in RULES:
         raise ValueError(f"clipping rule {cls.name!r} is registered twice")
+    if getattr(cls, "family", None) not in FAMILIES:
+        raise ValueError(f"clipping rule {cls.name!r}: family must be one of {', '.join(FAMILIES)}")
     RULES[cls.name] = cls
     return cls
 

@@ -91,6 +91,8 @@ class ClipCov(ClipRule):
     """
 
     name = "clip_cov"
+    family = "covariance"
+    acts_on_policy = True  # the covariance selection is detached whatever w is
     needs = ("generator",)  # or `key_seed` / `random_keys` directly (see check_extras)
     params = (
         number("eps_low", 1.0, "a number in (0, 1]", lambda v: 0 < v <= 1, "lower clip range (recipe 1.0)"),
@@ -144,6 +146,7 @@ class KLCov(ClipRule):
     """No ratio clip; a coef·|log w| penalty on the top-r tokens by covariance."""
 
     name = "kl_cov"
+    family = "covariance"
     params = (
         number("ratio", 2e-3, "a number in (0, 1]", lambda v: 0 < v <= 1, "fraction k of tokens (7B recipe 0.2%)"),
         positive("coef", 1.0, "penalty coefficient β (recipe 1)"),

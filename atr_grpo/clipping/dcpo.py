@@ -41,6 +41,7 @@ class DCPO(_DualParams):
     """DCPO's dynamic-adaptive ratio bounds (from π_old of each token) inside PPO's min, with dual clip."""
 
     name = "dcpo"
+    family = "ratio"
     params = (
         open_unit("eps_low", 0.16, "DCPO §4.1: 0.16"),
         number("eps_high", 0.2, "a number > 0", lambda v: v > 0, "DCPO §4.1: 0.2"),

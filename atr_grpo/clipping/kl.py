@@ -47,6 +47,8 @@ def _delta() -> Any:
 class _DivergenceRule(ClipRule):
     """A rule whose constraint is `estimate(batch) ≤ delta`, applied through the general operator."""
 
+    family = "divergence"
+
     def estimate(self, batch: TokenBatch, **extras: Any) -> Tensor:
         raise NotImplementedError
 

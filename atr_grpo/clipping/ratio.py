@@ -56,6 +56,7 @@ class NoClip(ClipRule):
     """REINFORCE with the importance ratio, loss -w·A: no constraint (a reference point)."""
 
     name = "no_clip"
+    family = "reference"
     summary = "-w·A, no constraint"
     source = "Williams 1992 (with the PPO importance ratio)"
 
@@ -70,6 +71,7 @@ class Clip(ClipRule):
     """PPO / GRPO symmetric clip, w ∈ [1 - ε, 1 + ε] (paper Eq. 3 with l = 1 - ε, u = 1 + ε)."""
 
     name = "clip"
+    family = "ratio"
     params = (open_unit("eps", 0.2, "clip range ε (PPO/GRPO default 0.2)"),)
     summary = "w ∈ [1-ε, 1+ε]"
     source = "Schulman et al. 2017; Shao et al. 2024"
@@ -83,6 +85,7 @@ class ClipHigher(ClipRule):
     """DAPO's decoupled clip, w ∈ [1 - ε_low, 1 + ε_high] with a larger upper range (DAPO §3.1)."""
 
     name = "clip_higher"
+    family = "ratio"
     params = (
         open_unit("eps_low", 0.2, "lower clip range (DAPO 0.2)"),
         number("eps_high", 0.28, "a number > 0", lambda v: v > 0, "upper clip range (DAPO 0.28)"),
@@ -110,6 +113,7 @@ class DualClip(_DualParams):
     """Dual-clip PPO (Ye et al. 2020): PPO's clip plus the floor c·A for A < 0, verl's default loss."""
 
     name = "dual_clip"
+    family = "ratio"
     params = (
         open_unit("eps_low", 0.2, "lower clip range"),
         number("eps_high", 0.2, "a number > 0", lambda v: v > 0, "upper clip range"),
@@ -132,6 +136,7 @@ class RPGClip(_DualParams):
     """
 
     name = "rpg_clip"
+    family = "ratio"
     params = (
         open_unit("eps_low", 0.2, "lower clip range (RPG recipe 0.2)"),
         number("eps_high", 0.28, "a number > 0", lambda v: v > 0, "upper clip range (RPG recipe 0.28)"),
