@@ -5,6 +5,7 @@ gradient, DCPO's table), every rule against an independent elementwise oracle, m
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -361,9 +362,16 @@ def test_bad_shapes_are_named():
 
 
 # ------------------------------------------------------------------------------------------- registry
-def test_registry_has_every_rule_of_the_contract():
-    assert set(RULES) == {"no_clip", "clip", "clip_higher", "dual_clip", "dcpo", "clip_cov", "kl_cov", "sapo", "atr",
-                          "kl1", "kl2", "is_kl3", "full_kl", "rpg_clip"}  # fmt: skip
+def test_every_rule_has_exactly_one_config_and_every_config_a_rule():
+    """Adding a rule is one class and one `conf/clipping/<name>.yaml`: the two sets are equal, and each YAML names
+    its own rule (its schema and its `name`)."""
+    conf = Path(__file__).resolve().parents[1] / "conf" / "clipping"
+    files = {path.stem: path for path in conf.iterdir()}
+    assert all(path.suffix == ".yaml" for path in files.values())
+    assert set(files) == set(RULES)
+    for name, path in files.items():
+        text = path.read_text()
+        assert f"/schema/clipping@_here_: {name}\n" in text and f"\nname: {name}\n" in text, path
 
 
 def test_source_defaults():
