@@ -17,6 +17,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from atr_grpo.clipping.base import LOG_RATIO_LIMIT
+
 AGGREGATIONS = ("dr_grpo", "token_mean", "seq_mean")
 KL_ESTIMATORS = ("k1", "k2", "k3")
 
@@ -54,7 +56,7 @@ def kl_penalty(
     if estimator not in KL_ESTIMATORS:
         raise ValueError(f"unknown KL estimator {estimator!r}; allowed: {', '.join(KL_ESTIMATORS)}")
     valid = mask.bool()
-    log_r = torch.where(valid, ref_logp.detach().float() - logp.float(), 0.0).clamp(-20.0, 20.0)
+    log_r = torch.where(valid, ref_logp.detach().float() - logp.float(), 0.0).clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)
     if estimator == "k1":
         value = -log_r
     elif estimator == "k2":

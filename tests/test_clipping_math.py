@@ -13,6 +13,7 @@ import torch
 from atr_grpo.clipping import (
     METRIC_KEYS,
     RULES,
+    SAMPLE_OLD_PROBS,
     build_rule,
     dcpo_ratio_bounds,
     describe_bounds,
@@ -111,6 +112,41 @@ def test_dcpo_bounds_reproduce_its_table():
     assert low[2].item() == pytest.approx(0.5) and high[2].item() == pytest.approx(10.0)  # floor 0.5, cap c
 
 
+def probe_interval(rule, low, high, old_prob):
+    """One-token rows probing just inside / just outside each finite side of [low, high], on the side the
+    advantage pushes (A < 0 below, A > 0 above), at π_old = `old_prob`: (rows, True where outside)."""
+    probes = []
+    if low > 0:
+        probes += [(low * 0.999, -1.0, True), (low * 1.001, -1.0, False)]
+    if math.isfinite(high) and high * 1.001 < 1 / old_prob:  # π_θ ≤ 1 caps w at 1/π_old
+        probes += [(high * 1.001, 1.0, True), (high * 0.999, 1.0, False)]
+    ratios, advantages, outside = (torch.tensor(column, dtype=torch.float64) for column in zip(*probes))
+    old = torch.full((len(probes), 1), math.log(old_prob), dtype=torch.float64)
+    logp = old + torch.log(ratios)[:, None]
+    mask = torch.ones_like(logp, dtype=torch.bool)
+    _, grad = loss_and_grad(rule, logp, old, advantages * 0.5, mask, **extras_for(rule, logp))
+    followed = torch.isclose(grad[:, 0].double(), -ratios * advantages * 0.5, rtol=1e-4, atol=0)
+    return followed, outside.bool()
+
+
+@pytest.mark.parametrize("name", ALL_RULES)
+def test_the_declared_bounds_are_where_the_rule_stops_following_w(name):
+    """`ratio_bounds()` / `old_prob_bounds(π_old)` say where the rule acts: a token just inside keeps the plain
+    gradient −w·A, a token just outside (on the side its advantage pushes) does not (frozen or truncated weight)."""
+    rule = build_rule(name)
+    bounds = rule.ratio_bounds()
+    cases = [] if bounds is None else [(*bounds, 0.3)]
+    for q in SAMPLE_OLD_PROBS:
+        per_token = rule.old_prob_bounds(torch.tensor([q], dtype=torch.float64))
+        if per_token is not None:
+            cases.append((float(per_token[0]), float(per_token[1]), q))
+    if not cases:
+        pytest.skip(f"{name} declares no ratio interval")
+    for low, high, q in cases:
+        followed, outside = probe_interval(rule, low, high, q)
+        assert torch.equal(followed, ~outside), (low, high, q, followed)
+
+
 # ------------------------------------------------------------------------------------ equivalences
 def grads(name, params, batch, **extras):
     logp, old, advantages, mask = batch
@@ -198,54 +234,74 @@ def test_sapo_gradient_is_the_sech_squared_gate():
 
 
 # -------------------------------------------------------------------------------------------- oracles
-def k_estimates(s):
-    w = math.exp(s)
-    return {"k1": -s, "k2": 0.5 * s * s, "k3": w - 1 - s, "is_kl3": 1 - w + w * s}
+def clipped_oracle(w, a, low, high, c=None):
+    """PPO's min(w·A, clip(w)·A), with the dual-clip floor c·A for A < 0: (objective, d objective / d log π)."""
+    unclipped, clipped = w * a, min(max(w, low), high) * a
+    objective, grad = (unclipped, w * a) if unclipped <= clipped else (clipped, 0.0)
+    if c is not None and a < 0 and c * a > objective:
+        objective, grad = c * a, 0.0
+    return objective, grad
 
 
-def oracle_token(name, params, lp, olp, a, full_kl=0.0):
-    """(loss, d loss / d logp, frozen) for one token, from the formulas of clipping_methods.md, in plain floats."""
-    s = lp - olp
-    w = math.exp(s)
-    if name == "no_clip":
-        return -w * a, -w * a, False
-    if name in ("clip", "clip_higher", "dual_clip", "dcpo", "rpg_clip"):
-        if name == "clip":
-            low, high = 1 - params["eps"], 1 + params["eps"]
-        elif name == "dcpo":
-            q = math.exp(olp)
-            low = 0.5 + 0.5 * math.sqrt(max(1 - 4 * params["eps_low"] / q, 0.0))
-            high = min(0.5 + 0.5 * math.sqrt(1 + 4 * params["eps_high"] / q), params["c"])
-        else:
-            low, high = 1 - params["eps_low"], 1 + params["eps_high"]
-        unclipped, clipped = w * a, min(max(w, low), high) * a
-        objective, grad = (unclipped, -w * a) if unclipped <= clipped else (clipped, 0.0)
-        if name in ("dual_clip", "dcpo", "rpg_clip") and a < 0 and params["c"] * a > objective:
-            objective, grad = params["c"] * a, 0.0
-        if name == "rpg_clip":  # value -w·A·log π; gradient -w·A on kept tokens
-            return -w * a * lp, grad, grad == 0.0 and a != 0.0
-        return -objective, grad, grad == 0.0 and a != 0.0
-    if name == "sapo":
-        tau = params["tau_pos"] if a > 0 else params["tau_neg"]
-        sig = 1 / (1 + math.exp(-tau * (w - 1)))
-        return -sig * 4 / tau * a, -a * 4 * sig * (1 - sig) * w, False
-    estimate = {
-        "atr": lambda: k_estimates(s)["k3"],
-        "kl1": lambda: k_estimates(s)["k1"],
-        "kl2": lambda: k_estimates(s)["k2"],
-        "is_kl3": lambda: k_estimates(s)["is_kl3"],
-        "full_kl": lambda: full_kl,
-    }[name]()
-    frozen = estimate > params["delta"] and w * a > a
-    return (-a, 0.0, True) if frozen else (-w * a, -w * a, False)
+def ppo_oracle(bounds, dual=False, value=None):
+    """A token oracle for a ratio-interval rule; `bounds(params, q)` gives (low, high) for π_old = q."""
+
+    def oracle(params, lp, olp, a, full_kl):
+        w = math.exp(lp - olp)
+        objective, grad = clipped_oracle(w, a, *bounds(params, math.exp(olp)), params["c"] if dual else None)
+        loss = -objective if value is None else value(w, a, lp)
+        return loss, -grad, grad == 0.0 and a != 0.0
+
+    return oracle
 
 
-ORACLE_RULES = ["no_clip", "clip", "clip_higher", "dual_clip", "rpg_clip", "dcpo", "sapo", "atr", "kl1", "kl2",
-                "is_kl3", "full_kl"]  # fmt: skip
+def divergence_oracle(estimate):
+    """The general operator inside PPO's min: frozen (value −A, no gradient) when estimate > δ and w·A > A."""
+
+    def oracle(params, lp, olp, a, full_kl):
+        s = lp - olp
+        w = math.exp(s)
+        frozen = estimate(s, w, params, full_kl) > params["delta"] and w * a > a
+        return (-a, 0.0, True) if frozen else (-w * a, -w * a, False)
+
+    return oracle
+
+
+def sapo_oracle(params, lp, olp, a, full_kl):
+    w = math.exp(lp - olp)
+    tau = params["tau_pos"] if a > 0 else params["tau_neg"]
+    sig = 1 / (1 + math.exp(-tau * (w - 1)))
+    return -sig * 4 / tau * a, -a * 4 * sig * (1 - sig) * w, False
+
+
+def dcpo_bounds(params, q):
+    low = 0.5 + 0.5 * math.sqrt(max(1 - 4 * params["eps_low"] / q, 0.0))
+    return low, min(0.5 + 0.5 * math.sqrt(1 + 4 * params["eps_high"] / q), params["c"])
+
+
+def eps_bounds(params, q):
+    return 1 - params["eps_low"], 1 + params["eps_high"]
+
+
+# (loss, d loss / d log π, frozen) of one token, from the formulas of the source papers, in plain floats
+TOKEN_ORACLES = {
+    "no_clip": lambda params, lp, olp, a, full_kl: (-math.exp(lp - olp) * a, -math.exp(lp - olp) * a, False),
+    "clip": ppo_oracle(lambda params, q: (1 - params["eps"], 1 + params["eps"])),
+    "clip_higher": ppo_oracle(eps_bounds),
+    "dual_clip": ppo_oracle(eps_bounds, dual=True),
+    "rpg_clip": ppo_oracle(eps_bounds, dual=True, value=lambda w, a, lp: -w * a * lp),  # value −w·A·log π
+    "dcpo": ppo_oracle(dcpo_bounds, dual=True),
+    "sapo": sapo_oracle,
+    "atr": divergence_oracle(lambda s, w, params, full_kl: w - 1 - s),
+    "kl1": divergence_oracle(lambda s, w, params, full_kl: -s),
+    "kl2": divergence_oracle(lambda s, w, params, full_kl: 0.5 * s * s),
+    "is_kl3": divergence_oracle(lambda s, w, params, full_kl: 1 - w + w * s),
+    "full_kl": divergence_oracle(lambda s, w, params, full_kl: full_kl),
+}
 ORACLE_PARAMS = {"clip": {"eps": 0.2}, "atr": {"delta": 0.05}, "kl2": {"delta": 0.03}, "dual_clip": {"c": 1.5}}
 
 
-@pytest.mark.parametrize("name", ORACLE_RULES)
+@pytest.mark.parametrize("name", sorted(TOKEN_ORACLES))
 def test_every_rule_matches_its_elementwise_oracle(name):
     """Loss, gradient and frozen set of each rule against an independent per-token computation."""
     rule = build_rule(name, **ORACLE_PARAMS.get(name, {}))
@@ -260,12 +316,13 @@ def test_every_rule_matches_its_elementwise_oracle(name):
                 assert out.loss[b, t] == 0 and grad[b, t] == 0
                 continue
             fk = float(extras["full_kl"][b, t]) if "full_kl" in extras else 0.0
-            loss, g, frozen = oracle_token(name, params, float(logp[b, t]), float(old[b, t]), float(advantages[b]), fk)
+            token = (float(logp[b, t]), float(old[b, t]), float(advantages[b]), fk)
+            loss, g, frozen = TOKEN_ORACLES[name](params, *token)
             assert float(out.loss[b, t].detach()) == pytest.approx(loss, rel=2e-6, abs=1e-6), (b, t)
             assert float(grad[b, t]) == pytest.approx(g, rel=2e-6, abs=1e-6), (b, t)
             frozen_count += frozen
     assert out.metrics["clip/frac"] == pytest.approx(frozen_count / int(mask.sum()))
-    if name not in ("no_clip", "sapo"):
+    if RULES[name].family not in ("reference", "soft"):
         assert frozen_count > 0  # the planted tokens exercise the constraint
 
 
@@ -372,6 +429,45 @@ def test_every_rule_has_exactly_one_config_and_every_config_a_rule():
     for name, path in files.items():
         text = path.read_text()
         assert f"/schema/clipping@_here_: {name}\n" in text and f"\nname: {name}\n" in text, path
+
+
+def test_the_readme_rule_table_is_the_registrys():
+    """The README's rule table has the listing's header, and each of its rows is, character for character, the row
+    `python -m atr_grpo.clipping --markdown` writes for that rule from the registry (summary, parameters, defaults,
+    trust region, source), so the table cannot drift from the code. (A new rule's row is not required, so that a
+    rule stays one class and one YAML; the README recipe says how to print it.)"""
+    from atr_grpo.clipping.listing import TABLE_HEADER, table_row
+
+    lines = (Path(__file__).resolve().parents[1] / "README.md").read_text().splitlines()
+    start = lines.index(TABLE_HEADER[0])
+    assert lines[start + 1] == TABLE_HEADER[1]
+    rows = []
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        rows.append(line)
+    names = [row.split("`")[1] for row in rows]
+    assert len(set(names)) == len(names) and set(names) <= set(RULES)
+    for name, row in zip(names, rows):
+        assert row == table_row(name)
+
+
+def test_the_listing_shows_every_parameter_with_its_range_and_source():
+    """`python -m atr_grpo.clipping`: each rule's module, family, source, every parameter with its default, allowed
+    range and meaning, and its trust region at the defaults where it has one."""
+    from atr_grpo.clipping.__main__ import main
+    from atr_grpo.clipping.listing import rule_listing
+
+    text = rule_listing(["atr", "dcpo"])
+    assert text.startswith("atr  (atr_grpo/clipping/kl.py, family divergence)")
+    assert "delta = 0.07" in text and "a finite number > 0" in text and "§6.4" in text
+    assert "δ = 0.07 ⇔ w ∈ [0.671, 1.422]" in text
+    assert "π_old 0.9: w ∈ [0.769, 1.187]" in text  # DCPO's Table 1 row, per token
+    for name, rule in RULES.items():
+        entry = rule_listing([name])
+        assert rule.source in entry and rule.summary in entry
+        assert all(f"{p.name} = " in entry and p.allowed in entry and p.doc in entry for p in rule.params)
+    assert main(["ppo"]) == 2
 
 
 def test_source_defaults():

@@ -197,17 +197,24 @@ def test_accumulated_loss_wrapper_adds_extras_and_logs_rule_metrics(zoo, monkeyp
     pad = 3
 
     def fake_accumulated_loss(
-        trainer, input_ids, attention_mask, logits_to_keep, completion_mask, advantages, old_logps, ref_logps,
-        n_chunks=-1, tool_mask=None, **kwargs,
-    ):  # fmt: skip
+        trainer,
+        input_ids,
+        attention_mask,
+        logits_to_keep,
+        completion_mask,
+        advantages,
+        old_logps,
+        ref_logps,
+        n_chunks=-1,
+        tool_mask=None,
+        **kwargs,
+    ):
         # what zoo does: left-pack, score, then one UnslothEfficientGRPO call with the loss kwargs
         packed_logp, packed_mask = left_packed(logp, completion_mask, pad)
         packed_old, _ = left_packed(old_logps, completion_mask, pad)
         leaf = packed_logp.requires_grad_()
-        outputs = zoo.UnslothEfficientGRPO.apply(
-            leaf, packed_old, None, None, torch.empty(1), torch.zeros_like(packed_mask), packed_mask,
-            advantages, 0.0, None, 1, kwargs, None,
-        )  # fmt: skip
+        zoo_args = (leaf, packed_old, None, None, torch.empty(1), torch.zeros_like(packed_mask), packed_mask)
+        outputs = zoo.UnslothEfficientGRPO.apply(*zoo_args, advantages, 0.0, None, 1, kwargs, None)
         outputs[0].backward()
         fake_accumulated_loss.grad = leaf.grad
         return (*outputs, packed_mask)

@@ -31,6 +31,9 @@ SEMANTICS = ("min", "mask")
 #   soft        a smooth gate instead of a hard constraint
 FAMILIES = ("reference", "ratio", "divergence", "covariance", "soft")
 
+# the values of π_old(y_t|s_t) at which per-token bounds are printed
+SAMPLE_OLD_PROBS = (0.9, 0.5, 0.1, 0.01)
+
 
 # ----------------------------------------------------------------------------------------- parameters
 @dataclass(frozen=True)
@@ -72,6 +75,12 @@ def semantics_param() -> Param:
         "'min': the general operator inside PPO's min (a violating token loses its gradient only on the "
         "side its advantage pushes; Thm 4.1). 'mask': it loses its gradient whenever the constraint fails.",
     )
+
+
+def format_interval(low: float, high: float, variable: str = "w") -> str:
+    """'w ∈ [0.671, 1.422]', with an unbounded side written as ∞."""
+    upper = "∞)" if math.isinf(high) else f"{high:.3f}]"
+    return f"{variable} ∈ [{low:.3f}, {upper}"
 
 
 # ------------------------------------------------------------------------------------------ token batch
@@ -141,13 +150,14 @@ class RuleTerms:
 
 @dataclass
 class ClipOutput:
-    """The public result of a rule call (contracts §1)."""
+    """The public result of a rule call: the per-token loss a trainer aggregates, and the metrics it logs."""
 
     loss: Tensor  # [B, T] per-token loss to minimise, 0 where mask == 0
     metrics: dict[str, float]
 
 
-METRIC_KEYS = ("clip/frac_low", "clip/frac_high", "clip/frac", "ratio/mean", "ratio/min", "ratio/max")
+# the keys every rule emits (rules may add their own, e.g. clip/frac_dual, kl/estimate_mean)
+METRIC_KEYS = ("clip/frac_low", "clip/frac_high", "clip/frac", "ratio/mean", "ratio/min", "ratio/max", "kl/kl3_mean")
 
 
 def rule_metrics(batch: TokenBatch, terms: RuleTerms) -> dict[str, float]:
@@ -224,6 +234,31 @@ class ClipRule:
 
     def terms(self, batch: TokenBatch, **extras: Any) -> RuleTerms:
         raise NotImplementedError
+
+    def ratio_bounds(self) -> tuple[float, float] | None:
+        """(low, high): the interval of w = π_θ/π_old outside which the rule stops following w (the token's
+        gradient is zeroed on the side its advantage pushes, or its weight truncated), where the rule has one
+        interval for every token; None otherwise (no constraint, per-token or per-sequence bounds, soft gates)."""
+        return None
+
+    def old_prob_bounds(self, old_prob: Tensor) -> tuple[Tensor, Tensor] | None:
+        """For rules whose interval depends on the token's π_old(y_t|s_t): (low, high) of w for each value of
+        `old_prob` (any shape, float64 recommended); None for every other rule."""
+        return None
+
+    def bounds_text(self) -> str:
+        """The rule's trust region in words at its current parameters, e.g. 'δ = 0.07 ⇔ w ∈ [0.671, 1.422]'
+        ('' when there is nothing to say beyond the summary)."""
+        bounds = self.ratio_bounds()
+        if bounds is not None:
+            return format_interval(*bounds)
+        per_token = self.old_prob_bounds(torch.tensor(SAMPLE_OLD_PROBS, dtype=torch.float64))
+        if per_token is None:
+            return ""
+        lows, highs = (values.tolist() for values in per_token)
+        return "; ".join(
+            f"π_old {q:g}: {format_interval(low, high)}" for q, low, high in zip(SAMPLE_OLD_PROBS, lows, highs)
+        )
 
     def check_extras(self, extras: dict[str, Any]) -> None:
         for need in self.needs:

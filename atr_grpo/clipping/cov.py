@@ -31,7 +31,7 @@ from atr_grpo.clipping.base import (
     ratio_from_log,
     register,
 )
-from atr_grpo.clipping.ratio import ppo_clip_terms
+from atr_grpo.clipping.ratio import ClipRangeRule, ppo_clip_terms
 
 
 def token_covariance(batch: TokenBatch) -> Tensor:
@@ -83,7 +83,7 @@ def token_quota(batch: TokenBatch, fraction: float) -> Tensor:
 
 
 @register
-class ClipCov(ClipRule):
+class ClipCov(ClipRangeRule):
     """PPO clip plus random detachment of covariance-selected tokens.
 
     The clip band defaults to 1.0/1.0: the Clip-Cov recipe loosens PPO's clip to 1 so that it only
@@ -101,8 +101,8 @@ class ClipCov(ClipRule):
         number("cov_lb", 1.0, "a finite number", lambda v: True, "lower covariance bound ω_low"),
         number("cov_ub", 5.0, "a finite number", lambda v: True, "upper covariance bound ω_high"),
     )
-    summary = "clip, plus random detachment of tokens with cov in (ω_low, ω_high)"
-    source = "Cui et al. 2025 (Clip-Cov)"
+    summary = "clip, plus detaching a random fraction r of the tokens whose covariance lies in (cov_lb, cov_ub)"
+    source = "Clip-Cov (Cui et al. 2025)"
 
     def validate(self) -> None:
         if not self.cov_ub > self.cov_lb:
@@ -151,8 +151,8 @@ class KLCov(ClipRule):
         number("ratio", 2e-3, "a number in (0, 1]", lambda v: 0 < v <= 1, "fraction k of tokens (7B recipe 0.2%)"),
         positive("coef", 1.0, "penalty coefficient β (recipe 1)"),
     )
-    summary = "-w·A, plus coef·|log w| on the top-k tokens by covariance"
-    source = "Cui et al. 2025 (KL-Cov)"
+    summary = "−w·A, plus coef·|log w| on the top-r tokens by covariance"
+    source = "KL-Cov (Cui et al. 2025)"
 
     def terms(self, batch: TokenBatch, **_: Any) -> RuleTerms:
         ratio = ratio_from_log(batch.log_ratio)

@@ -13,6 +13,7 @@ for any δ below k3(-20) ≈ 19.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -24,14 +25,17 @@ from atr_grpo.clipping.base import (
     RuleTerms,
     TokenBatch,
     choice,
+    format_interval,
     positive,
     register,
 )
 from atr_grpo.clipping.base import semantics_param as _semantics
+from atr_grpo.clipping.bounds import divergence_ratio_interval, kl3_ratio_bounds
 from atr_grpo.clipping.general import general_operator
 
 
-def _s(batch: TokenBatch) -> Tensor:
+def clamped_log_ratio(batch: TokenBatch) -> Tensor:
+    """s = log w without gradient, clamped to ±LOG_RATIO_LIMIT (every estimator is monotone beyond)."""
     return batch.log_ratio.detach().clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)
 
 
@@ -58,6 +62,13 @@ class _DivergenceRule(ClipRule):
         terms.extra["kl/estimate_mean"] = estimate
         return terms
 
+    def bounds_text(self) -> str:
+        bounds = self.ratio_bounds()
+        if bounds is None:
+            return ""
+        reading = "" if self.semantics == "min" else " (mask semantics: frozen outside whatever the sign of A)"
+        return f"δ = {self.delta:g} ⇔ {format_interval(*bounds)}{reading}"
+
 
 @register
 class ATR(_DivergenceRule):
@@ -66,11 +77,14 @@ class ATR(_DivergenceRule):
 
     name = "atr"
     params = (_delta(), _semantics())
-    summary = "KL3 = w-1-log w ≤ δ (⇔ w ∈ [l_δ, u_δ])"
-    source = "this paper (ATR-GRPO), Eq. 5-6"
+    summary = "KL3 = w − 1 − log w ≤ δ"
+    source = "ATR-GRPO (this paper), Eq. 5–6 and 10"
 
     def estimate(self, batch: TokenBatch, **_: Any) -> Tensor:
-        return k3(_s(batch))
+        return k3(clamped_log_ratio(batch))
+
+    def ratio_bounds(self) -> tuple[float, float]:
+        return kl3_ratio_bounds(self.delta)
 
 
 @register
@@ -86,12 +100,16 @@ class KL1(_DivergenceRule):
         _semantics(),
         choice("variant", "neg_log", ("neg_log", "log", "abs_log"), "sign convention"),
     )
-    summary = "k1 = -log w ≤ δ"
-    source = "Schulman 2020 (k1); Table 3"
+    summary = "k1 = −log w ≤ δ (`variant=log`, `abs_log`: the other readings)"
+    source = "k1 (Schulman 2020); paper Table 3"
 
     def estimate(self, batch: TokenBatch, **_: Any) -> Tensor:
-        s = _s(batch)
+        s = clamped_log_ratio(batch)
         return {"neg_log": -s, "log": s, "abs_log": s.abs()}[self.variant]
+
+    def ratio_bounds(self) -> tuple[float, float]:
+        low, high = math.exp(-self.delta), math.exp(self.delta)
+        return {"neg_log": (low, math.inf), "log": (0.0, high), "abs_log": (low, high)}[self.variant]
 
 
 @register
@@ -101,10 +119,14 @@ class KL2(_DivergenceRule):
     name = "kl2"
     params = (_delta(), _semantics())
     summary = "k2 = ½ log² w ≤ δ"
-    source = "Schulman 2020 (k2); Table 3"
+    source = "k2 (Schulman 2020); paper Table 3"
 
     def estimate(self, batch: TokenBatch, **_: Any) -> Tensor:
-        return 0.5 * _s(batch) ** 2
+        return 0.5 * clamped_log_ratio(batch) ** 2
+
+    def ratio_bounds(self) -> tuple[float, float]:
+        radius = math.sqrt(2 * self.delta)
+        return math.exp(-radius), math.exp(radius)
 
 
 @register
@@ -120,14 +142,19 @@ class ISKL3(_DivergenceRule):
 
     name = "is_kl3"
     params = (_delta(), _semantics(), choice("form", "reverse", ("reverse", "literal"), "which weighting"))
-    summary = "w·k3(1/w) = 1 - w + w log w ≤ δ"
-    source = "Zhang et al. 2025 (RPG) importance weighting; Table 3"
+    summary = "w·k3(1/w) = 1 − w + w log w ≤ δ (`form=literal`: w·k3(w))"
+    source = "importance-weighted KL3 (RPG, Zhang et al. 2025); paper Table 3"
 
     def estimate(self, batch: TokenBatch, **_: Any) -> Tensor:
-        s = _s(batch)
+        s = clamped_log_ratio(batch)
         if self.form == "reverse":
             return torch.exp(s) * s - torch.expm1(s)  # 1 - w + w log w
         return torch.exp(s) * k3(s)
+
+    def ratio_bounds(self) -> tuple[float, float] | None:
+        if self.form == "literal":  # not an interval: every small enough ratio is inside as well
+            return None
+        return divergence_ratio_interval(lambda w: 1 - w + w * math.log(w), self.delta)
 
 
 @register
@@ -141,8 +168,8 @@ class FullKL(_DivergenceRule):
     name = "full_kl"
     needs = ("full_kl",)
     params = (_delta(), _semantics())
-    summary = "full-vocabulary KL(π_old ‖ π_θ) ≤ δ"
-    source = "Wang et al. 2019 (TRGPPO), 2020 (Truly PPO); Table 3"
+    summary = "full-vocabulary KL(π_old ‖ π_θ) ≤ δ (per state)"
+    source = "TRGPPO / Truly PPO (Wang et al. 2019, 2020); paper Table 3"
 
     def estimate(self, batch: TokenBatch, full_kl: Tensor | None = None, **_: Any) -> Tensor:
         if full_kl is None or full_kl.shape != batch.mask.shape:

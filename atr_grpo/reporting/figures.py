@@ -26,8 +26,6 @@ from atr_grpo.clipping import kl3_ratio_bounds  # noqa: E402
 from atr_grpo.reporting.runs import AVERAGE, Run  # noqa: E402
 from atr_grpo.reporting.tables import PAPER_DIR, Table, claim_outputs  # noqa: E402
 
-NAMES = ("figure1_kl3_bounds", "figure2_training_curves", "figure3_delta", "figure4_passk", "clipping_curves")
-
 
 def _save(fig: plt.Figure, out_dir: Path, name: str) -> list[Path]:
     paths = claim_outputs(out_dir, [f"{name}.png", f"{name}.pdf"])
