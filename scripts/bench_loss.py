@@ -5,12 +5,13 @@ require grad, stale π_old log-probs, advantages, a ragged completion mask; `ful
 per-token KL (its vocabulary pass is the trainer's, not the rule's). Rules are timed in interleaved rounds
 (every rule once per round, in a shuffled order) so that machine noise hits all of them alike; the table
 reports the median over rounds and its ratio to `clip`. Targets by the rule's family: covariance rules, which
-select tokens over the whole batch, are reported as measured; every other rule ≤ 1.10× `clip`.
+also select tokens over the whole batch, ≤ 1.30× `clip`; every other rule ≤ 1.10× `clip`.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import random
 import statistics
 import sys
@@ -22,8 +23,9 @@ from atr_grpo.clipping import RULES, build_rule
 from atr_grpo.losses import aggregate
 
 # The cost target of each family, as a multiple of `clip`'s time (None: reported as measured). Every family not
-# listed is a handful of elementwise ops on the ratio, with the 1.10× target.
-FAMILY_TARGETS: dict[str, float | None] = {"covariance": None}
+# listed is a handful of elementwise ops on the ratio, with the 1.10× target; the covariance rules also compute
+# the batch covariance and select a few tokens by a partial top-k (Clip-Cov: of per-token hashed keys).
+FAMILY_TARGETS: dict[str, float | None] = {"covariance": 1.30}
 DEFAULT_TARGET = 1.10
 
 
@@ -93,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     print("| rule | median (ms) | × clip | target |")
     print("|---|---:|---:|---|")
     over = []
-    for name in sorted(rules, key=lambda n: (target_of(n) is None, n)):
+    for name in sorted(rules, key=lambda n: (target_of(n) or math.inf, n)):
         median = statistics.median(times[name])
         ratio = median / base
         target = target_of(name)

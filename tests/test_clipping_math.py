@@ -20,7 +20,10 @@ from atr_grpo.clipping import (
     divergence_ratio_interval,
     kl3_ratio_bounds,
     lambert_w,
+    make_batch,
 )
+from atr_grpo.clipping.cov import hashed_keys, hashed_uniform, lowest_ranked, token_covariance, with_position
+from atr_grpo.clipping.ratio import ppo_clip_terms
 
 DELTAS = [0.01, 0.03, 0.05, 0.07, 0.09, 0.2, 0.5, 1.0]
 ALL_RULES = sorted(RULES)
@@ -341,6 +344,104 @@ def test_kl_cov_penalises_exactly_the_top_covariance_tokens():
     torch.testing.assert_close(out.loss[valid], expected.float(), rtol=1e-5, atol=1e-6)
     expected_grad = -torch.exp(s) * adv + torch.where(top, 2.0 * torch.sign(s), 0.0)
     torch.testing.assert_close(grad[valid], expected_grad, rtol=1e-5, atol=1e-6)
+
+
+def sort_based_selection(keys, eligible, quota):
+    """The reference selection (the registry's first implementation): rank every entry by a stable double argsort
+    of the keys (ineligible ones last) and keep the eligible entries ranked below the quota."""
+    flat = torch.where(eligible, keys, torch.inf).flatten()
+    rank = torch.argsort(torch.argsort(flat, stable=True), stable=True)
+    return eligible & (rank.view_as(keys) < quota)
+
+
+def reference_hash(seed, mask):
+    """The registry's first Clip-Cov keys: murmur3's finaliser over (seed, row, index among valid tokens) / 2³²."""
+    valid_index = torch.cumsum(mask.long(), dim=1) - 1
+    row = torch.arange(mask.shape[0]).unsqueeze(1)
+    x = (seed * 0x9E3779B1 + row * 0x85EBCA77 + valid_index * 0xC2B2AE3D) & 0xFFFFFFFF
+    x = x ^ (x >> 16)
+    x = (x * 0x85EBCA6B) & 0xFFFFFFFF
+    x = x ^ (x >> 13)
+    x = (x * 0xC2B2AE35) & 0xFFFFFFFF
+    return (x ^ (x >> 16)).double() / 2.0**32
+
+
+def reference_cov_rule(rule, logp, old, advantages, mask, random_keys=None, key_seed=None):
+    """Clip-Cov / KL-Cov's per-token loss as first implemented (sort-based selection, float keys)."""
+    batch = make_batch(logp, old, advantages, mask)
+    cov = token_covariance(batch)
+    quota = torch.clamp(torch.floor(rule.ratio * batch.mask.sum()), min=1)
+    if rule.name == "kl_cov":
+        selected = sort_based_selection(-cov, batch.mask, quota)
+        penalty = torch.where(selected, rule.coef * batch.log_ratio.abs(), 0.0)
+        return torch.where(batch.mask, -torch.exp(batch.log_ratio) * batch.advantages + penalty, 0.0), selected
+    keys = reference_hash(int(key_seed), batch.mask) if random_keys is None else random_keys
+    clipped = ppo_clip_terms(batch, 1 - rule.eps_low, 1 + rule.eps_high)
+    window = (cov > rule.cov_lb) & (cov < rule.cov_ub)
+    candidates = batch.mask & ~(clipped.frozen_low | clipped.frozen_high) & window
+    selected = sort_based_selection(keys, candidates, quota)
+    return torch.where(batch.mask, torch.where(selected, 0.0, clipped.loss), 0.0), selected
+
+
+def tied_batch(seed, batch=5, steps=23):
+    """Log-probs, ratios and advantages from a few discrete values, so covariances and keys tie often."""
+    g = torch.Generator().manual_seed(seed)
+    old = -torch.randint(1, 4, (batch, steps), generator=g).double()
+    logp = old + torch.randint(-2, 3, (batch, steps), generator=g).double() * 0.2
+    advantages = torch.randint(-2, 3, (batch,), generator=g).double()
+    mask = torch.rand(batch, steps, generator=g) > 0.25
+    keys = torch.randint(0, 7, (batch, steps), generator=g).double() / 7  # Clip-Cov's random keys, tied
+    return logp, old, advantages, mask, keys
+
+
+def test_top_k_selection_equals_the_sort_based_selection():
+    """`lowest_ranked` picks exactly the entries of the stable-sort reference: random and heavily tied keys,
+    random eligibility, quotas from 1 to more than the eligible count; with `distinct=True` on distinct keys."""
+    g = torch.Generator().manual_seed(0)
+    for trial in range(400):
+        rows, steps = int(torch.randint(1, 7, (), generator=g)), int(torch.randint(1, 40, (), generator=g))
+        tied = trial % 2 == 0
+        keys = torch.randint(0, 4, (rows, steps), generator=g) if tied else torch.randperm(rows * steps, generator=g)
+        keys = keys.view(rows, steps).float() if trial % 4 < 2 else keys.view(rows, steps)  # float and int keys
+        eligible = torch.rand(rows, steps, generator=g) > float(torch.rand((), generator=g))
+        quota = torch.tensor(float(torch.randint(1, rows * steps + 2, (), generator=g)))
+        bound = int(quota) + int(torch.randint(0, 3, (), generator=g))
+        expected = sort_based_selection(keys.double(), eligible, quota)
+        assert torch.equal(lowest_ranked(keys, eligible, quota, bound), expected)
+        if not tied:
+            assert torch.equal(lowest_ranked(keys, eligible, quota, bound, distinct=True), expected)
+
+
+def test_clip_cov_keys_are_the_first_implementations_hash():
+    """The in-place hash gives the same keys as the first implementation, and `with_position` keeps their order
+    while breaking ties by position."""
+    mask = torch.rand(7, 300, generator=torch.Generator().manual_seed(1)) > 0.3
+    for seed in (0, 1, 2**31 - 2):
+        keys = hashed_keys(torch.tensor(seed), mask)
+        assert torch.equal(hashed_uniform(torch.tensor(seed), mask), reference_hash(seed, mask))
+        assert torch.equal(keys.double() / 2.0**32, reference_hash(seed, mask))
+        combined = with_position(keys).flatten()
+        assert torch.equal(torch.argsort(combined), torch.argsort(keys.flatten(), stable=True))
+
+
+@pytest.mark.parametrize("name", ["clip_cov", "kl_cov"])
+def test_covariance_rules_equal_their_first_implementation(name):
+    """Clip-Cov (with generated keys and with given, tied keys) and KL-Cov give the first, sort-based
+    implementation's selections, loss and gradient exactly, on many batches with tied covariances."""
+    params = {"ratio": 0.2, "cov_lb": -1.0, "cov_ub": 1.0} if name == "clip_cov" else {"ratio": 0.1}
+    rule = build_rule(name, **params)
+    for seed in range(60):
+        logp, old, advantages, mask, keys = tied_batch(seed)
+        key_seed = torch.tensor(seed * 7919)
+        runs = [{"random_keys": keys}, {"key_seed": key_seed}] if name == "clip_cov" else [{}]
+        for extras in runs:
+            out, grad = loss_and_grad(rule, logp, old, advantages, mask, **extras)
+            leaf = logp.clone().requires_grad_()
+            expected, selected = reference_cov_rule(rule, leaf, old, advantages, mask, **extras)
+            expected.sum().backward()
+            assert torch.equal(out.loss, expected.float()) and torch.equal(grad, leaf.grad), (seed, extras.keys())
+            fraction = out.metrics["clip/frac_cov" if name == "clip_cov" else "clip/frac_kl_penalty"]
+            assert fraction == pytest.approx(int(selected.sum()) / int(mask.sum())) and fraction > 0
 
 
 def test_clip_cov_is_deterministic_given_a_generator_and_respects_quota_and_window():
