@@ -77,10 +77,10 @@ def semantics_param() -> Param:
     )
 
 
-def format_interval(low: float, high: float, variable: str = "w") -> str:
+def format_interval(low: float, high: float, variable: str = "w", digits: int = 3) -> str:
     """'w ∈ [0.671, 1.422]', with an unbounded side written as ∞."""
-    upper = "∞)" if math.isinf(high) else f"{high:.3f}]"
-    return f"{variable} ∈ [{low:.3f}, {upper}"
+    upper = "∞)" if math.isinf(high) else f"{high:.{digits}f}]"
+    return f"{variable} ∈ [{low:.{digits}f}, {upper}"
 
 
 # ------------------------------------------------------------------------------------------ token batch
@@ -202,6 +202,9 @@ class ClipRule:
     # True when the rule changes the gradient even where w ≡ 1 (strictly on-policy updates), i.e. its effect
     # does not go through the ratio; a run of any other rule warns that it cannot act when every update is on-policy
     acts_on_policy: ClassVar[bool] = False
+    # the aggregation the rule's source defines its objective with (one of losses.AGGREGATIONS; "seq_mean" for the
+    # sequence-level rules), None for token-level rules: `loss_agg=native` uses it (losses.resolve_aggregation)
+    native_aggregation: ClassVar[str | None] = None
     summary: ClassVar[str] = ""  # one line: the constraint or loss (README table, `python -m atr_grpo.clipping`)
     source: ClassVar[str] = ""  # the paper (and equation) the rule comes from
 

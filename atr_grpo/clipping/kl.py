@@ -22,6 +22,7 @@ from torch import Tensor
 from atr_grpo.clipping.base import (
     LOG_RATIO_LIMIT,
     ClipRule,
+    Param,
     RuleTerms,
     TokenBatch,
     choice,
@@ -44,11 +45,11 @@ def k3(s: Tensor) -> Tensor:
     return torch.expm1(s) - s
 
 
-def _delta() -> Any:
+def delta_param() -> Param:
     return positive("delta", 0.07, "trust-region threshold δ (§6.4: 0.07)")
 
 
-class _DivergenceRule(ClipRule):
+class DivergenceRule(ClipRule):
     """A rule whose constraint is `estimate(batch) ≤ delta`, applied through the general operator."""
 
     family = "divergence"
@@ -71,12 +72,12 @@ class _DivergenceRule(ClipRule):
 
 
 @register
-class ATR(_DivergenceRule):
+class ATR(DivergenceRule):
     """ATR-GRPO: KL3 = w - 1 - log w ≤ δ (paper §4.2). Under min semantics its gradient is exactly
     Clip-Higher's with ε_low = 1 - l_δ, ε_high = u_δ - 1 (Thm 4.1 + Thm 4.2); for δ = 0.07, [0.671, 1.422]."""
 
     name = "atr"
-    params = (_delta(), _semantics())
+    params = (delta_param(), _semantics())
     summary = "KL3 = w − 1 − log w ≤ δ"
     source = "ATR-GRPO (this paper), Eq. 5–6 and 10"
 
@@ -88,7 +89,7 @@ class ATR(_DivergenceRule):
 
 
 @register
-class KL1(_DivergenceRule):
+class KL1(DivergenceRule):
     """k1 ≤ δ. Default reading -log w (Schulman's k1 with samples from π_old, the same direction
     KL(π_old ‖ π_θ) as the paper's KL3): w ≥ e^(-δ) with no upper bound, so under min semantics only
     negative-advantage tokens are ever frozen. `variant` offers the other readings: "log" (log w ≤ δ,
@@ -96,7 +97,7 @@ class KL1(_DivergenceRule):
 
     name = "kl1"
     params = (
-        _delta(),
+        delta_param(),
         _semantics(),
         choice("variant", "neg_log", ("neg_log", "log", "abs_log"), "sign convention"),
     )
@@ -113,11 +114,11 @@ class KL1(_DivergenceRule):
 
 
 @register
-class KL2(_DivergenceRule):
+class KL2(DivergenceRule):
     """k2 = ½ (log w)² ≤ δ ⇔ |log w| ≤ √(2δ): the symmetric-in-log interval [e^(-√2δ), e^(√2δ)]."""
 
     name = "kl2"
-    params = (_delta(), _semantics())
+    params = (delta_param(), _semantics())
     summary = "k2 = ½ log² w ≤ δ"
     source = "k2 (Schulman 2020); paper Table 3"
 
@@ -130,7 +131,7 @@ class KL2(_DivergenceRule):
 
 
 @register
-class ISKL3(_DivergenceRule):
+class ISKL3(DivergenceRule):
     """Importance-weighted KL3 ≤ δ.
 
     Default `form="reverse"`: w · k3(1/w) = 1 - w + w log w, the k3 estimator of the reverse direction
@@ -141,7 +142,7 @@ class ISKL3(_DivergenceRule):
     """
 
     name = "is_kl3"
-    params = (_delta(), _semantics(), choice("form", "reverse", ("reverse", "literal"), "which weighting"))
+    params = (delta_param(), _semantics(), choice("form", "reverse", ("reverse", "literal"), "which weighting"))
     summary = "w·k3(1/w) = 1 − w + w log w ≤ δ (`form=literal`: w·k3(w))"
     source = "importance-weighted KL3 (RPG, Zhang et al. 2025); paper Table 3"
 
@@ -158,7 +159,7 @@ class ISKL3(_DivergenceRule):
 
 
 @register
-class FullKL(_DivergenceRule):
+class FullKL(DivergenceRule):
     """KL(π_old(·|s_t) ‖ π_θ(·|s_t)) ≤ δ over the whole vocabulary (Truly-PPO / TRGPPO condition).
 
     The caller passes the exact per-token divergence as the extra `full_kl` ([B, T]); it is a property of
@@ -167,7 +168,7 @@ class FullKL(_DivergenceRule):
 
     name = "full_kl"
     needs = ("full_kl",)
-    params = (_delta(), _semantics())
+    params = (delta_param(), _semantics())
     summary = "full-vocabulary KL(π_old ‖ π_θ) ≤ δ (per state)"
     source = "TRGPPO / Truly PPO (Wang et al. 2019, 2020); paper Table 3"
 

@@ -42,6 +42,8 @@ def rule_entry(name: str) -> str:
     bounds = rule.bounds_text()
     if bounds:
         lines.append(f"  trust region at the defaults: {bounds}")
+    if rule_class.native_aggregation is not None:
+        lines.append(f"  native aggregation: {rule_class.native_aggregation} (with loss_agg=native)")
     if rule_class.needs:
         lines.append(f"  needs the extras: {', '.join(rule_class.needs)}")
     if rule_class.acts_on_policy:
