@@ -123,6 +123,8 @@ def probe_interval(rule, low, high, old_prob):
         probes += [(low * 0.999, -1.0, True), (low * 1.001, -1.0, False)]
     if math.isfinite(high) and high * 1.001 < 1 / old_prob:  # π_θ ≤ 1 caps w at 1/π_old
         probes += [(high * 1.001, 1.0, True), (high * 0.999, 1.0, False)]
+    if not probes:
+        return torch.zeros(0, dtype=torch.bool), torch.zeros(0, dtype=torch.bool)
     ratios, advantages, outside = (torch.tensor(column, dtype=torch.float64) for column in zip(*probes))
     old = torch.full((len(probes), 1), math.log(old_prob), dtype=torch.float64)
     logp = old + torch.log(ratios)[:, None]
@@ -138,16 +140,19 @@ def test_the_declared_bounds_are_where_the_rule_stops_following_w(name):
     gradient −w·A, a token just outside (on the side its advantage pushes) does not (frozen or truncated weight)."""
     rule = build_rule(name)
     bounds = rule.ratio_bounds()
-    cases = [] if bounds is None else [(*bounds, 0.3)]
+    cases = [] if bounds is None else [(*bounds, 0.01)]
     for q in SAMPLE_OLD_PROBS:
         per_token = rule.old_prob_bounds(torch.tensor([q], dtype=torch.float64))
         if per_token is not None:
             cases.append((float(per_token[0]), float(per_token[1]), q))
     if not cases:
         pytest.skip(f"{name} declares no ratio interval")
+    probed = 0
     for low, high, q in cases:
         followed, outside = probe_interval(rule, low, high, q)
         assert torch.equal(followed, ~outside), (low, high, q, followed)
+        probed += len(followed)
+    assert probed >= 2
 
 
 # ------------------------------------------------------------------------------------ equivalences

@@ -1,4 +1,4 @@
-"""Sequence-level rules: the importance ratio (GSPO) or its clipped log (GMPO) is averaged over each completion.
+"""Sequence-level rules: the log importance ratio (GSPO) or its clipped value (GMPO) is averaged over each completion.
 
 A sequence-level rule still returns a `[B, T]` per-token loss, so that aggregation stays a separate axis: on
 every valid token of sequence i it carries sequence i's value, and padding is 0. Under `seq_mean` (mean over
@@ -10,6 +10,7 @@ positions, so left-packed rows (Unsloth's layout) give the same loss.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -22,6 +23,8 @@ from atr_grpo.clipping.base import (
     TokenBatch,
     format_interval,
     open_unit,
+    positive,
+    ratio_from_log,
     register,
 )
 from atr_grpo.clipping.ratio import ppo_clip_terms
@@ -72,3 +75,48 @@ class GSPO(ClipRule):
     def bounds_text(self) -> str:
         interval = format_interval(1 - self.eps_low, 1 + self.eps_high, "s_i", digits=5)
         return f"{interval} (s_i: the sequence's geometric-mean ratio)"
+
+
+@register
+class GMPO(ClipRule):
+    """Geometric-Mean Policy Optimization (Zhao et al. 2025, arXiv 2507.20673): the geometric mean of the token
+    ratios, each clipped in log space on the side the advantage pushes (PPO's min written in log space),
+
+        loss_i = −A_i · exp(mean_t clip_A(log w_t)),   clip_A(s) = min(s, clamp(s, −ε_low, ε_high)) if A > 0,
+                                                                     max(s, clamp(s, −ε_low, ε_high)) otherwise,
+
+    with ε = 0.4 on both sides, i.e. token ratios in (e^−0.4, e^0.4) = (0.670, 1.492), the paper's recommended
+    range (verl `geo_mean`, TRL `experimental.gmpo`). A_i is the sequence's mean advantage (verl's reading; it is
+    GRPO's sequence advantage). Sequence-level in value: loss_i on each valid token of sequence i, whose gradient
+    flows through the mean; under seq_mean (native) the loss is verl's and TRL's plain mean over sequences. A token
+    clipped on its side has no gradient: `clip/frac_*` count those tokens.
+    """
+
+    name = "gmpo"
+    family = "ratio"
+    native_aggregation = "seq_mean"
+    params = (
+        positive("eps_low", 0.4, "log-space clip: log w ≥ −eps_low on the side A < 0 pushes (GMPO: 0.4)"),
+        positive("eps_high", 0.4, "log-space clip: log w ≤ eps_high on the side A > 0 pushes (GMPO: 0.4)"),
+    )
+    summary = "−A_i·exp(mean_t log w_t), each log w_t clipped to [−ε_low, ε_high] on the side A pushes"
+    source = "GMPO (Zhao et al. 2025); verl `geo_mean`, TRL `experimental.gmpo`"
+
+    def terms(self, batch: TokenBatch, **_: Any) -> RuleTerms:
+        log_ratio, adv = batch.log_ratio, batch.advantages
+        bounded = log_ratio.clamp(-self.eps_low, self.eps_high)
+        clipped = torch.where(adv > 0, torch.minimum(log_ratio, bounded), torch.maximum(log_ratio, bounded))
+        sequence_ratio = ratio_from_log(sequence_mean(clipped, batch.mask))  # [B, 1], gradient through the mean
+        loss = -sequence_mean(adv, batch.mask) * sequence_ratio
+        return RuleTerms(
+            loss=loss.expand_as(log_ratio),
+            frozen_low=(adv < 0) & (log_ratio < -self.eps_low),
+            frozen_high=(adv > 0) & (log_ratio > self.eps_high),
+            extra={"ratio/seq_mean": sequence_ratio.detach().expand_as(log_ratio)},
+        )
+
+    def ratio_bounds(self) -> tuple[float, float]:
+        return math.exp(-self.eps_low), math.exp(self.eps_high)
+
+    def bounds_text(self) -> str:
+        return f"{format_interval(*self.ratio_bounds())} per token, inside the sequence's geometric mean"
