@@ -352,6 +352,7 @@ def trl_gmpo_loss_and_grad(logp, old, advantages, mask, epsilon):
     return loss.detach(), leaf.grad
 
 
+@pytest.mark.filterwarnings("ignore:You are importing from .trl.experimental.")
 def test_gmpo_matches_its_oracle_verl_and_trl():
     """GMPO: the value −A_i·exp(mean_t clip_A(log w_t)) on every token of sequence i and its gradient (float64
     oracle); under seq_mean, verl's `geo_mean` and TRL's experimental GMPO trainer, computed by TRL itself."""

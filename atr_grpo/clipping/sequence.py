@@ -104,8 +104,8 @@ class GMPO(ClipRule):
 
     def terms(self, batch: TokenBatch, **_: Any) -> RuleTerms:
         log_ratio, adv = batch.log_ratio, batch.advantages
-        bounded = log_ratio.clamp(-self.eps_low, self.eps_high)
-        clipped = torch.where(adv > 0, torch.minimum(log_ratio, bounded), torch.maximum(log_ratio, bounded))
+        # min(s, clamp(s, −ε_low, ε_high)) = min(s, ε_high) for A > 0, and max(…) = max(s, −ε_low) otherwise
+        clipped = torch.where(adv > 0, log_ratio.clamp(max=self.eps_high), log_ratio.clamp(min=-self.eps_low))
         sequence_ratio = ratio_from_log(sequence_mean(clipped, batch.mask))  # [B, 1], gradient through the mean
         loss = -sequence_mean(adv, batch.mask) * sequence_ratio
         return RuleTerms(
