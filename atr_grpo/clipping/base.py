@@ -59,6 +59,10 @@ def open_unit(name: str, default: float, doc: str = "") -> Param:
     return Param(name, default, "a number in (0, 1)", lambda v: _is_number(v) and 0 < v < 1, doc)
 
 
+def fraction(name: str, default: float, doc: str = "") -> Param:
+    return Param(name, default, "a number in (0, 1]", lambda v: _is_number(v) and 0 < v <= 1, doc)
+
+
 def number(name: str, default: float, allowed: str, check: Callable[[float], bool], doc: str = "") -> Param:
     return Param(name, default, allowed, lambda v: _is_number(v) and check(v), doc)
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from atr_grpo.clipping.base import RuleTerms, TokenBatch, number, positive, ratio_from_log, register
+from atr_grpo.clipping.base import RuleTerms, TokenBatch, fraction, positive, ratio_from_log, register
 from atr_grpo.clipping.ratio import ClipRangeRule
 
 
@@ -26,13 +26,7 @@ class CISPO(ClipRangeRule):
     name = "cispo"
     family = "ratio"
     params = (
-        number(
-            "eps_low",
-            1.0,
-            "a number in (0, 1]",
-            lambda v: 0 < v <= 1,
-            "weight floor 1 - eps_low; 1 means none (MiniMax-M1: no lower bound)",
-        ),
+        fraction("eps_low", 1.0, "weight floor 1 - eps_low; 1 means none (MiniMax-M1: no lower bound)"),
         positive("eps_high", 4.0, "weight cap w ≤ 1 + eps_high (4: the cap of 5 of ScaleRL, as TRL recommends)"),
     )
     summary = "−sg(clip(w, 1−ε_low, 1+ε_high))·A·log π: the weight is truncated, the gradient never dropped"

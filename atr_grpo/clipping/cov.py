@@ -27,6 +27,7 @@ from atr_grpo.clipping.base import (
     ClipRule,
     RuleTerms,
     TokenBatch,
+    fraction,
     number,
     positive,
     ratio_from_log,
@@ -126,9 +127,9 @@ class ClipCov(ClipRangeRule):
     acts_on_policy = True  # the covariance selection is detached whatever w is
     needs = ("generator",)  # or `key_seed` / `random_keys` directly (see check_extras)
     params = (
-        number("eps_low", 1.0, "a number in (0, 1]", lambda v: 0 < v <= 1, "lower clip range (recipe 1.0)"),
-        positive("eps_high", 1.0, "upper clip range (recipe 1.0)"),
-        number("ratio", 2e-4, "a number in (0, 1]", lambda v: 0 < v <= 1, "fraction r of tokens to detach"),
+        fraction("eps_low", 1.0, "lower clip range (Clip-Cov recipe: 1.0)"),
+        positive("eps_high", 1.0, "upper clip range (Clip-Cov recipe: 1.0)"),
+        fraction("ratio", 2e-4, "fraction r of tokens to detach (Clip-Cov recipe: 2e-4)"),
         number("cov_lb", 1.0, "a finite number", lambda v: True, "lower covariance bound ω_low"),
         number("cov_ub", 5.0, "a finite number", lambda v: True, "upper covariance bound ω_high"),
     )
@@ -180,7 +181,7 @@ class KLCov(ClipRule):
     name = "kl_cov"
     family = "covariance"
     params = (
-        number("ratio", 2e-3, "a number in (0, 1]", lambda v: 0 < v <= 1, "fraction k of tokens (7B recipe 0.2%)"),
+        fraction("ratio", 2e-3, "fraction k of tokens penalised (KL-Cov 7B recipe: 0.2%)"),
         positive("coef", 1.0, "penalty coefficient β (recipe 1)"),
     )
     summary = "−w·A, plus coef·|log w| on the top-r tokens by covariance"
