@@ -9,7 +9,9 @@ Aggregation is a separate axis from the clipping rule (STYLE.md §1):
     dr_grpo     Σ_tokens ℓ / (B · L_max)       Dr.GRPO (Liu et al. 2025c), the paper's backbone: a constant
                                                normaliser, so long and short answers weigh per token alike
     token_mean  Σ_tokens ℓ / Σ_tokens 1        DAPO's token-level mean ("bnpo" in TRL)
-    seq_mean    mean_i (Σ_t ℓ_it / |o_i|)      GRPO's original per-sequence mean (length-biased)
+    seq_mean    mean_i (Σ_t ℓ_it / |o_i|)      GRPO's original per-sequence mean (length-biased); the objective of
+                                               the sequence-level rules (GSPO, GMPO: their `native_aggregation`)
+    native      the rule's own aggregation     `resolve_aggregation` turns it into one of the three above
 
 The regulariser follows the RPG paper (Zhang et al. 2025): with samples drawn from π_old, an estimator
 k(π_θ, π_ref) of KL(π_θ ‖ π_ref) is only unbiased, in value and in gradient, once multiplied by the
@@ -35,6 +37,9 @@ from atr_grpo.clipping.base import (
 )
 
 AGGREGATIONS = ("dr_grpo", "token_mean", "seq_mean")
+AGGREGATION_CHOICES = (*AGGREGATIONS, "native")  # what a config may ask for
+DEFAULT_AGGREGATION = "dr_grpo"  # the paper's backbone; `native` for a rule that declares no aggregation
+TOKEN_SUMS = ("dr_grpo", "token_mean")  # sums over tokens: a sequence weighs as much as it has tokens
 KL_ESTIMATORS = ("k1", "k2", "k3")
 
 
@@ -53,6 +58,27 @@ def aggregate(
     if mode == "token_mean":
         return masked.sum() / weights.sum().clamp(min=1.0)
     return (masked.sum(-1) / weights.sum(-1).clamp(min=1.0)).mean()
+
+
+def resolve_aggregation(configured: str, rule: ClipRule | type[ClipRule]) -> tuple[str, str | None]:
+    """The aggregation to use for `rule` when `configured` (one of AGGREGATION_CHOICES) is asked for, and a
+    one-line notice for the user (None when there is nothing to say).
+
+    `native` is the rule's `native_aggregation` (GSPO, GMPO: `seq_mean`), or DEFAULT_AGGREGATION for a rule that
+    declares none. The notice says when a rule defined per sequence is aggregated by a token sum (TRL warns the
+    same for `importance_sampling_level="sequence"` with `dr_grpo`): each sequence then weighs by its length.
+    """
+    if configured not in AGGREGATION_CHOICES:
+        raise ValueError(f"unknown loss aggregation {configured!r}; allowed: {', '.join(AGGREGATION_CHOICES)}")
+    native = rule.native_aggregation
+    mode = (native or DEFAULT_AGGREGATION) if configured == "native" else configured
+    if native is None or native in TOKEN_SUMS or mode not in TOKEN_SUMS:
+        return mode, None
+    return mode, (
+        f"clipping rule {rule.name!r} is defined per sequence with {native} aggregation; {mode} sums over tokens, "
+        f"so each sequence's loss is weighted by its length (set trainer.loss_agg=native or {native} for the "
+        "source's objective)"
+    )
 
 
 def kl_penalty(

@@ -5,6 +5,7 @@ gradient, DCPO's table), every rule against an independent elementwise oracle, m
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -12,17 +13,22 @@ import torch
 from atr_grpo.clipping import (
     METRIC_KEYS,
     RULES,
+    SAMPLE_OLD_PROBS,
     build_rule,
     dcpo_ratio_bounds,
     describe_bounds,
     divergence_ratio_interval,
     kl3_ratio_bounds,
     lambert_w,
+    make_batch,
 )
+from atr_grpo.clipping.cov import hashed_keys, hashed_uniform, lowest_ranked, token_covariance, with_position
+from atr_grpo.clipping.ratio import ppo_clip_terms
 
 DELTAS = [0.01, 0.03, 0.05, 0.07, 0.09, 0.2, 0.5, 1.0]
-RATIO_RULES = ["no_clip", "clip", "clip_higher", "dual_clip", "rpg_clip", "dcpo", "sapo", "atr", "kl1", "kl2",
-               "is_kl3", "full_kl", "clip_cov", "kl_cov"]  # fmt: skip
+ALL_RULES = sorted(RULES)
+# every rule whose effect goes through the ratio w: on-policy (w ≡ 1) it must be plain REINFORCE
+RATIO_DRIVEN = sorted(name for name, rule in RULES.items() if not rule.acts_on_policy)
 
 
 # ---------------------------------------------------------------------------------------------- inputs
@@ -109,6 +115,46 @@ def test_dcpo_bounds_reproduce_its_table():
     assert low[2].item() == pytest.approx(0.5) and high[2].item() == pytest.approx(10.0)  # floor 0.5, cap c
 
 
+def probe_interval(rule, low, high, old_prob):
+    """One-token rows probing just inside / just outside each finite side of [low, high], on the side the
+    advantage pushes (A < 0 below, A > 0 above), at π_old = `old_prob`: (rows, True where outside)."""
+    probes = []
+    if low > 0:
+        probes += [(low * 0.999, -1.0, True), (low * 1.001, -1.0, False)]
+    if math.isfinite(high) and high * 1.001 < 1 / old_prob:  # π_θ ≤ 1 caps w at 1/π_old
+        probes += [(high * 1.001, 1.0, True), (high * 0.999, 1.0, False)]
+    if not probes:
+        return torch.zeros(0, dtype=torch.bool), torch.zeros(0, dtype=torch.bool)
+    ratios, advantages, outside = (torch.tensor(column, dtype=torch.float64) for column in zip(*probes))
+    old = torch.full((len(probes), 1), math.log(old_prob), dtype=torch.float64)
+    logp = old + torch.log(ratios)[:, None]
+    mask = torch.ones_like(logp, dtype=torch.bool)
+    _, grad = loss_and_grad(rule, logp, old, advantages * 0.5, mask, **extras_for(rule, logp))
+    followed = torch.isclose(grad[:, 0].double(), -ratios * advantages * 0.5, rtol=1e-4, atol=0)
+    return followed, outside.bool()
+
+
+@pytest.mark.parametrize("name", ALL_RULES)
+def test_the_declared_bounds_are_where_the_rule_stops_following_w(name):
+    """`ratio_bounds()` / `old_prob_bounds(π_old)` say where the rule acts: a token just inside keeps the plain
+    gradient −w·A, a token just outside (on the side its advantage pushes) does not (frozen or truncated weight)."""
+    rule = build_rule(name)
+    bounds = rule.ratio_bounds()
+    cases = [] if bounds is None else [(*bounds, 0.01)]
+    for q in SAMPLE_OLD_PROBS:
+        per_token = rule.old_prob_bounds(torch.tensor([q], dtype=torch.float64))
+        if per_token is not None:
+            cases.append((float(per_token[0]), float(per_token[1]), q))
+    if not cases:
+        pytest.skip(f"{name} declares no ratio interval")
+    probed = 0
+    for low, high, q in cases:
+        followed, outside = probe_interval(rule, low, high, q)
+        assert torch.equal(followed, ~outside), (low, high, q, followed)
+        probed += len(followed)
+    assert probed >= 2
+
+
 # ------------------------------------------------------------------------------------ equivalences
 def grads(name, params, batch, **extras):
     logp, old, advantages, mask = batch
@@ -157,9 +203,10 @@ def test_rpg_clip_has_the_gradient_of_dual_clip():
     torch.testing.assert_close(grads("rpg_clip", params, batch), grads("dual_clip", params, batch), rtol=0, atol=1e-12)
 
 
-@pytest.mark.parametrize("name", sorted(set(RATIO_RULES) - {"kl_cov", "clip_cov"}))
+@pytest.mark.parametrize("name", RATIO_DRIVEN)
 def test_on_policy_every_ratio_rule_is_reinforce(name):
-    """With old = logp.detach() (w ≡ 1) the gradient is −A on every valid token, for every rule."""
+    """With old = logp.detach() (w ≡ 1) the gradient is −A on every valid token, for every rule that does not
+    declare `acts_on_policy`."""
     logp, _, advantages, mask = planted_batch(5)
     rule = build_rule(name)
     extras = extras_for(rule, logp)
@@ -169,11 +216,10 @@ def test_on_policy_every_ratio_rule_is_reinforce(name):
     torch.testing.assert_close(grad, torch.where(mask, -advantages[:, None].expand_as(logp), 0.0))
 
 
-def test_clip_cov_and_kl_cov_on_policy():
-    """On-policy, KL-Cov's |log w| penalty has zero gradient (REINFORCE); Clip-Cov drops exactly its selection."""
+def test_clip_cov_acts_on_policy():
+    """On-policy, Clip-Cov detaches exactly its selection (why it declares `acts_on_policy`)."""
+    assert RULES["clip_cov"].acts_on_policy
     logp, _, advantages, mask = planted_batch(6)
-    _, grad = loss_and_grad(build_rule("kl_cov"), logp, logp.detach(), advantages, mask)
-    torch.testing.assert_close(grad, torch.where(mask, -advantages[:, None].expand_as(logp), 0.0))
     rule = build_rule("clip_cov", ratio=0.05, cov_lb=-1e9, cov_ub=1e9)
     leaf = logp.clone().requires_grad_()
     out = rule(leaf, logp.detach(), advantages, mask, generator=torch.Generator().manual_seed(0))
@@ -196,54 +242,74 @@ def test_sapo_gradient_is_the_sech_squared_gate():
 
 
 # -------------------------------------------------------------------------------------------- oracles
-def k_estimates(s):
-    w = math.exp(s)
-    return {"k1": -s, "k2": 0.5 * s * s, "k3": w - 1 - s, "is_kl3": 1 - w + w * s}
+def clipped_oracle(w, a, low, high, c=None):
+    """PPO's min(w·A, clip(w)·A), with the dual-clip floor c·A for A < 0: (objective, d objective / d log π)."""
+    unclipped, clipped = w * a, min(max(w, low), high) * a
+    objective, grad = (unclipped, w * a) if unclipped <= clipped else (clipped, 0.0)
+    if c is not None and a < 0 and c * a > objective:
+        objective, grad = c * a, 0.0
+    return objective, grad
 
 
-def oracle_token(name, params, lp, olp, a, full_kl=0.0):
-    """(loss, d loss / d logp, frozen) for one token, from the formulas of clipping_methods.md, in plain floats."""
-    s = lp - olp
-    w = math.exp(s)
-    if name == "no_clip":
-        return -w * a, -w * a, False
-    if name in ("clip", "clip_higher", "dual_clip", "dcpo", "rpg_clip"):
-        if name == "clip":
-            low, high = 1 - params["eps"], 1 + params["eps"]
-        elif name == "dcpo":
-            q = math.exp(olp)
-            low = 0.5 + 0.5 * math.sqrt(max(1 - 4 * params["eps_low"] / q, 0.0))
-            high = min(0.5 + 0.5 * math.sqrt(1 + 4 * params["eps_high"] / q), params["c"])
-        else:
-            low, high = 1 - params["eps_low"], 1 + params["eps_high"]
-        unclipped, clipped = w * a, min(max(w, low), high) * a
-        objective, grad = (unclipped, -w * a) if unclipped <= clipped else (clipped, 0.0)
-        if name in ("dual_clip", "dcpo", "rpg_clip") and a < 0 and params["c"] * a > objective:
-            objective, grad = params["c"] * a, 0.0
-        if name == "rpg_clip":  # value -w·A·log π; gradient -w·A on kept tokens
-            return -w * a * lp, grad, grad == 0.0 and a != 0.0
-        return -objective, grad, grad == 0.0 and a != 0.0
-    if name == "sapo":
-        tau = params["tau_pos"] if a > 0 else params["tau_neg"]
-        sig = 1 / (1 + math.exp(-tau * (w - 1)))
-        return -sig * 4 / tau * a, -a * 4 * sig * (1 - sig) * w, False
-    estimate = {
-        "atr": lambda: k_estimates(s)["k3"],
-        "kl1": lambda: k_estimates(s)["k1"],
-        "kl2": lambda: k_estimates(s)["k2"],
-        "is_kl3": lambda: k_estimates(s)["is_kl3"],
-        "full_kl": lambda: full_kl,
-    }[name]()
-    frozen = estimate > params["delta"] and w * a > a
-    return (-a, 0.0, True) if frozen else (-w * a, -w * a, False)
+def ppo_oracle(bounds, dual=False, value=None):
+    """A token oracle for a ratio-interval rule; `bounds(params, q)` gives (low, high) for π_old = q."""
+
+    def oracle(params, lp, olp, a, full_kl):
+        w = math.exp(lp - olp)
+        objective, grad = clipped_oracle(w, a, *bounds(params, math.exp(olp)), params["c"] if dual else None)
+        loss = -objective if value is None else value(w, a, lp)
+        return loss, -grad, grad == 0.0 and a != 0.0
+
+    return oracle
 
 
-ORACLE_RULES = ["no_clip", "clip", "clip_higher", "dual_clip", "rpg_clip", "dcpo", "sapo", "atr", "kl1", "kl2",
-                "is_kl3", "full_kl"]  # fmt: skip
+def divergence_oracle(estimate):
+    """The general operator inside PPO's min: frozen (value −A, no gradient) when estimate > δ and w·A > A."""
+
+    def oracle(params, lp, olp, a, full_kl):
+        s = lp - olp
+        w = math.exp(s)
+        frozen = estimate(s, w, params, full_kl) > params["delta"] and w * a > a
+        return (-a, 0.0, True) if frozen else (-w * a, -w * a, False)
+
+    return oracle
+
+
+def sapo_oracle(params, lp, olp, a, full_kl):
+    w = math.exp(lp - olp)
+    tau = params["tau_pos"] if a > 0 else params["tau_neg"]
+    sig = 1 / (1 + math.exp(-tau * (w - 1)))
+    return -sig * 4 / tau * a, -a * 4 * sig * (1 - sig) * w, False
+
+
+def dcpo_bounds(params, q):
+    low = 0.5 + 0.5 * math.sqrt(max(1 - 4 * params["eps_low"] / q, 0.0))
+    return low, min(0.5 + 0.5 * math.sqrt(1 + 4 * params["eps_high"] / q), params["c"])
+
+
+def eps_bounds(params, q):
+    return 1 - params["eps_low"], 1 + params["eps_high"]
+
+
+# (loss, d loss / d log π, frozen) of one token, from the formulas of the source papers, in plain floats
+TOKEN_ORACLES = {
+    "no_clip": lambda params, lp, olp, a, full_kl: (-math.exp(lp - olp) * a, -math.exp(lp - olp) * a, False),
+    "clip": ppo_oracle(lambda params, q: (1 - params["eps"], 1 + params["eps"])),
+    "clip_higher": ppo_oracle(eps_bounds),
+    "dual_clip": ppo_oracle(eps_bounds, dual=True),
+    "rpg_clip": ppo_oracle(eps_bounds, dual=True, value=lambda w, a, lp: -w * a * lp),  # value −w·A·log π
+    "dcpo": ppo_oracle(dcpo_bounds, dual=True),
+    "sapo": sapo_oracle,
+    "atr": divergence_oracle(lambda s, w, params, full_kl: w - 1 - s),
+    "kl1": divergence_oracle(lambda s, w, params, full_kl: -s),
+    "kl2": divergence_oracle(lambda s, w, params, full_kl: 0.5 * s * s),
+    "is_kl3": divergence_oracle(lambda s, w, params, full_kl: 1 - w + w * s),
+    "full_kl": divergence_oracle(lambda s, w, params, full_kl: full_kl),
+}
 ORACLE_PARAMS = {"clip": {"eps": 0.2}, "atr": {"delta": 0.05}, "kl2": {"delta": 0.03}, "dual_clip": {"c": 1.5}}
 
 
-@pytest.mark.parametrize("name", ORACLE_RULES)
+@pytest.mark.parametrize("name", sorted(TOKEN_ORACLES))
 def test_every_rule_matches_its_elementwise_oracle(name):
     """Loss, gradient and frozen set of each rule against an independent per-token computation."""
     rule = build_rule(name, **ORACLE_PARAMS.get(name, {}))
@@ -258,12 +324,13 @@ def test_every_rule_matches_its_elementwise_oracle(name):
                 assert out.loss[b, t] == 0 and grad[b, t] == 0
                 continue
             fk = float(extras["full_kl"][b, t]) if "full_kl" in extras else 0.0
-            loss, g, frozen = oracle_token(name, params, float(logp[b, t]), float(old[b, t]), float(advantages[b]), fk)
+            token = (float(logp[b, t]), float(old[b, t]), float(advantages[b]), fk)
+            loss, g, frozen = TOKEN_ORACLES[name](params, *token)
             assert float(out.loss[b, t].detach()) == pytest.approx(loss, rel=2e-6, abs=1e-6), (b, t)
             assert float(grad[b, t]) == pytest.approx(g, rel=2e-6, abs=1e-6), (b, t)
             frozen_count += frozen
     assert out.metrics["clip/frac"] == pytest.approx(frozen_count / int(mask.sum()))
-    if name not in ("no_clip", "sapo"):
+    if RULES[name].family not in ("reference", "soft"):
         assert frozen_count > 0  # the planted tokens exercise the constraint
 
 
@@ -282,6 +349,104 @@ def test_kl_cov_penalises_exactly_the_top_covariance_tokens():
     torch.testing.assert_close(out.loss[valid], expected.float(), rtol=1e-5, atol=1e-6)
     expected_grad = -torch.exp(s) * adv + torch.where(top, 2.0 * torch.sign(s), 0.0)
     torch.testing.assert_close(grad[valid], expected_grad, rtol=1e-5, atol=1e-6)
+
+
+def sort_based_selection(keys, eligible, quota):
+    """The reference selection (the registry's first implementation): rank every entry by a stable double argsort
+    of the keys (ineligible ones last) and keep the eligible entries ranked below the quota."""
+    flat = torch.where(eligible, keys, torch.inf).flatten()
+    rank = torch.argsort(torch.argsort(flat, stable=True), stable=True)
+    return eligible & (rank.view_as(keys) < quota)
+
+
+def reference_hash(seed, mask):
+    """The registry's first Clip-Cov keys: murmur3's finaliser over (seed, row, index among valid tokens) / 2³²."""
+    valid_index = torch.cumsum(mask.long(), dim=1) - 1
+    row = torch.arange(mask.shape[0]).unsqueeze(1)
+    x = (seed * 0x9E3779B1 + row * 0x85EBCA77 + valid_index * 0xC2B2AE3D) & 0xFFFFFFFF
+    x = x ^ (x >> 16)
+    x = (x * 0x85EBCA6B) & 0xFFFFFFFF
+    x = x ^ (x >> 13)
+    x = (x * 0xC2B2AE35) & 0xFFFFFFFF
+    return (x ^ (x >> 16)).double() / 2.0**32
+
+
+def reference_cov_rule(rule, logp, old, advantages, mask, random_keys=None, key_seed=None):
+    """Clip-Cov / KL-Cov's per-token loss as first implemented (sort-based selection, float keys)."""
+    batch = make_batch(logp, old, advantages, mask)
+    cov = token_covariance(batch)
+    quota = torch.clamp(torch.floor(rule.ratio * batch.mask.sum()), min=1)
+    if rule.name == "kl_cov":
+        selected = sort_based_selection(-cov, batch.mask, quota)
+        penalty = torch.where(selected, rule.coef * batch.log_ratio.abs(), 0.0)
+        return torch.where(batch.mask, -torch.exp(batch.log_ratio) * batch.advantages + penalty, 0.0), selected
+    keys = reference_hash(int(key_seed), batch.mask) if random_keys is None else random_keys
+    clipped = ppo_clip_terms(batch, 1 - rule.eps_low, 1 + rule.eps_high)
+    window = (cov > rule.cov_lb) & (cov < rule.cov_ub)
+    candidates = batch.mask & ~(clipped.frozen_low | clipped.frozen_high) & window
+    selected = sort_based_selection(keys, candidates, quota)
+    return torch.where(batch.mask, torch.where(selected, 0.0, clipped.loss), 0.0), selected
+
+
+def tied_batch(seed, batch=5, steps=23):
+    """Log-probs, ratios and advantages from a few discrete values, so covariances and keys tie often."""
+    g = torch.Generator().manual_seed(seed)
+    old = -torch.randint(1, 4, (batch, steps), generator=g).double()
+    logp = old + torch.randint(-2, 3, (batch, steps), generator=g).double() * 0.2
+    advantages = torch.randint(-2, 3, (batch,), generator=g).double()
+    mask = torch.rand(batch, steps, generator=g) > 0.25
+    keys = torch.randint(0, 7, (batch, steps), generator=g).double() / 7  # Clip-Cov's random keys, tied
+    return logp, old, advantages, mask, keys
+
+
+def test_top_k_selection_equals_the_sort_based_selection():
+    """`lowest_ranked` picks exactly the entries of the stable-sort reference: random and heavily tied keys,
+    random eligibility, quotas from 1 to more than the eligible count; with `distinct=True` on distinct keys."""
+    g = torch.Generator().manual_seed(0)
+    for trial in range(400):
+        rows, steps = int(torch.randint(1, 7, (), generator=g)), int(torch.randint(1, 40, (), generator=g))
+        tied = trial % 2 == 0
+        keys = torch.randint(0, 4, (rows, steps), generator=g) if tied else torch.randperm(rows * steps, generator=g)
+        keys = keys.view(rows, steps).float() if trial % 4 < 2 else keys.view(rows, steps)  # float and int keys
+        eligible = torch.rand(rows, steps, generator=g) > float(torch.rand((), generator=g))
+        quota = torch.tensor(float(torch.randint(1, rows * steps + 2, (), generator=g)))
+        bound = int(quota) + int(torch.randint(0, 3, (), generator=g))
+        expected = sort_based_selection(keys.double(), eligible, quota)
+        assert torch.equal(lowest_ranked(keys, eligible, quota, bound), expected)
+        if not tied:
+            assert torch.equal(lowest_ranked(keys, eligible, quota, bound, distinct=True), expected)
+
+
+def test_clip_cov_keys_are_the_first_implementations_hash():
+    """The in-place hash gives the same keys as the first implementation, and `with_position` keeps their order
+    while breaking ties by position."""
+    mask = torch.rand(7, 300, generator=torch.Generator().manual_seed(1)) > 0.3
+    for seed in (0, 1, 2**31 - 2):
+        keys = hashed_keys(torch.tensor(seed), mask)
+        assert torch.equal(hashed_uniform(torch.tensor(seed), mask), reference_hash(seed, mask))
+        assert torch.equal(keys.double() / 2.0**32, reference_hash(seed, mask))
+        combined = with_position(keys).flatten()
+        assert torch.equal(torch.argsort(combined), torch.argsort(keys.flatten(), stable=True))
+
+
+@pytest.mark.parametrize("name", ["clip_cov", "kl_cov"])
+def test_covariance_rules_equal_their_first_implementation(name):
+    """Clip-Cov (with generated keys and with given, tied keys) and KL-Cov give the first, sort-based
+    implementation's selections, loss and gradient exactly, on many batches with tied covariances."""
+    params = {"ratio": 0.2, "cov_lb": -1.0, "cov_ub": 1.0} if name == "clip_cov" else {"ratio": 0.1}
+    rule = build_rule(name, **params)
+    for seed in range(60):
+        logp, old, advantages, mask, keys = tied_batch(seed)
+        key_seed = torch.tensor(seed * 7919)
+        runs = [{"random_keys": keys}, {"key_seed": key_seed}] if name == "clip_cov" else [{}]
+        for extras in runs:
+            out, grad = loss_and_grad(rule, logp, old, advantages, mask, **extras)
+            leaf = logp.clone().requires_grad_()
+            expected, selected = reference_cov_rule(rule, leaf, old, advantages, mask, **extras)
+            expected.sum().backward()
+            assert torch.equal(out.loss, expected.float()) and torch.equal(grad, leaf.grad), (seed, extras.keys())
+            fraction = out.metrics["clip/frac_cov" if name == "clip_cov" else "clip/frac_kl_penalty"]
+            assert fraction == pytest.approx(int(selected.sum()) / int(mask.sum())) and fraction > 0
 
 
 def test_clip_cov_is_deterministic_given_a_generator_and_respects_quota_and_window():
@@ -316,7 +481,7 @@ def test_clip_frac_counts_only_the_active_side():
         assert out.metrics["ratio/max"] == pytest.approx(1.5) and out.metrics["ratio/min"] == pytest.approx(0.5)
 
 
-@pytest.mark.parametrize("name", RATIO_RULES)
+@pytest.mark.parametrize("name", ALL_RULES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_extreme_inputs_give_finite_losses_and_gradients(name, dtype):
     """±80 log-ratios, −inf log-probs under the mask, all-masked rows/batches, zero advantages: never NaN."""
@@ -360,9 +525,55 @@ def test_bad_shapes_are_named():
 
 
 # ------------------------------------------------------------------------------------------- registry
-def test_registry_has_every_rule_of_the_contract():
-    assert set(RULES) == {"no_clip", "clip", "clip_higher", "dual_clip", "dcpo", "clip_cov", "kl_cov", "sapo", "atr",
-                          "kl1", "kl2", "is_kl3", "full_kl", "rpg_clip"}  # fmt: skip
+def test_every_rule_has_exactly_one_config_and_every_config_a_rule():
+    """Adding a rule is one class and one `conf/clipping/<name>.yaml`: the two sets are equal, and each YAML names
+    its own rule (its schema and its `name`)."""
+    conf = Path(__file__).resolve().parents[1] / "conf" / "clipping"
+    files = {path.stem: path for path in conf.iterdir()}
+    assert all(path.suffix == ".yaml" for path in files.values())
+    assert set(files) == set(RULES)
+    for name, path in files.items():
+        text = path.read_text()
+        assert f"/schema/clipping@_here_: {name}\n" in text and f"\nname: {name}\n" in text, path
+
+
+def test_the_readme_rule_table_is_the_registrys():
+    """The README's rule table has the listing's header, and each of its rows is, character for character, the row
+    `python -m atr_grpo.clipping --markdown` writes for that rule from the registry (summary, parameters, defaults,
+    trust region, source), so the table cannot drift from the code. (A new rule's row is not required, so that a
+    rule stays one class and one YAML; the README recipe says how to print it.)"""
+    from atr_grpo.clipping.listing import TABLE_HEADER, table_row
+
+    lines = (Path(__file__).resolve().parents[1] / "README.md").read_text().splitlines()
+    start = lines.index(TABLE_HEADER[0])
+    assert lines[start + 1] == TABLE_HEADER[1]
+    rows = []
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        rows.append(line)
+    names = [row.split("`")[1] for row in rows]
+    assert len(set(names)) == len(names) and set(names) <= set(RULES)
+    for name, row in zip(names, rows):
+        assert row == table_row(name)
+
+
+def test_the_listing_shows_every_parameter_with_its_range_and_source():
+    """`python -m atr_grpo.clipping`: each rule's module, family, source, every parameter with its default, allowed
+    range and meaning, and its trust region at the defaults where it has one."""
+    from atr_grpo.clipping.__main__ import main
+    from atr_grpo.clipping.listing import rule_listing
+
+    text = rule_listing(["atr", "dcpo"])
+    assert text.startswith("atr  (atr_grpo/clipping/kl.py, family divergence)")
+    assert "delta = 0.07" in text and "a finite number > 0" in text and "§6.4" in text
+    assert "δ = 0.07 ⇔ w ∈ [0.671, 1.422]" in text
+    assert "π_old 0.9: w ∈ [0.769, 1.187]" in text  # DCPO's Table 1 row, per token
+    for name, rule in RULES.items():
+        entry = rule_listing([name])
+        assert rule.source in entry and rule.summary in entry
+        assert all(f"{p.name} = " in entry and p.allowed in entry and p.doc in entry for p in rule.params)
+    assert main(["ppo"]) == 2
 
 
 def test_source_defaults():
@@ -393,3 +604,15 @@ def test_bad_rules_and_parameters_are_named(name, params, words):
         build_rule(name, **params)
     for word in words:
         assert word in str(err.value)
+
+
+def test_the_on_policy_warning_follows_the_acts_on_policy_trait():
+    """A strictly on-policy run warns that its rule cannot act, unless the rule declares `acts_on_policy`."""
+    from conftest import train_config
+
+    from atr_grpo.training.pipeline import warn_if_on_policy
+
+    for name, rule in RULES.items():
+        cfg = train_config([f"clipping={name}", "rollout=on_policy"])
+        assert (warn_if_on_policy(cfg) is None) == rule.acts_on_policy, name
+        assert warn_if_on_policy(train_config([f"clipping={name}", "rollout=reuse2"])) is None

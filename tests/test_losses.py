@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from atr_grpo.losses import aggregate, kl_penalty
+from atr_grpo.clipping import RULES, build_rule
+from atr_grpo.losses import AGGREGATION_CHOICES, AGGREGATIONS, aggregate, kl_penalty, resolve_aggregation
 
 LOSS = torch.tensor([[1.0, 2.0, 3.0, 100.0], [4.0, 5.0, 100.0, 100.0]])
 MASK = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]])
@@ -79,3 +80,29 @@ def test_importance_weighted_estimators_are_unbiased_off_policy(estimator):
 def test_without_the_weight_k3_is_biased_off_policy():
     value, grad, true_kl, true_grad = exact_expectation("k3", importance_weight=False)
     assert abs(value - true_kl) > 1e-3 and (grad - true_grad).abs().max() > 1e-3
+
+
+def test_native_aggregation_resolves_to_the_rules_own():
+    """`native` is the rule's declared aggregation (GSPO: seq_mean) or Dr.GRPO for rules without one; an explicit
+    choice is kept as it is."""
+    for name, rule in RULES.items():
+        assert rule.native_aggregation in (None, *AGGREGATIONS), name
+        mode, _ = resolve_aggregation("native", build_rule(name))
+        assert mode == (rule.native_aggregation or "dr_grpo")
+        for choice in AGGREGATIONS:
+            assert resolve_aggregation(choice, build_rule(name))[0] == choice
+    assert resolve_aggregation("native", build_rule("gspo")) == ("seq_mean", None)
+
+
+def test_a_sequence_rule_under_a_token_sum_gets_a_one_line_notice():
+    """TRL warns that sequence ratios under dr_grpo weight each sequence by its length: so does the resolver,
+    for token sums only, and only for rules defined per sequence."""
+    for mode in ("dr_grpo", "token_mean"):
+        resolved, notice = resolve_aggregation(mode, build_rule("gspo"))
+        assert resolved == mode and "\n" not in notice
+        assert "'gspo'" in notice and "weighted by its length" in notice and "trainer.loss_agg=native" in notice
+    assert resolve_aggregation("seq_mean", build_rule("gspo"))[1] is None
+    assert all(resolve_aggregation(mode, build_rule("atr"))[1] is None for mode in AGGREGATION_CHOICES)
+    assert all(resolve_aggregation(mode, build_rule("atr_seq"))[1] is None for mode in AGGREGATION_CHOICES)
+    with pytest.raises(ValueError, match="aggregation 'sum'; allowed: dr_grpo, token_mean, seq_mean, native"):
+        resolve_aggregation("sum", build_rule("atr"))

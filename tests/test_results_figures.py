@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from test_results_tables import BENCHES, evals_of, make_run, write_passk_run
 
+from atr_grpo.clipping import kl3_ratio_bounds
 from atr_grpo.reporting import figures
 from atr_grpo.reporting.runs import find_runs
 from atr_grpo.results import main
@@ -38,6 +39,18 @@ def assert_written(paths, names):
 
 def test_figure1_needs_no_runs(tmp_path):
     assert_written(figures.figure1(tmp_path), ["figure1_kl3_bounds"])
+
+
+def test_figure1_draws_the_registrys_intervals():
+    """Panel (b) has one bar per rule with a ratio interval for all tokens (ATR's from Lambert W, none for the
+    sequence-level or soft rules); panel (c) the π_old-dependent bounds of DCPO and DPPO (DPPO-KL: w ≤ 7.81 at
+    π_old = 0.01)."""
+    rows = {name: (low, high) for name, low, high in figures.rule_intervals()}
+    assert rows["atr"] == pytest.approx(kl3_ratio_bounds(0.07)) and rows["clip"] == pytest.approx((0.8, 1.2))
+    assert not {"gspo", "sapo", "no_clip", "atr_seq", "dcpo"} & set(rows)
+    curves = figures.rule_old_prob_bounds([0.01, 0.5])
+    assert {"dcpo", "dppo_tv", "dppo_kl"} <= set(curves)
+    assert curves["dppo_kl"][1][0] == pytest.approx(7.81, abs=0.01) and curves["dppo_tv"][0][1] == pytest.approx(0.7)
 
 
 def test_figures_command_writes_every_figure(tree, tmp_path, capsys):

@@ -160,7 +160,7 @@ def test_compiled_unsloth_loss_equals_trl_path(zoo, name):
     assert zoo.grpo_compute_loss.__module__ == "unsloth_zoo.rl_replacements"  # restored on exit
 
 
-@pytest.mark.parametrize("name", ["clip_cov", "full_kl", "kl_cov", "dcpo"])
+@pytest.mark.parametrize("name", sorted(RULES))
 def test_left_packed_layout_gives_the_same_loss(zoo, name):
     """Unsloth left-packs padding; token selections (Clip-Cov's hashed keys, the full-KL extra) follow the tokens."""
     rule = build_rule(name)
@@ -196,27 +196,39 @@ class FakeTrainer(RuleTrainerMixin):
         return extras
 
 
-@pytest.mark.parametrize("name", ["clip_cov", "full_kl", "atr"])
+# the paper's rule, every rule that needs extras, every rule defined per sequence
+WRAPPED_RULES = sorted({"atr"} | {name for name, rule in RULES.items() if rule.needs or rule.native_aggregation})
+
+
+@pytest.mark.parametrize("name", WRAPPED_RULES)
 def test_accumulated_loss_wrapper_adds_extras_and_logs_rule_metrics(zoo, monkeypatch, name):
     """The wrapper around zoo's grpo_accumulated_loss feeds the rule's extras through Unsloth's repacking and
     logs exactly the TRL path's metrics (clip/*, ratio/*, kl/*) from the tensors the compiled loss saw."""
-    rule = build_rule(name, **({"delta": 0.02} if name != "clip_cov" else {}))
+    tighter = {"delta": 0.02} if any(param.name == "delta" for param in RULES[name].params) else {}
+    rule = build_rule(name, **tighter)
     logp, old, advantages, mask, full_kl = random_batch(3)
     want_loss, want_grad, want_metrics = trl_path(rule, logp, old, advantages, mask, full_kl)
     pad = 3
 
     def fake_accumulated_loss(
-        trainer, input_ids, attention_mask, logits_to_keep, completion_mask, advantages, old_logps, ref_logps,
-        n_chunks=-1, tool_mask=None, **kwargs,
-    ):  # fmt: skip
+        trainer,
+        input_ids,
+        attention_mask,
+        logits_to_keep,
+        completion_mask,
+        advantages,
+        old_logps,
+        ref_logps,
+        n_chunks=-1,
+        tool_mask=None,
+        **kwargs,
+    ):
         # what zoo does: left-pack, score, then one UnslothEfficientGRPO call with the loss kwargs
         packed_logp, packed_mask = left_packed(logp, completion_mask, pad)
         packed_old, _ = left_packed(old_logps, completion_mask, pad)
         leaf = packed_logp.requires_grad_()
-        outputs = zoo.UnslothEfficientGRPO.apply(
-            leaf, packed_old, None, None, torch.empty(1), torch.zeros_like(packed_mask), packed_mask,
-            advantages, 0.0, None, 1, kwargs, None,
-        )  # fmt: skip
+        zoo_args = (leaf, packed_old, None, None, torch.empty(1), torch.zeros_like(packed_mask), packed_mask)
+        outputs = zoo.UnslothEfficientGRPO.apply(*zoo_args, advantages, 0.0, None, 1, kwargs, None)
         outputs[0].backward()
         fake_accumulated_loss.grad = leaf.grad
         return (*outputs, packed_mask)

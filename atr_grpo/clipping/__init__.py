@@ -5,14 +5,18 @@
     out = rule(logp, old_logp, advantages, mask)       # out.loss [B, T], out.metrics {str: float}
     kl3_ratio_bounds(0.07)                             # (0.6710, 1.4222)
 
-Rules live one family per module; importing this package registers all of them.
+Rules live one family per module. Importing this package imports every module in it (a new module needs no
+edit here), which registers every rule; `python -m atr_grpo.clipping` lists them.
 """
 
-from atr_grpo.clipping import cov, dcpo, kl, ratio, sapo  # noqa: F401  (registration)
+import importlib
+import pkgutil
+
 from atr_grpo.clipping.base import (
     LOG_RATIO_LIMIT,
     METRIC_KEYS,
     RULES,
+    SAMPLE_OLD_PROBS,
     ClipOutput,
     ClipRule,
     Param,
@@ -33,6 +37,7 @@ __all__ = [
     "LOG_RATIO_LIMIT",
     "METRIC_KEYS",
     "RULES",
+    "SAMPLE_OLD_PROBS",
     "ClipOutput",
     "ClipRule",
     "Param",
@@ -51,3 +56,7 @@ __all__ = [
     "register",
     "rule_defaults",
 ]
+
+for _module in pkgutil.iter_modules(__path__):
+    if not _module.name.startswith("_"):  # not __main__ (the listing)
+        importlib.import_module(f"{__name__}.{_module.name}")

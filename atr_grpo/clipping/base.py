@@ -23,6 +23,17 @@ LOG_RATIO_LIMIT = 20.0
 
 SEMANTICS = ("min", "mask")
 
+# What a rule constrains, for listings and for grouping rules in tests and benchmarks:
+#   reference   no constraint at all (REINFORCE with the ratio)
+#   ratio       an interval on the importance ratio (token or sequence), hard clip or clipped weight
+#   divergence  a threshold on an estimate of the divergence between π_old and π_θ (the general operator)
+#   covariance  a selection of tokens by their advantage/log-prob covariance, over the whole batch
+#   soft        a smooth gate instead of a hard constraint
+FAMILIES = ("reference", "ratio", "divergence", "covariance", "soft")
+
+# the values of π_old(y_t|s_t) at which per-token bounds are printed
+SAMPLE_OLD_PROBS = (0.9, 0.5, 0.1, 0.01)
+
 
 # ----------------------------------------------------------------------------------------- parameters
 @dataclass(frozen=True)
@@ -48,6 +59,10 @@ def open_unit(name: str, default: float, doc: str = "") -> Param:
     return Param(name, default, "a number in (0, 1)", lambda v: _is_number(v) and 0 < v < 1, doc)
 
 
+def fraction(name: str, default: float, doc: str = "") -> Param:
+    return Param(name, default, "a number in (0, 1]", lambda v: _is_number(v) and 0 < v <= 1, doc)
+
+
 def number(name: str, default: float, allowed: str, check: Callable[[float], bool], doc: str = "") -> Param:
     return Param(name, default, allowed, lambda v: _is_number(v) and check(v), doc)
 
@@ -64,6 +79,12 @@ def semantics_param() -> Param:
         "'min': the general operator inside PPO's min (a violating token loses its gradient only on the "
         "side its advantage pushes; Thm 4.1). 'mask': it loses its gradient whenever the constraint fails.",
     )
+
+
+def format_interval(low: float, high: float, variable: str = "w", digits: int = 3) -> str:
+    """'w ∈ [0.671, 1.422]', with an unbounded side written as ∞."""
+    upper = "∞)" if math.isinf(high) else f"{high:.{digits}f}]"
+    return f"{variable} ∈ [{low:.{digits}f}, {upper}"
 
 
 # ------------------------------------------------------------------------------------------ token batch
@@ -133,13 +154,14 @@ class RuleTerms:
 
 @dataclass
 class ClipOutput:
-    """The public result of a rule call (contracts §1)."""
+    """The public result of a rule call: the per-token loss a trainer aggregates, and the metrics it logs."""
 
     loss: Tensor  # [B, T] per-token loss to minimise, 0 where mask == 0
     metrics: dict[str, float]
 
 
-METRIC_KEYS = ("clip/frac_low", "clip/frac_high", "clip/frac", "ratio/mean", "ratio/min", "ratio/max")
+# the keys every rule emits (rules may add their own, e.g. clip/frac_dual, kl/estimate_mean)
+METRIC_KEYS = ("clip/frac_low", "clip/frac_high", "clip/frac", "ratio/mean", "ratio/min", "ratio/max", "kl/kl3_mean")
 
 
 def rule_metrics(batch: TokenBatch, terms: RuleTerms) -> dict[str, float]:
@@ -175,12 +197,19 @@ def rule_metrics(batch: TokenBatch, terms: RuleTerms) -> dict[str, float]:
 
 # ---------------------------------------------------------------------------------------------- the rule
 class ClipRule:
-    """Base class. Subclasses set `name`, `params`, optionally `needs`, and implement `terms`."""
+    """Base class. Subclasses set `name`, `family`, `params`, optionally the other traits, and implement `terms`."""
 
     name: ClassVar[str]
+    family: ClassVar[str]  # one of FAMILIES
     params: ClassVar[tuple[Param, ...]] = ()
     needs: ClassVar[tuple[str, ...]] = ()  # extras a call must pass: "full_kl", "generator"
-    summary: ClassVar[str] = ""  # one line for the README / `--help` style listings
+    # True when the rule changes the gradient even where w ≡ 1 (strictly on-policy updates), i.e. its effect
+    # does not go through the ratio; a run of any other rule warns that it cannot act when every update is on-policy
+    acts_on_policy: ClassVar[bool] = False
+    # the aggregation the rule's source defines its objective with (one of losses.AGGREGATIONS; "seq_mean" for the
+    # sequence-level rules), None for token-level rules: `loss_agg=native` uses it (losses.resolve_aggregation)
+    native_aggregation: ClassVar[str | None] = None
+    summary: ClassVar[str] = ""  # one line: the constraint or loss (README table, `python -m atr_grpo.clipping`)
     source: ClassVar[str] = ""  # the paper (and equation) the rule comes from
 
     def __init__(self, **values: Any) -> None:
@@ -213,6 +242,31 @@ class ClipRule:
     def terms(self, batch: TokenBatch, **extras: Any) -> RuleTerms:
         raise NotImplementedError
 
+    def ratio_bounds(self) -> tuple[float, float] | None:
+        """(low, high): the interval of w = π_θ/π_old outside which the rule stops following w (the token's
+        gradient is zeroed on the side its advantage pushes, or its weight truncated), where the rule has one
+        interval for every token; None otherwise (no constraint, per-token or per-sequence bounds, soft gates)."""
+        return None
+
+    def old_prob_bounds(self, old_prob: Tensor) -> tuple[Tensor, Tensor] | None:
+        """For rules whose interval depends on the token's π_old(y_t|s_t): (low, high) of w for each value of
+        `old_prob` (any shape, float64 recommended); None for every other rule."""
+        return None
+
+    def bounds_text(self) -> str:
+        """The rule's trust region in words at its current parameters, e.g. 'δ = 0.07 ⇔ w ∈ [0.671, 1.422]'
+        ('' when there is nothing to say beyond the summary)."""
+        bounds = self.ratio_bounds()
+        if bounds is not None:
+            return format_interval(*bounds)
+        per_token = self.old_prob_bounds(torch.tensor(SAMPLE_OLD_PROBS, dtype=torch.float64))
+        if per_token is None:
+            return ""
+        lows, highs = (values.tolist() for values in per_token)
+        return "; ".join(
+            f"π_old {q:g}: {format_interval(low, high)}" for q, low, high in zip(SAMPLE_OLD_PROBS, lows, highs)
+        )
+
     def check_extras(self, extras: dict[str, Any]) -> None:
         for need in self.needs:
             if extras.get(need) is None:
@@ -235,6 +289,8 @@ def register(cls: type[ClipRule]) -> type[ClipRule]:
     """Class decorator: make a rule available by its `name` to `build_rule` and to the configs."""
     if cls.name in RULES:
         raise ValueError(f"clipping rule {cls.name!r} is registered twice")
+    if getattr(cls, "family", None) not in FAMILIES:
+        raise ValueError(f"clipping rule {cls.name!r}: family must be one of {', '.join(FAMILIES)}")
     RULES[cls.name] = cls
     return cls
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+from atr_grpo.clipping.base import format_interval
+
 _BRANCH_POINT = -1.0 / math.e
 
 
@@ -97,6 +99,5 @@ def divergence_ratio_interval(
 
 
 def describe_bounds(delta: float) -> str:
-    """'δ = 0.07 ⇔ w ∈ [0.671, 1.422]'."""
-    low, high = kl3_ratio_bounds(delta)
-    return f"δ = {delta:g} ⇔ w ∈ [{low:.3f}, {high:.3f}]"
+    """'δ = 0.07 ⇔ w ∈ [0.671, 1.422]': ATR's interval (the other rules' `bounds_text` say the same for theirs)."""
+    return f"δ = {delta:g} ⇔ {format_interval(*kl3_ratio_bounds(delta))}"

@@ -16,8 +16,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from atr_grpo.clipping.base import RuleTerms, TokenBatch, number, open_unit, register
-from atr_grpo.clipping.ratio import _DualParams, ppo_clip_terms
+from atr_grpo.clipping.base import RuleTerms, TokenBatch, register
+from atr_grpo.clipping.ratio import DualClipRule, dual_clip_params, ppo_clip_terms
 
 # 4ε/q is evaluated as 4ε·exp(-log q); beyond exp(80) the bound is capped at c anyway
 _MAX_NEG_LOGQ = 80.0
@@ -37,18 +37,21 @@ def dcpo_ratio_bounds(old_logp: Tensor, eps_low: float, eps_high: float, c: floa
 
 
 @register
-class DCPO(_DualParams):
+class DCPO(DualClipRule):
     """DCPO's dynamic-adaptive ratio bounds (from π_old of each token) inside PPO's min, with dual clip."""
 
     name = "dcpo"
-    params = (
-        open_unit("eps_low", 0.16, "DCPO §4.1: 0.16"),
-        number("eps_high", 0.2, "a number > 0", lambda v: v > 0, "DCPO §4.1: 0.2"),
-        number("c", 10.0, "a number > 1 + eps_high", lambda v: v > 1, "dual clip and upper cap (DCPO recipe 10)"),
-    )
+    family = "ratio"
+    params = dual_clip_params(0.16, 0.2, 10.0, "DCPO §4.1 and recipe")
     summary = "per-token bounds from π_old, plus dual clip"
-    source = "Yang et al. 2025b (DCPO)"
+    source = "DCPO (Yang et al. 2025b), Table 1"
 
     def terms(self, batch: TokenBatch, **_: Any) -> RuleTerms:
         low, high = dcpo_ratio_bounds(batch.old_logp, self.eps_low, self.eps_high, self.c)
         return ppo_clip_terms(batch, low, high, dual_c=self.c)
+
+    def ratio_bounds(self) -> None:
+        return None  # per token: see old_prob_bounds
+
+    def old_prob_bounds(self, old_prob: Tensor) -> tuple[Tensor, Tensor]:
+        return dcpo_ratio_bounds(torch.log(old_prob), self.eps_low, self.eps_high, self.c)

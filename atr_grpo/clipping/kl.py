@@ -13,6 +13,7 @@ for any δ below k3(-20) ≈ 19.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -21,17 +22,21 @@ from torch import Tensor
 from atr_grpo.clipping.base import (
     LOG_RATIO_LIMIT,
     ClipRule,
+    Param,
     RuleTerms,
     TokenBatch,
     choice,
+    format_interval,
     positive,
     register,
 )
 from atr_grpo.clipping.base import semantics_param as _semantics
+from atr_grpo.clipping.bounds import divergence_ratio_interval, kl3_ratio_bounds
 from atr_grpo.clipping.general import general_operator
 
 
-def _s(batch: TokenBatch) -> Tensor:
+def clamped_log_ratio(batch: TokenBatch) -> Tensor:
+    """s = log w without gradient, clamped to ±LOG_RATIO_LIMIT (every estimator is monotone beyond)."""
     return batch.log_ratio.detach().clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)
 
 
@@ -40,12 +45,14 @@ def k3(s: Tensor) -> Tensor:
     return torch.expm1(s) - s
 
 
-def _delta() -> Any:
+def delta_param() -> Param:
     return positive("delta", 0.07, "trust-region threshold δ (§6.4: 0.07)")
 
 
-class _DivergenceRule(ClipRule):
+class DivergenceRule(ClipRule):
     """A rule whose constraint is `estimate(batch) ≤ delta`, applied through the general operator."""
+
+    family = "divergence"
 
     def estimate(self, batch: TokenBatch, **extras: Any) -> Tensor:
         raise NotImplementedError
@@ -56,23 +63,33 @@ class _DivergenceRule(ClipRule):
         terms.extra["kl/estimate_mean"] = estimate
         return terms
 
+    def bounds_text(self) -> str:
+        bounds = self.ratio_bounds()
+        if bounds is None:
+            return ""
+        reading = "" if self.semantics == "min" else " (mask semantics: frozen outside whatever the sign of A)"
+        return f"δ = {self.delta:g} ⇔ {format_interval(*bounds)}{reading}"
+
 
 @register
-class ATR(_DivergenceRule):
+class ATR(DivergenceRule):
     """ATR-GRPO: KL3 = w - 1 - log w ≤ δ (paper §4.2). Under min semantics its gradient is exactly
     Clip-Higher's with ε_low = 1 - l_δ, ε_high = u_δ - 1 (Thm 4.1 + Thm 4.2); for δ = 0.07, [0.671, 1.422]."""
 
     name = "atr"
-    params = (_delta(), _semantics())
-    summary = "KL3 = w-1-log w ≤ δ (⇔ w ∈ [l_δ, u_δ])"
-    source = "this paper (ATR-GRPO), Eq. 5-6"
+    params = (delta_param(), _semantics())
+    summary = "KL3 = w − 1 − log w ≤ δ"
+    source = "ATR-GRPO (this paper), Eq. 5–6 and 10"
 
     def estimate(self, batch: TokenBatch, **_: Any) -> Tensor:
-        return k3(_s(batch))
+        return k3(clamped_log_ratio(batch))
+
+    def ratio_bounds(self) -> tuple[float, float]:
+        return kl3_ratio_bounds(self.delta)
 
 
 @register
-class KL1(_DivergenceRule):
+class KL1(DivergenceRule):
     """k1 ≤ δ. Default reading -log w (Schulman's k1 with samples from π_old, the same direction
     KL(π_old ‖ π_θ) as the paper's KL3): w ≥ e^(-δ) with no upper bound, so under min semantics only
     negative-advantage tokens are ever frozen. `variant` offers the other readings: "log" (log w ≤ δ,
@@ -80,33 +97,41 @@ class KL1(_DivergenceRule):
 
     name = "kl1"
     params = (
-        _delta(),
+        delta_param(),
         _semantics(),
         choice("variant", "neg_log", ("neg_log", "log", "abs_log"), "sign convention"),
     )
-    summary = "k1 = -log w ≤ δ"
-    source = "Schulman 2020 (k1); Table 3"
+    summary = "k1 = −log w ≤ δ (`variant=log`, `abs_log`: the other readings)"
+    source = "k1 (Schulman 2020); paper Table 3"
 
     def estimate(self, batch: TokenBatch, **_: Any) -> Tensor:
-        s = _s(batch)
+        s = clamped_log_ratio(batch)
         return {"neg_log": -s, "log": s, "abs_log": s.abs()}[self.variant]
+
+    def ratio_bounds(self) -> tuple[float, float]:
+        low, high = math.exp(-self.delta), math.exp(self.delta)
+        return {"neg_log": (low, math.inf), "log": (0.0, high), "abs_log": (low, high)}[self.variant]
 
 
 @register
-class KL2(_DivergenceRule):
+class KL2(DivergenceRule):
     """k2 = ½ (log w)² ≤ δ ⇔ |log w| ≤ √(2δ): the symmetric-in-log interval [e^(-√2δ), e^(√2δ)]."""
 
     name = "kl2"
-    params = (_delta(), _semantics())
+    params = (delta_param(), _semantics())
     summary = "k2 = ½ log² w ≤ δ"
-    source = "Schulman 2020 (k2); Table 3"
+    source = "k2 (Schulman 2020); paper Table 3"
 
     def estimate(self, batch: TokenBatch, **_: Any) -> Tensor:
-        return 0.5 * _s(batch) ** 2
+        return 0.5 * clamped_log_ratio(batch) ** 2
+
+    def ratio_bounds(self) -> tuple[float, float]:
+        radius = math.sqrt(2 * self.delta)
+        return math.exp(-radius), math.exp(radius)
 
 
 @register
-class ISKL3(_DivergenceRule):
+class ISKL3(DivergenceRule):
     """Importance-weighted KL3 ≤ δ.
 
     Default `form="reverse"`: w · k3(1/w) = 1 - w + w log w, the k3 estimator of the reverse direction
@@ -117,19 +142,24 @@ class ISKL3(_DivergenceRule):
     """
 
     name = "is_kl3"
-    params = (_delta(), _semantics(), choice("form", "reverse", ("reverse", "literal"), "which weighting"))
-    summary = "w·k3(1/w) = 1 - w + w log w ≤ δ"
-    source = "Zhang et al. 2025 (RPG) importance weighting; Table 3"
+    params = (delta_param(), _semantics(), choice("form", "reverse", ("reverse", "literal"), "which weighting"))
+    summary = "w·k3(1/w) = 1 − w + w log w ≤ δ (`form=literal`: w·k3(w))"
+    source = "importance-weighted KL3 (RPG, Zhang et al. 2025); paper Table 3"
 
     def estimate(self, batch: TokenBatch, **_: Any) -> Tensor:
-        s = _s(batch)
+        s = clamped_log_ratio(batch)
         if self.form == "reverse":
             return torch.exp(s) * s - torch.expm1(s)  # 1 - w + w log w
         return torch.exp(s) * k3(s)
 
+    def ratio_bounds(self) -> tuple[float, float] | None:
+        if self.form == "literal":  # not an interval: every small enough ratio is inside as well
+            return None
+        return divergence_ratio_interval(lambda w: 1 - w + w * math.log(w), self.delta)
+
 
 @register
-class FullKL(_DivergenceRule):
+class FullKL(DivergenceRule):
     """KL(π_old(·|s_t) ‖ π_θ(·|s_t)) ≤ δ over the whole vocabulary (Truly-PPO / TRGPPO condition).
 
     The caller passes the exact per-token divergence as the extra `full_kl` ([B, T]); it is a property of
@@ -138,9 +168,9 @@ class FullKL(_DivergenceRule):
 
     name = "full_kl"
     needs = ("full_kl",)
-    params = (_delta(), _semantics())
-    summary = "full-vocabulary KL(π_old ‖ π_θ) ≤ δ"
-    source = "Wang et al. 2019 (TRGPPO), 2020 (Truly PPO); Table 3"
+    params = (delta_param(), _semantics())
+    summary = "full-vocabulary KL(π_old ‖ π_θ) ≤ δ (per state)"
+    source = "TRGPPO / Truly PPO (Wang et al. 2019, 2020); paper Table 3"
 
     def estimate(self, batch: TokenBatch, full_kl: Tensor | None = None, **_: Any) -> Tensor:
         if full_kl is None or full_kl.shape != batch.mask.shape:

@@ -17,10 +17,12 @@ from torch import Tensor
 
 from atr_grpo.clipping.base import (
     ClipRule,
+    Param,
     RuleTerms,
     TokenBatch,
     number,
     open_unit,
+    positive,
     ratio_from_log,
     register,
 )
@@ -56,8 +58,9 @@ class NoClip(ClipRule):
     """REINFORCE with the importance ratio, loss -w·A: no constraint (a reference point)."""
 
     name = "no_clip"
-    summary = "-w·A, no constraint"
-    source = "Williams 1992 (with the PPO importance ratio)"
+    family = "reference"
+    summary = "−w·A, no constraint"
+    source = "REINFORCE with the ratio (Williams 1992)"
 
     def terms(self, batch: TokenBatch, **_: Any) -> RuleTerms:
         ratio = ratio_from_log(batch.log_ratio)
@@ -70,32 +73,57 @@ class Clip(ClipRule):
     """PPO / GRPO symmetric clip, w ∈ [1 - ε, 1 + ε] (paper Eq. 3 with l = 1 - ε, u = 1 + ε)."""
 
     name = "clip"
+    family = "ratio"
     params = (open_unit("eps", 0.2, "clip range ε (PPO/GRPO default 0.2)"),)
-    summary = "w ∈ [1-ε, 1+ε]"
-    source = "Schulman et al. 2017; Shao et al. 2024"
+    summary = "w ∈ [1−ε, 1+ε]"
+    source = "PPO (Schulman et al. 2017), GRPO (Shao et al. 2024); paper Eq. 3"
 
     def terms(self, batch: TokenBatch, **_: Any) -> RuleTerms:
         return ppo_clip_terms(batch, 1 - self.eps, 1 + self.eps)
 
+    def ratio_bounds(self) -> tuple[float, float]:
+        return 1 - self.eps, 1 + self.eps
+
+
+def clip_range(eps_low: float, eps_high: float, source: str) -> tuple[Param, Param]:
+    """The (eps_low, eps_high) parameters of the ratio interval [1 - eps_low, 1 + eps_high], with the source's
+    defaults."""
+    return (
+        open_unit("eps_low", eps_low, f"lower clip range, w ≥ 1 - eps_low ({source}: {eps_low:g})"),
+        positive("eps_high", eps_high, f"upper clip range, w ≤ 1 + eps_high ({source}: {eps_high:g})"),
+    )
+
+
+def dual_clip_params(eps_low: float, eps_high: float, c: float, source: str) -> tuple[Param, ...]:
+    """`clip_range` plus the dual-clip floor c (Ye et al. 2020), with the source's defaults."""
+    doc = f"dual-clip floor: A < 0 frozen above w = c ({source}: {c:g})"
+    floor = number("c", c, "a number > 1 + eps_high", lambda v: v > 1, doc)
+    return (*clip_range(eps_low, eps_high, source), floor)
+
+
+class ClipRangeRule(ClipRule):
+    """A rule with parameters eps_low / eps_high whose interval is [1 - eps_low, 1 + eps_high]."""
+
+    def ratio_bounds(self) -> tuple[float, float]:
+        return 1 - self.eps_low, 1 + self.eps_high
+
 
 @register
-class ClipHigher(ClipRule):
+class ClipHigher(ClipRangeRule):
     """DAPO's decoupled clip, w ∈ [1 - ε_low, 1 + ε_high] with a larger upper range (DAPO §3.1)."""
 
     name = "clip_higher"
-    params = (
-        open_unit("eps_low", 0.2, "lower clip range (DAPO 0.2)"),
-        number("eps_high", 0.28, "a number > 0", lambda v: v > 0, "upper clip range (DAPO 0.28)"),
-    )
-    summary = "w ∈ [1-ε_low, 1+ε_high]"
-    source = "Yu et al. 2025 (DAPO)"
+    family = "ratio"
+    params = clip_range(0.2, 0.28, "DAPO")
+    summary = "w ∈ [1−ε_low, 1+ε_high]"
+    source = "DAPO (Yu et al. 2025) §3.1"
 
     def terms(self, batch: TokenBatch, **_: Any) -> RuleTerms:
         return ppo_clip_terms(batch, 1 - self.eps_low, 1 + self.eps_high)
 
 
-class _DualParams(ClipRule):
-    """Shared validation: the dual-clip floor c must lie above the upper clip bound."""
+class DualClipRule(ClipRangeRule):
+    """Rules with `dual_clip_params`: the floor c must lie above the upper clip bound."""
 
     def validate(self) -> None:
         if not self.c > 1 + self.eps_high:
@@ -104,26 +132,26 @@ class _DualParams(ClipRule):
                 f"(below it the floor c·A would cut into the clip range), got {self.c!r}"
             )
 
+    def bounds_text(self) -> str:
+        return f"{super().bounds_text()}; A < 0 also frozen above w = {self.c:g}"
+
 
 @register
-class DualClip(_DualParams):
+class DualClip(DualClipRule):
     """Dual-clip PPO (Ye et al. 2020): PPO's clip plus the floor c·A for A < 0, verl's default loss."""
 
     name = "dual_clip"
-    params = (
-        open_unit("eps_low", 0.2, "lower clip range"),
-        number("eps_high", 0.2, "a number > 0", lambda v: v > 0, "upper clip range"),
-        number("c", 3.0, "a number > 1 + eps_high", lambda v: v > 1, "floor ratio for negative advantages (3)"),
-    )
-    summary = "clip, plus the floor c·A when A < 0"
-    source = "Ye et al. 2020 (dual-clip PPO); verl default"
+    family = "ratio"
+    params = dual_clip_params(0.2, 0.2, 3.0, "verl default")
+    summary = "clip, plus the floor c·A for A < 0"
+    source = "Dual-clip PPO (Ye et al. 2020); verl's default loss"
 
     def terms(self, batch: TokenBatch, **_: Any) -> RuleTerms:
         return ppo_clip_terms(batch, 1 - self.eps_low, 1 + self.eps_high, dual_c=self.c)
 
 
 @register
-class RPGClip(_DualParams):
+class RPGClip(DualClipRule):
     """RPG's dual-clipped REINFORCE (Zhang et al. 2025): loss -sg(w)·A·log π on kept tokens.
 
     The gradient -A·w·∇log π equals the ratio surrogate's, and the frozen set is Dual-Clip's
@@ -132,13 +160,10 @@ class RPGClip(_DualParams):
     """
 
     name = "rpg_clip"
-    params = (
-        open_unit("eps_low", 0.2, "lower clip range (RPG recipe 0.2)"),
-        number("eps_high", 0.28, "a number > 0", lambda v: v > 0, "upper clip range (RPG recipe 0.28)"),
-        number("c", 10.0, "a number > 1 + eps_high", lambda v: v > 1, "dual-clip ratio (RPG recipe 10)"),
-    )
-    summary = "-sg(w)·A·log π with Dual-Clip's frozen set"
-    source = "Zhang et al. 2025 (RPG)"
+    family = "ratio"
+    params = dual_clip_params(0.2, 0.28, 10.0, "RPG recipe")
+    summary = "−sg(w)·A·log π with Dual-Clip's frozen set"
+    source = "RPG (Zhang et al. 2025)"
 
     def terms(self, batch: TokenBatch, **_: Any) -> RuleTerms:
         ratio = ratio_from_log(batch.log_ratio).detach()

@@ -19,12 +19,13 @@ from atr_grpo.clipping.base import ClipRule, RuleTerms, TokenBatch, positive, ra
 @register
 class SAPO(ClipRule):
     name = "sapo"
+    family = "soft"
     params = (
         positive("tau_pos", 1.0, "gate temperature for A > 0 (SAPO default 1.0)"),
         positive("tau_neg", 1.05, "gate temperature for A ≤ 0 (SAPO default 1.05)"),
     )
-    summary = "soft sigmoid gate σ(τ(w-1))·4/τ"
-    source = "Gao et al. 2025 (SAPO)"
+    summary = "soft gate σ(τ(w−1))·4/τ instead of a hard clip"
+    source = "SAPO (Gao et al. 2025)"
 
     def terms(self, batch: TokenBatch, **_: Any) -> RuleTerms:
         ratio = ratio_from_log(batch.log_ratio)

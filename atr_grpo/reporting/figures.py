@@ -1,6 +1,8 @@
 """The paper's figures (and one it does not show) from run directories, each as PNG and PDF.
 
-figure1_kl3_bounds       KL3 = w − 1 − log w against w, the [l_δ, u_δ] band and a symmetric clip (needs no runs)
+figure1_kl3_bounds       KL3 = w − 1 − log w against w, the [l_δ, u_δ] band and a symmetric clip; beside it the
+                         ratio interval of every registered rule that has one, and the bounds that depend on
+                         π_old (DCPO, DPPO) against π_old (needs no runs)
 figure2_training_curves  return, entropy, completion length (100-step moving average) and Average Mean@K per
                          evaluation step; a row per model, a line per method
 figure3_delta            final Average Mean@K / Pass@K against δ (ATR runs)
@@ -18,15 +20,14 @@ from pathlib import Path
 
 import matplotlib
 import matplotlib.ticker
+import torch
 
 matplotlib.use("Agg")  # files only: no display on clusters or in tests
 import matplotlib.pyplot as plt  # noqa: E402
 
-from atr_grpo.clipping import kl3_ratio_bounds  # noqa: E402
+from atr_grpo.clipping import RULES, build_rule, kl3_ratio_bounds  # noqa: E402
 from atr_grpo.reporting.runs import AVERAGE, Run  # noqa: E402
 from atr_grpo.reporting.tables import PAPER_DIR, Table, claim_outputs  # noqa: E402
-
-NAMES = ("figure1_kl3_bounds", "figure2_training_curves", "figure3_delta", "figure4_passk", "clipping_curves")
 
 
 def _save(fig: plt.Figure, out_dir: Path, name: str) -> list[Path]:
@@ -59,13 +60,34 @@ def moving_average(values: list[float], window: int, steps: list[int] | None = N
     return out
 
 
+def rule_intervals() -> list[tuple[str, float, float]]:
+    """(rule, low, high): the ratio interval of every registered rule that has one for all tokens, at its defaults."""
+    rows = []
+    for name in sorted(RULES):
+        bounds = build_rule(name).ratio_bounds()
+        if bounds is not None:
+            rows.append((name, *bounds))
+    return rows
+
+
+def rule_old_prob_bounds(old_probs: list[float]) -> dict[str, tuple[list[float], list[float]]]:
+    """{rule: (lows, highs)} at `old_probs` for every registered rule whose interval depends on π_old."""
+    curves = {}
+    for name in sorted(RULES):
+        bounds = build_rule(name).old_prob_bounds(torch.tensor(old_probs, dtype=torch.float64))
+        if bounds is not None:
+            curves[name] = (bounds[0].tolist(), bounds[1].tolist())
+    return curves
+
+
 def figure1(out_dir: Path, delta: float = 0.07, eps: float | None = None) -> list[Path]:
-    """As in §4, the symmetric clip is drawn with ε = 1 − l_δ: both share the lower bound, and the KL3 region
-    reaches further up (u_δ − 1 > ε)."""
+    """(a) As in §4, the symmetric clip is drawn with ε = 1 − l_δ: both share the lower bound, and the KL3 region
+    reaches further up (u_δ − 1 > ε). (b) The registry's ratio intervals at their defaults, ATR's highlighted.
+    (c) The rules whose interval depends on π_old(y_t), against it, over ATR's constant band."""
     low, high = kl3_ratio_bounds(delta)
     eps = 1 - low if eps is None else eps
+    fig, (ax, ax_rules, ax_prob) = plt.subplots(1, 3, figsize=(17, 4.4), width_ratios=(1, 1.15, 1.15))
     ws = [0.4 + i * 0.002 for i in range(801)]
-    fig, ax = plt.subplots(figsize=(5.5, 3.8))
     ax.plot(ws, [w - 1 - math.log(w) for w in ws], color="black", label="KL3 = w − 1 − log w")
     ax.axhline(delta, color="gray", linestyle=":", label=f"δ = {delta:g}")
     ax.axvspan(low, high, color="tab:blue", alpha=0.15, label=f"KL3 ≤ δ: w ∈ [{low:.3f}, {high:.3f}]")
@@ -73,8 +95,30 @@ def figure1(out_dir: Path, delta: float = 0.07, eps: float | None = None) -> lis
     for x in (1 - eps, 1 + eps):
         ax.axvline(x, color="tab:red", linestyle="--")
     ax.plot([], [], color="tab:red", linestyle="--", label=f"clip ε = {eps:.3f}: [{1 - eps:.3f}, {1 + eps:.3f}]")
-    ax.set(xlabel="ratio w = π_θ / π_old", ylabel="KL3", ylim=(0, 0.3), title="Figure 1: the KL3 trust region")
+    ax.set(xlabel="ratio w = π_θ / π_old", ylabel="KL3", ylim=(0, 0.3), title="(a) the KL3 trust region")
     ax.legend(fontsize=7, loc="upper center")
+
+    right_edge = 2.2  # intervals reaching further are drawn to the edge, their end written out
+    rows = rule_intervals()
+    for y, (name, lo, hi) in enumerate(rows):
+        color = "tab:blue" if name == "atr" else "dimgray"
+        ax_rules.plot([lo, min(hi, right_edge)], [y, y], color=color, linewidth=5 if name == "atr" else 3)
+        end = "∞" if math.isinf(hi) else f"{hi:.3g}"
+        ax_rules.text(min(hi, right_edge) + 0.03, y, f"[{lo:.3g}, {end}]", va="center", fontsize=7)
+    ax_rules.axvline(1.0, color="black", linewidth=0.8)
+    ax_rules.set_yticks(range(len(rows)), [name for name, _, _ in rows], fontsize=8)
+    ax_rules.set(xlim=(0, right_edge + 0.5), xlabel="ratio w", title="(b) ratio interval of each rule (defaults)")
+    ax_rules.invert_yaxis()
+
+    old_probs = [10 ** (-3 + 3 * i / 120) for i in range(120)]  # 1e-3 … 0.94
+    ax_prob.axhspan(low, high, color="tab:blue", alpha=0.15, label=f"atr (δ = {delta:g})")
+    for name, (lows, highs) in rule_old_prob_bounds(old_probs).items():
+        line = ax_prob.plot(old_probs, highs, label=f"{name}: highest w (A > 0)")[0]
+        ax_prob.plot(old_probs, lows, color=line.get_color(), linestyle="--", label=f"{name}: lowest w (A < 0)")
+    ax_prob.set(xscale="log", yscale="log", ylim=(0.1, 200), xlabel="π_old(y_t)", ylabel="ratio w")
+    ax_prob.set_title("(c) bounds that depend on π_old (a lowest w of 0 is not drawn)", fontsize=10)
+    ax_prob.legend(fontsize=6, ncol=2, loc="upper right")
+    fig.suptitle(f"Figure 1: the KL3 trust region (δ = {delta:g}) among the registry's rules", fontsize=11)
     return _save(fig, out_dir, "figure1_kl3_bounds")
 
 

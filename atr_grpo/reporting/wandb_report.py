@@ -24,7 +24,7 @@ class Panel:
 
 def panel_spec(k: int = 8) -> list[Panel]:
     """The panels, in order: Figure 2's three training curves and its evaluation average, then Pass@K and the
-    rule's clip fraction and ratio, which the paper does not plot."""
+    rule's clip fraction, ratio and mean KL3, which the paper does not plot."""
     return [
         Panel("return (reward)", ("reward",), 0.9),
         Panel("entropy", ("entropy",), 0.9),
@@ -33,6 +33,7 @@ def panel_spec(k: int = 8) -> list[Panel]:
         Panel(f"Average Pass@{k}", (f"eval/average/pass@{k}",)),
         Panel("clip fraction", ("clip/frac", "clip/frac_low", "clip/frac_high"), 0.6),
         Panel("ratio w", ("ratio/mean", "ratio/min", "ratio/max"), 0.6, log_y=True),
+        Panel("trust-region size (mean KL3)", ("kl/kl3_mean",), 0.6),
     ]
 
 
@@ -74,7 +75,7 @@ def build_report(entity: str, project: str, group: str, k: int = 8) -> Any:
         project=project,
         title=f"atr-grpo: {group}",
         description="Return, entropy and completion length per method (Figure 2), evaluation averages, and the "
-        "clipping rule's clip fraction and ratio. Built by scripts/wandb_report.py.",
+        "clipping rule's clip fraction, ratio and mean KL3. Built by scripts/wandb_report.py.",
         blocks=[wr.PanelGrid(runsets=[runset], panels=panels)],
     )
 

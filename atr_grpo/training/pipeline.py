@@ -27,14 +27,12 @@ import torch
 from omegaconf import OmegaConf
 
 from atr_grpo import rundir
-from atr_grpo.clipping import build_rule
+from atr_grpo.clipping import RULES, build_rule
 from atr_grpo.config import ConfigError, TrainConfig, check_vllm_temperature
 from atr_grpo.evaluation.schedule import EvaluationState, record_failure, run_evaluation_state, saved_adapters
 
 log = logging.getLogger(__name__)
 
-# rules whose effect does not go through the ratio w: they act even on strictly on-policy updates
-ACTS_ON_POLICY = ("clip_cov",)
 # exit status of a run whose training finished but whose scheduled evaluations are not all done
 EXIT_EVALUATIONS_INCOMPLETE = 3
 # keys that may change when a run is resumed (they do not change what the run computes)
@@ -112,7 +110,7 @@ def prepare_run_dir(cfg: TrainConfig, config_yaml: str) -> RunState:
 
 # ------------------------------------------------------------------------------------------ checks
 def clipping_can_act(cfg: TrainConfig) -> bool:
-    return cfg.clipping.name in ACTS_ON_POLICY or cfg.optimizer_steps_per_rollout > 1
+    return RULES[cfg.clipping.name].acts_on_policy or cfg.optimizer_steps_per_rollout > 1
 
 
 def warn_if_on_policy(cfg: TrainConfig) -> str | None:

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +22,11 @@ from torch import Tensor
 from atr_grpo.clipping import ClipRule
 from atr_grpo.clipping.cov import key_seed_from
 from atr_grpo.config import TrainConfig
-from atr_grpo.losses import GRPOLoss, LossSettings
+from atr_grpo.losses import GRPOLoss, LossSettings, resolve_aggregation
 from atr_grpo.training.full_kl import adapter_snapshot, full_vocab_kl
 from atr_grpo.training.step_stats import StepStats
+
+log = logging.getLogger(__name__)
 
 # A token whose ratio π_trainer/π_rollout leaves [1 - band, 1 + band] counts as mismatched
 ROLLOUT_RATIO_BAND = 0.1
@@ -37,9 +40,19 @@ def resolve_flag(value: bool | str | None, default: bool) -> bool:
 
 
 def loss_settings(cfg: TrainConfig) -> LossSettings:
+    """The loss settings of a run; `trainer.loss_agg=native` becomes the rule's own aggregation, and a sequence
+    rule under a token-sum aggregation is pointed out (stderr and the log)."""
+    import sys
+
+    from atr_grpo.clipping import RULES
+
     tr = cfg.trainer
+    loss_agg, notice = resolve_aggregation(tr.loss_agg, RULES[cfg.clipping.name])
+    if notice is not None:
+        print(f"NOTE: {notice}", file=sys.stderr)
+        log.warning(notice)
     return LossSettings(
-        loss_agg=tr.loss_agg,
+        loss_agg=loss_agg,
         max_completion_length=tr.max_completion_length,
         beta=tr.beta,
         kl_estimator=tr.kl_estimator,
