@@ -13,7 +13,10 @@ from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
 from atr_grpo.clipping import RULES, rule_defaults
-from atr_grpo.config import ConfigError
+from atr_grpo.config import ConfigError, to_object
+from atr_grpo.data.arithmetic import DEFAULT_TASK
+from atr_grpo.evaluation.benchmarks import BENCHMARKS, BenchmarkSpec
+from atr_grpo.losses import AGGREGATIONS, KL_ESTIMATORS
 
 BAD = [
     # (overrides, words the error must contain)
@@ -28,9 +31,17 @@ BAD = [
     (["rollout.steps_per_generation=6"], ["rollout.steps_per_generation", "multiple of"]),
     (["trainer.save_steps=25"], ["trainer.save_steps", "rollout"]),
     (["eval.k=16"], ["eval.k", "[1, eval.n=8]"]),
-    (["eval.benchmarks=[amc23,gsm8k]"], ["eval.benchmarks", "'aime24'"]),
+    (["eval.benchmarks=[amc23,gsm8k]"], ["eval.benchmarks", "'aime24'", "'arithmetic'"]),
+    (["+eval.paths.gsm8k=x.jsonl"], ["eval.paths", "'amc23'"]),
     (["trainer.max_completion_length=4096"], ["trainer.max_completion_length", "model.max_seq_length"]),
     (["trainer.loss_agg=sum"], ["trainer.loss_agg", "'dr_grpo'", "'token_mean'"]),
+    (["trainer.kl_estimator=k4"], ["trainer.kl_estimator", "'k1'", "'k3'"]),
+    (["data.source=s3"], ["data.source", "'hub'", "'file'", "'arithmetic'"]),
+    (["data.source=file"], ["data.path", "set when data.source='file'"]),
+    (["data.path=dapo.parquet"], ["data.path", "data.source=file"]),
+    (["sft.source=file"], ["sft.path", "set when sft.source='file'"]),
+    (["sft.hub_id=null"], ["sft.hub_id", "sft.source='hub'"]),
+    (["experiment=demo", "data.operations=[/]"], ["data.operations", "'+'", "'*'"]),
     (["trainer.backend=jax"], ["trainer.backend", "'unsloth'", "'trl'"]),
     (["logger.name=tensorboard"], ["logger.name", "'wandb'", "'none'"]),
     (["model.lora.dropout=1.5"], ["model.lora.dropout", "[0, 1)"]),
@@ -44,6 +55,41 @@ def test_bad_values_fail_with_the_key_and_the_allowed_values(overrides, words):
         train_config(overrides)
     for word in words:
         assert word in str(err.value), (word, str(err.value))
+
+
+def test_the_allowed_names_are_the_registries():
+    """Aggregations, KL estimators and benchmarks are whatever their registries hold, with no list in config.py:
+    each registered choice composes, and a benchmark registered at run time is accepted once it exists."""
+    for agg in AGGREGATIONS:
+        assert train_config([f"trainer.loss_agg={agg}"]).trainer.loss_agg == agg
+    for estimator in KL_ESTIMATORS:
+        assert train_config([f"trainer.kl_estimator={estimator}"]).trainer.kl_estimator == estimator
+    with pytest.raises(ConfigError, match="eval.benchmarks"):
+        train_config(["eval.benchmarks=[toy]"])
+    spec = BenchmarkSpec(name="toy", loader=lambda: [{"id": 0, "problem": "1 + 1?", "answer": "2"}])
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(BENCHMARKS, "toy", spec)
+        assert train_config(["eval.benchmarks=[toy,amc23]"]).eval.benchmarks == ["toy", "amc23"]
+
+
+def test_data_and_sft_names_are_labels_and_the_source_decides():
+    """A new dataset needs a YAML file, not a config.py edit: `name` is free, `source` picks the loader."""
+    cfg = train_config(["data.name=my_math", "data.source=file", "data.path=my.parquet", "sft.name=my_sft"])
+    assert (cfg.data.name, cfg.data.source, cfg.data.path) == ("my_math", "file", "my.parquet")
+    assert (cfg.sft.name, cfg.sft.source, cfg.sft.enabled) == ("my_sft", "hub", True)
+    assert not train_config(["sft=none"]).sft.enabled
+    demo = train_config(["experiment=demo"])
+    assert (demo.data.source, demo.sft.source, demo.sft.enabled) == ("arithmetic", "arithmetic", True)
+
+
+def test_the_arithmetic_benchmark_is_known_without_a_training_run():
+    """`arithmetic` is registered when its module loads, with the task of conf/data/arithmetic.yaml, so the
+    evaluate app accepts `eval=arithmetic` and loads the demo's held-out problems."""
+    data = train_config(["data=arithmetic"]).data
+    task = {k: getattr(data, k) for k in ("num_train", "num_eval", "max_operand", "operations")}
+    assert {**task, "seed": data.generator_seed} == DEFAULT_TASK
+    cfg = to_object(compose(["model=tiny", "eval=arithmetic", "out_dir=x"], config_name="evaluate"))
+    assert cfg.eval.benchmarks == ["arithmetic"]
 
 
 def test_an_unknown_rule_lists_the_available_ones():
