@@ -1,8 +1,8 @@
 """Typed configuration: one dataclass per config group, registered in Hydra's ConfigStore.
 
 The YAML files under `conf/` extend these schemas, so a misspelled key fails when Hydra composes the
-config (the error names the key and lists the allowed ones), and `__post_init__` checks values (δ ≤ 0,
-ε ∉ (0, 1), batch sizes that don't divide, K > n) before anything heavy is imported or loaded.
+config (`atr_grpo.hydra_app` names the key and lists the allowed ones), and `__post_init__` checks values
+(δ ≤ 0, ε ∉ (0, 1), batch sizes that don't divide, K > n) before anything heavy is imported or loaded.
 Library code below the entry points takes these dataclasses and never imports Hydra.
 """
 
@@ -13,9 +13,11 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-from omegaconf import MISSING, OmegaConf
+from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
-from atr_grpo.clipping import RULES, build_rule, rule_defaults
+from atr_grpo import rundir
+from atr_grpo.clipping import RULES, build_rule
 from atr_grpo.data.arithmetic import OPERATIONS  # importing it also registers the `arithmetic` benchmark
 from atr_grpo.data.datasets import SOURCES
 from atr_grpo.data.prompts import DEFAULT_SYSTEM_PROMPT
@@ -36,6 +38,13 @@ def _one_of(key: str, value: Any, options: tuple[str, ...]) -> None:
     _check(value in options, key, "one of " + ", ".join(repr(o) for o in options), value)
 
 
+def unknown_key_message(full_key: str, schema: type) -> str:
+    """`invalid config: 'trainer.lr' is not a key of trainer; allowed keys: backend, learning_rate, ...`."""
+    section = full_key.rpartition(".")[0] or "the root config"
+    allowed = ", ".join(f.name for f in dataclasses.fields(schema))
+    return f"invalid config: {full_key!r} is not a key of {section}; allowed keys: {allowed}"
+
+
 def _source_checks(section: str, source: str, hub_id: str | None, path: str | None) -> None:
     """`hub` needs a hub id, `file` a path; a path with `hub` would be ignored, so it is refused."""
     if source == "hub":
@@ -43,13 +52,6 @@ def _source_checks(section: str, source: str, hub_id: str | None, path: str | No
         _check(path is None, f"{section}.path", f"null when {section}.source='hub' (or {section}.source=file)", path)
     elif source == "file":
         _check(path is not None, f"{section}.path", f"set when {section}.source='file'", path)
-
-
-def _keys_in_name(cls: type, group: str) -> type:
-    """Name the schema after its keys, so OmegaConf's "Key 'x' not in '<name>'" lists the allowed keys."""
-    keys = ", ".join(f.name for f in dataclasses.fields(cls))
-    cls.__name__ = cls.__qualname__ = f"{group} (allowed keys: {keys})"
-    return cls
 
 
 # ------------------------------------------------------------------------------------------------ model
@@ -233,8 +235,8 @@ class TrainerConfig:
     logging_steps: int = 1
     save_steps: int = 50
     save_total_limit: int | None = 3
-    bf16: str = "auto"  # auto: true on GPU, false on CPU
-    gradient_checkpointing: str = "auto"  # auto: on for GPU backends, off on CPU
+    bf16: bool | None = None  # null: true on a CUDA GPU, false on CPU
+    gradient_checkpointing: bool | None = None  # null: on for GPU backends, off on CPU
     vllm_importance_sampling_correction: bool = False  # Unsloth's default, used on both paths alike
     log_completions: bool = False
     num_threads: int | None = None  # torch CPU threads (None: leave torch's choice)
@@ -258,8 +260,6 @@ class TrainerConfig:
         _one_of("trainer.kl_estimator", self.kl_estimator, KL_ESTIMATORS)
         _one_of("trainer.loss_agg", self.loss_agg, AGGREGATIONS)
         _one_of("trainer.scale_rewards", self.scale_rewards, ("none", "group", "batch"))
-        _one_of("trainer.bf16", self.bf16, ("auto", "true", "false"))
-        _one_of("trainer.gradient_checkpointing", self.gradient_checkpointing, ("auto", "true", "false"))
         _check(self.max_prompt_length > 0, "trainer.max_prompt_length", "> 0", self.max_prompt_length)
         _check(self.max_completion_length > 0, "trainer.max_completion_length", "> 0", self.max_completion_length)
         _check(self.save_steps > 0, "trainer.save_steps", "> 0", self.save_steps)
@@ -367,12 +367,12 @@ class ClippingConfig:
 
 
 def _clipping_schema(rule_name: str) -> type:
-    fields = []
-    for param in RULES[rule_name].params:
-        kind = type(param.default)
-        fields.append((param.name, kind, field(default=param.default)))
+    """`Clipping_<rule>`: the rule's parameters with their source defaults, a module attribute so it pickles."""
+    fields = [(param.name, type(param.default), field(default=param.default)) for param in RULES[rule_name].params]
     cls = dataclasses.make_dataclass(f"Clipping_{rule_name}", fields, bases=(ClippingConfig,))
-    return _keys_in_name(cls, f"clipping={rule_name}")
+    cls.__module__ = __name__
+    globals()[cls.__name__] = cls
+    return cls
 
 
 CLIPPING_SCHEMAS: dict[str, type] = {name: _clipping_schema(name) for name in sorted(RULES)}
@@ -451,66 +451,14 @@ class EvaluateConfig:
     force: bool = False  # re-evaluate (step, benchmark) pairs already in summary.jsonl
 
 
-for _cls, _group in (
-    (LoraConfig, "model.lora"),
-    (TinyModelConfig, "model.tiny"),
-    (ModelConfig, "model"),
-    (PromptConfig, "prompt"),
-    (DataConfig, "data"),
-    (SFTConfig, "sft"),
-    (TrainerConfig, "trainer"),
-    (RolloutConfig, "rollout"),
-    (EvalConfig, "eval"),
-    (LoggerConfig, "logger"),
-):
-    _keys_in_name(_cls, _group)
-
-
 # --------------------------------------------------------------------------------------- registration
-def method_label(clipping: Any) -> str:
-    """`atr`, `clip-eps0.3`, `clip_higher-eps_low0.329-eps_high0.6`: the rule and its non-default values."""
-    values = OmegaConf.to_container(clipping, resolve=True) if OmegaConf.is_config(clipping) else dict(clipping)
-    name = values.pop("name")
-    defaults = rule_defaults(name)
-    parts = [name] + [f"{k}{v:g}" if isinstance(v, float) else f"{k}{v}"
-                      for k, v in values.items() if k in defaults and v != defaults[k]]  # fmt: skip
-    return "-".join(parts)
-
-
-# Overrides already spelled out in `run_name` (or that do not change what a run computes)
-NAMED_KEYS = ("experiment", "seed", "clipping", "run_dir", "run_name", "resume", "logger", "hydra")
-
-
-def sweep_suffix(overrides: list[str]) -> str:
-    """`__key=value,...` for the overrides of a multirun job that its run name does not already show."""
-    parts = []
-    for override in sorted(overrides):
-        key = override.split("=", 1)[0].lstrip("+~")
-        if key.split(".")[0].split("/")[0] not in NAMED_KEYS:
-            parts.append(override.replace("/", "_").replace(" ", ""))
-    return "__" + ",".join(parts) if parts else ""
-
-
-def _multirun_suffix() -> str:
-    """The resolver behind `${atr_sweep_suffix:}`: empty outside a Hydra multirun job."""
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
-    if not HydraConfig.initialized():
-        return ""
-    hydra_cfg = HydraConfig.get()
-    if hydra_cfg.mode != RunMode.MULTIRUN:
-        return ""
-    return sweep_suffix(list(hydra_cfg.overrides.task))
-
-
 def register_configs() -> None:
     """Register schemas and resolvers (idempotent); entry points and tests call this before composing."""
     from hydra.core.config_store import ConfigStore
 
-    OmegaConf.register_new_resolver("atr_method", method_label, replace=True)
+    OmegaConf.register_new_resolver("atr_method", rundir.method_label, replace=True)
     OmegaConf.register_new_resolver("atr_mul", lambda a, b: a * b, replace=True)
-    OmegaConf.register_new_resolver("atr_sweep_suffix", _multirun_suffix, replace=True)
+    OmegaConf.register_new_resolver("atr_sweep_suffix", rundir.multirun_suffix, replace=True)
     store = ConfigStore.instance()
     store.store(name="train_schema", node=TrainConfig)
     store.store(name="evaluate_schema", node=EvaluateConfig)
@@ -530,6 +478,22 @@ def register_configs() -> None:
         store.store(group="schema/clipping", name=name, node=node)
 
 
-def to_object(cfg: Any) -> Any:
+def _refuse_unknown_keys(node: DictConfig, prefix: str = "") -> None:
+    """A `+trainer.lr=...` override adds a key the schema lacks, which OmegaConf would carry along as a stray
+    attribute that nothing reads; refuse it like a misspelled key."""
+    schema = OmegaConf.get_type(node)
+    allowed = {f.name for f in dataclasses.fields(schema)} if dataclasses.is_dataclass(schema) else None
+    for key, value in node.items_ex(resolve=False):
+        if allowed is not None and key not in allowed:
+            raise ConfigError(unknown_key_message(f"{prefix}{key}", schema))
+        if isinstance(value, DictConfig) and not OmegaConf.is_missing(node, key) and OmegaConf.get_type(value):
+            _refuse_unknown_keys(value, f"{prefix}{key}.")  # (get_type is None for a null section)
+
+
+def to_object(cfg: DictConfig) -> Any:
     """Resolve a composed DictConfig into its dataclasses, running every validation."""
-    return OmegaConf.to_object(cfg)
+    _refuse_unknown_keys(cfg)
+    try:
+        return OmegaConf.to_object(cfg)
+    except OmegaConfBaseException as err:  # a missing mandatory value, an interpolation that fails
+        raise ConfigError(f"invalid config: {err}") from err

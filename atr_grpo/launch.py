@@ -84,16 +84,12 @@ def command(app: str, overrides: list[str], multirun: bool = True) -> list[str]:
 
 def run_dir_of(overrides: list[str]) -> Path:
     """Where `python -m atr_grpo.train -m <overrides>` writes (composed cheaply, nothing loaded)."""
-    from hydra import compose, initialize_config_dir
+    from atr_grpo.hydra_app import compose_train
 
-    from atr_grpo.config import register_configs, sweep_suffix
-
-    register_configs()
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        cfg = compose("train", overrides=[o for o in overrides if not o.startswith("hydra")])
+    cfg = compose_train([o for o in overrides if not o.startswith("hydra")])
     if any(o.split("=", 1)[0] == "run_dir" for o in overrides):
         return Path(cfg.run_dir)
-    return Path(cfg.run_dir + sweep_suffix(overrides))
+    return Path(cfg.run_dir + rundir.sweep_suffix(overrides))
 
 
 def launch(plan: Plan, extra: list[str], dry_run: bool) -> int:
@@ -103,10 +99,16 @@ def launch(plan: Plan, extra: list[str], dry_run: bool) -> int:
         for overrides in jobs:
             print(shlex.join(command(plan.app, overrides)))
         return 0
+    from atr_grpo.config import ConfigError  # imported here: a dry run needs no torch
+
     done, failed = [], []
     for i, overrides in enumerate(jobs, 1):
         if plan.app == "train" and not slurm:
-            target = run_dir_of(overrides)
+            try:
+                target = run_dir_of(overrides)
+            except ConfigError as err:  # overrides that do not compose: nothing can run
+                print(f"error: {err}", file=sys.stderr)
+                return 2
             if (target / rundir.DONE_FILE).exists():
                 print(f"[{i}/{len(jobs)}] finished already, skipped: {target}", flush=True)
                 done.append(target)

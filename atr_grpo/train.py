@@ -1,8 +1,8 @@
 """`python -m atr_grpo.train [group=option ...] [key=value ...]`: one GRPO run (or a Hydra multirun sweep).
 
-Compose the config, validate it (bad values stop here, before any model is loaded), then hand the plain
-dataclasses to `atr_grpo.training.pipeline.run_training`. `--cfg job --resolve` prints the resolved config
-and loads nothing.
+Compose the config, validate it (bad input stops here with its message and exit status 2, before any model
+is loaded), then hand the plain dataclasses to `atr_grpo.training.pipeline.run_training`.
+`--cfg job --resolve` prints the resolved config and loads nothing.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from atr_grpo.config import ConfigError, register_configs, to_object
+from atr_grpo.hydra_app import run_app
 
 register_configs()
 
@@ -34,4 +35,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_app(main))

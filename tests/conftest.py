@@ -18,14 +18,9 @@ CONF = REPO / "conf"
 
 def compose(overrides: list[str] | None = None, config_name: str = "train", **kwargs):
     """The composed DictConfig for `overrides`, as `python -m atr_grpo.train ...` would see it."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
+    from atr_grpo import hydra_app
 
-    from atr_grpo.config import register_configs
-
-    register_configs()
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return hydra_compose(config_name=config_name, overrides=overrides or [], **kwargs)
+    return hydra_app.compose(config_name, overrides or [], **kwargs)
 
 
 def train_config(overrides: list[str] | None = None):

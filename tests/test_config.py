@@ -3,14 +3,13 @@ good configs resolve to the paper's values and `--cfg job --resolve` prints them
 
 from __future__ import annotations
 
+import pickle
 import subprocess
 import sys
 
 import pytest
 import yaml
 from conftest import REPO, compose, train_config
-from hydra.errors import HydraException
-from omegaconf.errors import OmegaConfBaseException
 
 from atr_grpo.clipping import RULES, rule_defaults
 from atr_grpo.config import ConfigError, to_object
@@ -93,30 +92,68 @@ def test_the_arithmetic_benchmark_is_known_without_a_training_run():
 
 
 def test_an_unknown_rule_lists_the_available_ones():
-    with pytest.raises(HydraException) as err:
+    with pytest.raises(ConfigError) as err:
         compose(["clipping=ppo_kl"])
     message = str(err.value)
     assert "clipping/ppo_kl" in message and "atr" in message and "clip_higher" in message
 
 
-def chained_message(error: BaseException) -> str:
-    """The message of an exception and of everything it was raised from (Hydra wraps OmegaConf's)."""
-    parts = []
-    while error is not None:
-        parts.append(str(error))
-        error = error.__cause__ or error.__context__
-    return "\n".join(parts)
+UNKNOWN_KEYS = [
+    # (overrides, the key named, keys the message must list)
+    (["trainer.lr=1e-5"], "'trainer.lr' is not a key of trainer", ["learning_rate", "num_generations", "bf16"]),
+    (["clipping=atr", "clipping.eps=0.2"], "'clipping.eps' is not a key of clipping", ["name, delta, semantics"]),
+    (["model.lora.rank=8"], "'model.lora.rank' is not a key of model.lora", ["r, alpha, dropout, target_modules"]),
+    (["lr=1e-5"], "'lr' is not a key of the root config", ["seed", "trainer", "clipping"]),
+    # `+` adds a key (Hydra's own hint for the error above); the schema refuses it all the same
+    (["+trainer.lr=1e-5"], "'trainer.lr' is not a key of trainer", ["learning_rate"]),
+]
 
 
-def test_a_misspelled_key_names_the_allowed_keys():
-    with pytest.raises(HydraException) as err:
-        compose(["trainer.lr=1e-5"])
-    message = chained_message(err.value)
-    assert "trainer.lr" in message and "learning_rate" in message and "num_generations" in message
-    with pytest.raises((HydraException, OmegaConfBaseException)) as err:
-        compose(["clipping=atr", "clipping.eps=0.2"])
-    message = chained_message(err.value)
-    assert "eps" in message and "delta" in message and "semantics" in message
+@pytest.mark.parametrize("overrides,named,allowed", UNKNOWN_KEYS, ids=[" ".join(o) for o, _, _ in UNKNOWN_KEYS])
+def test_a_misspelled_key_names_the_allowed_keys(overrides, named, allowed):
+    """The allowed keys come from the schema's dataclass fields, so the message follows the schema."""
+    with pytest.raises(ConfigError) as err:
+        train_config(overrides)
+    assert named in str(err.value)
+    for words in allowed:
+        assert words in str(err.value), (words, str(err.value))
+
+
+def test_a_config_pickles_and_reads_as_its_dataclasses():
+    """Composed configs and their dataclasses (the generated clipping schemas too) survive pickle unchanged,
+    e.g. for a launcher that ships them to another process."""
+    for overrides in ([], ["experiment=smoke", "clipping=clip_higher"]):
+        cfg = compose(overrides)
+        assert pickle.loads(pickle.dumps(cfg)) == cfg
+        obj = train_config(overrides)
+        again = pickle.loads(pickle.dumps(obj))
+        assert again == obj and type(again.clipping) is type(obj.clipping)
+    assert repr(train_config().trainer).startswith("TrainerConfig(backend='auto'")
+
+
+@pytest.mark.parametrize("value,expected", [("false", False), ("true", True), ("null", None)])
+def test_bf16_and_checkpointing_take_booleans_from_the_command_line(value, expected):
+    """`trainer.bf16=false` arrives as a bool and is kept as one; null means "decide from the device"."""
+    cfg = train_config([f"trainer.bf16={value}", f"trainer.gradient_checkpointing={value}"])
+    assert cfg.trainer.bf16 is expected and cfg.trainer.gradient_checkpointing is expected
+    assert train_config().trainer.bf16 is None and train_config(["experiment=demo"]).trainer.bf16 is False
+    with pytest.raises(ConfigError, match="trainer.bf16"):
+        train_config(["trainer.bf16=maybe"])
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="training/grpo.py (_flag) still reads bf16 / gradient_checkpointing as the strings 'auto'/'true'/"
+    "'false'; once it reads bool | None (null = the device's default) this passes: remove this marker then",
+)
+def test_trl_arguments_follow_the_bf16_and_checkpointing_flags():
+    from atr_grpo.training.grpo import grpo_arg_values
+
+    for value in (True, False):
+        cfg = train_config(["experiment=smoke", f"trainer.bf16={value}", f"trainer.gradient_checkpointing={value}"])
+        args = grpo_arg_values(cfg, REPO / "results" / "unused")
+        assert (args["bf16"], args["gradient_checkpointing"]) == (value, value)
 
 
 def test_the_default_run_is_the_papers_protocol():
@@ -181,13 +218,26 @@ def test_cfg_job_resolve_prints_the_contract_keys_without_loading_a_model():
     assert not (REPO / printed["run_dir"]).exists()
 
 
-def test_the_cli_reports_a_bad_value_and_exits_2_without_a_traceback():
+CLI_ERRORS = [
+    # (app and arguments, words stderr must contain)
+    (["train", "experiment=smoke", "clipping.delta=0"], ["clipping", "delta", "> 0"]),
+    (["train", "experiment=smoke", "trainer.lr=1e-5"], ["'trainer.lr'", "learning_rate"]),
+    (["evaluate", "model=tiny", "out_dir=unused", "eval.temp=0.5"], ["'eval.temp'", "temperature"]),
+]
+
+
+@pytest.mark.parametrize("args,words", CLI_ERRORS, ids=[" ".join(a) for a, _ in CLI_ERRORS])
+def test_the_cli_reports_bad_input_and_exits_2_without_a_traceback(args, words, tmp_path):
+    app, *overrides = args
     done = subprocess.run(
-        [sys.executable, "-m", "atr_grpo.train", "experiment=smoke", "clipping.delta=0"],
+        [sys.executable, "-m", f"atr_grpo.{app}", *overrides],
         cwd=REPO,
         capture_output=True,
         text=True,
         timeout=120,
     )
-    assert done.returncode == 2
-    assert "clipping" in done.stderr and "delta" in done.stderr and "Traceback" not in done.stderr
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    for word in words:
+        assert word in done.stderr, (word, done.stderr)
+    assert not (REPO / "unused").exists()

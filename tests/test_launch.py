@@ -11,7 +11,8 @@ import pytest
 from conftest import CONF, REPO, compose, train_config
 
 from atr_grpo import launch, rundir
-from atr_grpo.config import sweep_suffix, to_object
+from atr_grpo.config import to_object
+from atr_grpo.rundir import sweep_suffix
 
 TRAIN_EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml") if p.stem != "passk_curve")
 
