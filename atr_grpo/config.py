@@ -34,6 +34,10 @@ def _check(ok: bool, key: str, allowed: str, value: Any) -> None:
         raise ConfigError(f"invalid config: {key} must be {allowed}, got {value!r}")
 
 
+def _positive(key: str, value: float) -> None:
+    _check(value > 0, key, "> 0", value)
+
+
 def _one_of(key: str, value: Any, options: tuple[str, ...]) -> None:
     _check(value in options, key, "one of " + ", ".join(repr(o) for o in options), value)
 
@@ -65,8 +69,8 @@ class LoraConfig:
     )
 
     def __post_init__(self) -> None:
-        _check(self.r > 0, "model.lora.r", "> 0", self.r)
-        _check(self.alpha > 0, "model.lora.alpha", "> 0", self.alpha)
+        _positive("model.lora.r", self.r)
+        _positive("model.lora.alpha", self.alpha)
         _check(0 <= self.dropout < 1, "model.lora.dropout", "in [0, 1)", self.dropout)
         if self.dropout > 0:
             warnings.warn(
@@ -112,7 +116,7 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         _check(self.path is not None or self.tiny is not None, "model.path", "set (or model=tiny)", self.path)
-        _check(self.max_seq_length > 0, "model.max_seq_length", "> 0", self.max_seq_length)
+        _positive("model.max_seq_length", self.max_seq_length)
         _one_of("model.dtype", self.dtype, ("auto", "bfloat16", "float16", "float32"))
         _check(
             0 < self.gpu_memory_utilization < 1,
@@ -152,8 +156,8 @@ class DataConfig:
         _one_of("data.source", self.source, SOURCES)
         _source_checks("data", self.source, self.hub_id, self.path)
         if self.source == "arithmetic":
-            _check(self.num_train > 0, "data.num_train", "> 0", self.num_train)
-            _check(self.max_operand > 0, "data.max_operand", "> 0", self.max_operand)
+            _positive("data.num_train", self.num_train)
+            _positive("data.max_operand", self.max_operand)
             for op in self.operations:
                 _one_of("data.operations[]", op, OPERATIONS)
 
@@ -190,8 +194,8 @@ class SFTConfig:
     def __post_init__(self) -> None:
         _one_of("sft.source", self.source, (*SOURCES, "none"))
         _source_checks("sft", self.source, self.hub_id, self.path)
-        _check(self.num_epochs > 0, "sft.num_epochs", "> 0", self.num_epochs)
-        _check(self.learning_rate > 0, "sft.learning_rate", "> 0", self.learning_rate)
+        _positive("sft.num_epochs", self.num_epochs)
+        _positive("sft.learning_rate", self.learning_rate)
         _check(
             0 < self.max_length_fraction <= 1,
             "sft.max_length_fraction",
@@ -243,26 +247,24 @@ class TrainerConfig:
 
     def __post_init__(self) -> None:
         _one_of("trainer.backend", self.backend, ("auto", "unsloth", "trl"))
-        _check(self.learning_rate > 0, "trainer.learning_rate", "> 0", self.learning_rate)
+        _positive("trainer.learning_rate", self.learning_rate)
         _check(self.weight_decay >= 0, "trainer.weight_decay", ">= 0", self.weight_decay)
         _check(0 <= self.warmup_ratio < 1, "trainer.warmup_ratio", "in [0, 1)", self.warmup_ratio)
-        _check(self.per_device_train_batch_size > 0, "trainer.per_device_train_batch_size", "> 0",
-               self.per_device_train_batch_size)  # fmt: skip
-        _check(self.gradient_accumulation_steps > 0, "trainer.gradient_accumulation_steps", "> 0",
-               self.gradient_accumulation_steps)  # fmt: skip
-        _check(self.num_generations >= 2, "trainer.num_generations", ">= 2 (a group needs a baseline)",
-               self.num_generations)  # fmt: skip
+        _positive("trainer.per_device_train_batch_size", self.per_device_train_batch_size)
+        _positive("trainer.gradient_accumulation_steps", self.gradient_accumulation_steps)
+        group = self.num_generations
+        _check(group >= 2, "trainer.num_generations", ">= 2 (a group needs a baseline)", group)
         _check(0 < self.temperature <= 10, "trainer.temperature", "in (0, 10]", self.temperature)
         _check(0 < self.top_p <= 1, "trainer.top_p", "in (0, 1]", self.top_p)
         _check(self.top_k == -1 or self.top_k > 0, "trainer.top_k", "-1 (off) or > 0", self.top_k)
-        _check(self.max_steps > 0, "trainer.max_steps", "> 0", self.max_steps)
+        _positive("trainer.max_steps", self.max_steps)
         _check(self.beta >= 0, "trainer.beta", ">= 0", self.beta)
         _one_of("trainer.kl_estimator", self.kl_estimator, KL_ESTIMATORS)
         _one_of("trainer.loss_agg", self.loss_agg, AGGREGATIONS)
         _one_of("trainer.scale_rewards", self.scale_rewards, ("none", "group", "batch"))
-        _check(self.max_prompt_length > 0, "trainer.max_prompt_length", "> 0", self.max_prompt_length)
-        _check(self.max_completion_length > 0, "trainer.max_completion_length", "> 0", self.max_completion_length)
-        _check(self.save_steps > 0, "trainer.save_steps", "> 0", self.save_steps)
+        _positive("trainer.max_prompt_length", self.max_prompt_length)
+        _positive("trainer.max_completion_length", self.max_completion_length)
+        _positive("trainer.save_steps", self.save_steps)
 
 
 @dataclass
@@ -278,12 +280,7 @@ class RolloutConfig:
     def __post_init__(self) -> None:
         _check(self.num_iterations >= 1, "rollout.num_iterations", ">= 1", self.num_iterations)
         if self.steps_per_generation is not None:
-            _check(
-                self.steps_per_generation > 0,
-                "rollout.steps_per_generation",
-                "> 0",
-                self.steps_per_generation,
-            )
+            _positive("rollout.steps_per_generation", self.steps_per_generation)
 
 
 # ------------------------------------------------------------------------------------------------- eval
@@ -317,20 +314,25 @@ class EvalConfig:
             _one_of("eval.benchmarks[]", name, registered)
         for name in self.paths:
             _one_of("eval.paths key", name, registered)
-        _check(self.every_steps > 0, "eval.every_steps", "> 0", self.every_steps)
+        _positive("eval.every_steps", self.every_steps)
         _check(self.n >= 1, "eval.n", ">= 1", self.n)
         _check(1 <= self.k <= self.n, "eval.k", f"in [1, eval.n={self.n}] (Pass@K needs n ≥ K samples)", self.k)
         _check(self.temperature >= 0, "eval.temperature", ">= 0", self.temperature)
         _check(self.temperature > 0 or self.n == 1, "eval.temperature", "> 0 when eval.n > 1", self.temperature)
         _check(0 < self.top_p <= 1, "eval.top_p", "in (0, 1]", self.top_p)
         _check(self.top_k == -1 or self.top_k > 0, "eval.top_k", "-1 (off) or > 0", self.top_k)
-        _check(self.max_tokens > 0, "eval.max_tokens", "> 0", self.max_tokens)
+        _positive("eval.max_tokens", self.max_tokens)
         _one_of("eval.backend", self.backend, ("auto", "vllm", "hf"))
-        _check(self.grader_timeout > 0, "eval.grader_timeout", "> 0", self.grader_timeout)
-        _check(0 < self.gpu_memory_utilization < 1, "eval.gpu_memory_utilization", "in (0, 1)",
-               self.gpu_memory_utilization)  # fmt: skip
-        _check(self.max_model_len is None or self.max_model_len > 0, "eval.max_model_len", "null or > 0",
-               self.max_model_len)  # fmt: skip
+        _positive("eval.grader_timeout", self.grader_timeout)
+        _check(
+            0 < self.gpu_memory_utilization < 1, "eval.gpu_memory_utilization", "in (0, 1)", self.gpu_memory_utilization
+        )
+        _check(
+            self.max_model_len is None or self.max_model_len > 0,
+            "eval.max_model_len",
+            "null or > 0",
+            self.max_model_len,
+        )
 
 
 # ----------------------------------------------------------------------------------------------- logger
@@ -403,27 +405,47 @@ class TrainConfig:
     def __post_init__(self) -> None:
         tr, ro = self.trainer, self.rollout
         spg = ro.steps_per_generation or tr.gradient_accumulation_steps
-        _check(spg % tr.gradient_accumulation_steps == 0, "rollout.steps_per_generation",
-               f"a multiple of trainer.gradient_accumulation_steps={tr.gradient_accumulation_steps} "
-               "(otherwise a rollout is generated in the middle of an optimizer step)", spg)  # fmt: skip
+        _check(
+            spg % tr.gradient_accumulation_steps == 0,
+            "rollout.steps_per_generation",
+            f"a multiple of trainer.gradient_accumulation_steps={tr.gradient_accumulation_steps} "
+            "(otherwise a rollout is generated in the middle of an optimizer step)",
+            spg,
+        )
         generation_batch = tr.per_device_train_batch_size * spg
-        _check(generation_batch % tr.num_generations == 0, "trainer.per_device_train_batch_size",
-               f"such that per_device_train_batch_size × steps_per_generation ({generation_batch}) is divisible "
-               f"by trainer.num_generations={tr.num_generations}", tr.per_device_train_batch_size)  # fmt: skip
+        _check(
+            generation_batch % tr.num_generations == 0,
+            "trainer.per_device_train_batch_size",
+            f"such that per_device_train_batch_size × steps_per_generation ({generation_batch}) is divisible "
+            f"by trainer.num_generations={tr.num_generations}",
+            tr.per_device_train_batch_size,
+        )
         optimizer_batch = tr.per_device_train_batch_size * tr.gradient_accumulation_steps
-        _check(optimizer_batch % tr.num_generations == 0, "trainer.gradient_accumulation_steps",
-               f"such that per_device_train_batch_size × gradient_accumulation_steps ({optimizer_batch}) is "
-               f"divisible by trainer.num_generations={tr.num_generations} (whole groups per optimizer step; "
-               "Unsloth would otherwise silently change the batch size)", tr.gradient_accumulation_steps)  # fmt: skip
+        _check(
+            optimizer_batch % tr.num_generations == 0,
+            "trainer.gradient_accumulation_steps",
+            f"such that per_device_train_batch_size × gradient_accumulation_steps ({optimizer_batch}) is "
+            f"divisible by trainer.num_generations={tr.num_generations} (whole groups per optimizer step; "
+            "Unsloth would otherwise silently change the batch size)",
+            tr.gradient_accumulation_steps,
+        )
         total = self.trainer.max_prompt_length + self.trainer.max_completion_length
-        _check(total <= self.model.max_seq_length, "trainer.max_completion_length",
-               f"≤ model.max_seq_length - trainer.max_prompt_length = "
-               f"{self.model.max_seq_length - self.trainer.max_prompt_length}", tr.max_completion_length)  # fmt: skip
+        _check(
+            total <= self.model.max_seq_length,
+            "trainer.max_completion_length",
+            f"≤ model.max_seq_length - trainer.max_prompt_length = "
+            f"{self.model.max_seq_length - self.trainer.max_prompt_length}",
+            tr.max_completion_length,
+        )
 
         per_rollout = self.optimizer_steps_per_rollout
-        _check(tr.save_steps % per_rollout == 0, "trainer.save_steps",
-               f"a multiple of the optimizer steps per rollout ({per_rollout}): checkpoints must fall on rollout "
-               "boundaries for a resumed run to continue exactly", tr.save_steps)  # fmt: skip
+        _check(
+            tr.save_steps % per_rollout == 0,
+            "trainer.save_steps",
+            f"a multiple of the optimizer steps per rollout ({per_rollout}): checkpoints must fall on rollout "
+            "boundaries for a resumed run to continue exactly",
+            tr.save_steps,
+        )
 
     @property
     def steps_per_generation(self) -> int:
@@ -462,18 +484,8 @@ def register_configs() -> None:
     store = ConfigStore.instance()
     store.store(name="train_schema", node=TrainConfig)
     store.store(name="evaluate_schema", node=EvaluateConfig)
-    groups = {
-        "model": ModelConfig,
-        "data": DataConfig,
-        "sft": SFTConfig,
-        "trainer": TrainerConfig,
-        "rollout": RolloutConfig,
-        "eval": EvalConfig,
-        "logger": LoggerConfig,
-        "prompt": PromptConfig,
-    }
-    for group, node in groups.items():
-        store.store(group=f"schema/{group}", name="base", node=node)
+    # The groups are typed through the root schemas' fields; a clipping file picks its rule's schema with
+    # `defaults: [/schema/clipping@_here_: <rule>]`, since the field itself cannot know the rule.
     for name, node in CLIPPING_SCHEMAS.items():
         store.store(group="schema/clipping", name=name, node=node)
 

@@ -124,8 +124,9 @@ def launch(plan: Plan, extra: list[str], dry_run: bool) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m atr_grpo.launch", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="python -m atr_grpo.launch", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--dry-run", action="store_true", help="print one command per run and run nothing")
     parser.add_argument("plan", help="conf/plan/<PLAN>.yaml")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides appended to every run")

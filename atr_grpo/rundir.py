@@ -41,7 +41,7 @@ EVAL_DIR = "eval"
 SUMMARY_FILE = "summary.jsonl"
 DONE_FILE = "DONE"  # written when a training run reached its last step
 
-# Packages whose version changes what a run computes (STYLE.md convention 7).
+# Packages whose version changes what a run computes: env.json records them for every run.
 TRACKED_PACKAGES = (
     "torch",
     "transformers",

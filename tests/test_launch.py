@@ -29,8 +29,13 @@ def test_passk_curve_composes_with_the_evaluate_app():
 
 
 def dry_run(plan, *extra):
-    done = subprocess.run([sys.executable, "-m", "atr_grpo.launch", "--dry-run", plan, *extra], cwd=REPO,
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "atr_grpo.launch", "--dry-run", plan, *extra],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     return [shlex.split(line) for line in done.stdout.splitlines()]
 
@@ -38,10 +43,15 @@ def dry_run(plan, *extra):
 def test_table2_dry_run_prints_the_14_runs():
     lines = dry_run("table2")
     assert len(lines) == 14
-    pairs = {(next(a for a in cmd if a.startswith("model=")), next(a for a in cmd if a.startswith("clipping=")))
-             for cmd in lines}  # fmt: skip
-    assert pairs == {(f"model={m}", f"clipping={c}") for m in ("qwen3-1.7b", "qwen3-8b")
-                     for c in ("clip", "clip_higher", "dual_clip", "dcpo", "clip_cov", "sapo", "atr")}  # fmt: skip
+    pairs = {
+        (next(a for a in cmd if a.startswith("model=")), next(a for a in cmd if a.startswith("clipping=")))
+        for cmd in lines
+    }
+    assert pairs == {
+        (f"model={m}", f"clipping={c}")
+        for m in ("qwen3-1.7b", "qwen3-8b")
+        for c in ("clip", "clip_higher", "dual_clip", "dcpo", "clip_cov", "sapo", "atr")
+    }
     assert all(cmd[1:4] == ["-m", "atr_grpo.train", "-m"] for cmd in lines)
 
 
@@ -113,6 +123,7 @@ def test_finished_runs_are_skipped_and_failures_reported(tmp_path, monkeypatch, 
 
 
 def test_unknown_plan_lists_the_plans():
-    done = subprocess.run([sys.executable, "-m", "atr_grpo.launch", "table9"], cwd=REPO, capture_output=True,
-                          text=True, timeout=60)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "atr_grpo.launch", "table9"], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 2 and "allowed: ablate_delta, passk_curve, table2, table3" in done.stderr
