@@ -17,6 +17,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from atr_grpo import rundir
+from atr_grpo.cache import cache_dir
 from atr_grpo.clipping import RULES, build_rule
 from atr_grpo.data.arithmetic import OPERATIONS  # importing it also registers the `arithmetic` benchmark
 from atr_grpo.data.datasets import SOURCES
@@ -189,7 +190,7 @@ class SFTConfig:
     warmup_steps: int = 5
     lr_scheduler_type: str = "linear"
     seed: int = 3407  # fixed (notebook value): every method and seed of a model starts from one adapter
-    cache_dir: str = "results/cache/sft"  # adapters keyed by a hash of the SFT-relevant config
+    cache_dir: str = "${atr_cache:sft}"  # <cache root>/sft (atr_grpo/cache.py); adapters keyed by a config hash
 
     def __post_init__(self) -> None:
         _one_of("sft.source", self.source, (*SOURCES, "none"))
@@ -481,6 +482,7 @@ def register_configs() -> None:
     OmegaConf.register_new_resolver("atr_method", rundir.method_label, replace=True)
     OmegaConf.register_new_resolver("atr_mul", lambda a, b: a * b, replace=True)
     OmegaConf.register_new_resolver("atr_sweep_suffix", rundir.multirun_suffix, replace=True)
+    OmegaConf.register_new_resolver("atr_cache", lambda name: str(cache_dir(name)), replace=True)
     store = ConfigStore.instance()
     store.store(name="train_schema", node=TrainConfig)
     store.store(name="evaluate_schema", node=EvaluateConfig)
