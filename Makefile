@@ -42,8 +42,11 @@ format: install ## Apply ruff's formatter and safe fixes
 	$(PY) -m ruff check --fix .
 	$(PY) -m ruff format .
 
-test: lint ## Lint, then the CPU test suite (GPU tests skip without CUDA)
+test: lint ## Lint, then the whole CPU test suite, end-to-end runs included (what CI runs; GPU tests skip)
 	$(PY) -m pytest -q
+
+test-fast: install ## The inner loop: unit tests without the end-to-end runs (-m "not slow and not gpu"), no lint
+	$(PY) -m pytest -q -m "not slow and not gpu"
 
 demo: install ## CPU demo: tiny model, SFT format stage -> GRPO (ATR) -> Mean@8/Pass@8 before and after
 	$(PY) -m atr_grpo.demo
@@ -110,5 +113,5 @@ clean: ## Remove caches (never touches results/runs)
 	rm -rf .pytest_cache .ruff_cache
 	find . -name __pycache__ -type d -prune -not -path './.venv/*' -exec rm -rf {} +
 
-.PHONY: help install lint format test clean demo bench-loss bench-train bench-grader \
+.PHONY: help install lint format test test-fast clean demo bench-loss bench-train bench-grader \
 	install-verl test-verl reproduce-table2 reproduce-table3 ablate-delta passk-curve tables figures

@@ -1,8 +1,8 @@
 """Typed configuration: one dataclass per config group, registered in Hydra's ConfigStore.
 
 The YAML files under `conf/` extend these schemas, so a misspelled key fails when Hydra composes the
-config (the error names the key and lists the allowed ones), and `__post_init__` checks values (δ ≤ 0,
-ε ∉ (0, 1), batch sizes that don't divide, K > n) before anything heavy is imported or loaded.
+config (`atr_grpo.hydra_app` names the key and lists the allowed ones), and `__post_init__` checks values
+(δ ≤ 0, ε ∉ (0, 1), batch sizes that don't divide, K > n) before anything heavy is imported or loaded.
 Library code below the entry points takes these dataclasses and never imports Hydra.
 """
 
@@ -13,10 +13,17 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-from omegaconf import MISSING, OmegaConf
+from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
-from atr_grpo.clipping import RULES, build_rule, rule_defaults
+from atr_grpo import rundir
+from atr_grpo.cache import cache_dir
+from atr_grpo.clipping import RULES, build_rule
+from atr_grpo.data.arithmetic import OPERATIONS  # importing it also registers the `arithmetic` benchmark
+from atr_grpo.data.datasets import SOURCES
 from atr_grpo.data.prompts import DEFAULT_SYSTEM_PROMPT
+from atr_grpo.evaluation.benchmarks import BENCHMARKS
+from atr_grpo.losses import AGGREGATION_CHOICES, KL_ESTIMATORS
 
 
 class ConfigError(ValueError):
@@ -28,13 +35,28 @@ def _check(ok: bool, key: str, allowed: str, value: Any) -> None:
         raise ConfigError(f"invalid config: {key} must be {allowed}, got {value!r}")
 
 
+def _positive(key: str, value: float) -> None:
+    _check(value > 0, key, "> 0", value)
+
+
 def _one_of(key: str, value: Any, options: tuple[str, ...]) -> None:
     _check(value in options, key, "one of " + ", ".join(repr(o) for o in options), value)
 
 
-def _looks_local(path: str) -> bool:
-    """A filesystem path rather than a hub id (`org/name`): absolute, relative with ./ or ../, or ~."""
-    return path.startswith(("/", "./", "../", "~"))
+def unknown_key_message(full_key: str, schema: type) -> str:
+    """`invalid config: 'trainer.lr' is not a key of trainer; allowed keys: backend, learning_rate, ...`."""
+    section = full_key.rpartition(".")[0] or "the root config"
+    allowed = ", ".join(f.name for f in dataclasses.fields(schema))
+    return f"invalid config: {full_key!r} is not a key of {section}; allowed keys: {allowed}"
+
+
+def _source_checks(section: str, source: str, hub_id: str | None, path: str | None) -> None:
+    """`hub` needs a hub id, `file` a path; a path with `hub` would be ignored, so it is refused."""
+    if source == "hub":
+        _check(hub_id is not None, f"{section}.hub_id", f"set when {section}.source='hub'", hub_id)
+        _check(path is None, f"{section}.path", f"null when {section}.source='hub' (or {section}.source=file)", path)
+    elif source == "file":
+        _check(path is not None, f"{section}.path", f"set when {section}.source='file'", path)
 
 
 def _exists(key: str, path: str) -> None:
@@ -43,15 +65,13 @@ def _exists(key: str, path: str) -> None:
     _check(Path(path).expanduser().exists(), key, "an existing file or directory", path)
 
 
+def _looks_local(path: str) -> bool:
+    """A filesystem path rather than a hub id (`org/name`): absolute, relative with ./ or ../, or ~."""
+    return path.startswith(("/", "./", "../", "~"))
+
+
 # vLLM 0.31 refuses a sampling temperature above 2 (vllm/sampling_params.py)
 VLLM_MAX_TEMPERATURE = 2.0
-
-
-def _keys_in_name(cls: type, group: str) -> type:
-    """Name the schema after its keys, so OmegaConf's "Key 'x' not in '<name>'" lists the allowed keys."""
-    keys = ", ".join(f.name for f in dataclasses.fields(cls))
-    cls.__name__ = cls.__qualname__ = f"{group} (allowed keys: {keys})"
-    return cls
 
 
 # ------------------------------------------------------------------------------------------------ model
@@ -65,8 +85,8 @@ class LoraConfig:
     )
 
     def __post_init__(self) -> None:
-        _check(self.r > 0, "model.lora.r", "> 0", self.r)
-        _check(self.alpha > 0, "model.lora.alpha", "> 0", self.alpha)
+        _positive("model.lora.r", self.r)
+        _positive("model.lora.alpha", self.alpha)
         _check(0 <= self.dropout < 1, "model.lora.dropout", "in [0, 1)", self.dropout)
         if self.dropout > 0:
             warnings.warn(
@@ -110,7 +130,7 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         _check(self.path is not None or self.tiny is not None, "model.path", "set (or model=tiny)", self.path)
-        _check(self.max_seq_length > 0, "model.max_seq_length", "> 0", self.max_seq_length)
+        _positive("model.max_seq_length", self.max_seq_length)
         _one_of("model.dtype", self.dtype, ("auto", "bfloat16", "float16", "float32"))
         if self.path is not None and _looks_local(self.path):
             _exists("model.path", self.path)
@@ -126,11 +146,12 @@ class PromptConfig:
 # ------------------------------------------------------------------------------------------------- data
 @dataclass
 class DataConfig:
-    name: str = MISSING  # dapo_math | arithmetic
+    name: str = MISSING  # a label for the run's records (dapo_math, arithmetic, ...)
+    source: str = "hub"  # hub: hub_id/hub_config/split | file: path | arithmetic: generated by the package
     hub_id: str | None = None
     hub_config: str | None = None
     split: str = "train"
-    path: str | None = None  # local .jsonl/.json/.parquet instead of the hub
+    path: str | None = None  # a local .jsonl/.json/.parquet (source: file)
     problem_field: str = "prompt"  # dotted paths reach nested fields, e.g. prompt.0.content
     answer_field: str = "solution"
     max_examples: int | None = None
@@ -142,14 +163,13 @@ class DataConfig:
     generator_seed: int = 0  # fixed, so the evaluation problems do not change with the run's seed
 
     def __post_init__(self) -> None:
-        _one_of("data.name", self.name, ("dapo_math", "arithmetic"))
-        if self.name == "arithmetic":
-            _check(self.num_train > 0, "data.num_train", "> 0", self.num_train)
-            _check(self.max_operand > 0, "data.max_operand", "> 0", self.max_operand)
+        _one_of("data.source", self.source, SOURCES)
+        _source_checks("data", self.source, self.hub_id, self.path)
+        if self.source == "arithmetic":
+            _positive("data.num_train", self.num_train)
+            _positive("data.max_operand", self.max_operand)
             for op in self.operations:
-                _one_of("data.operations[]", op, ("+", "-", "*"))
-        elif self.path is None:
-            _check(self.hub_id is not None, "data.hub_id", "set when data.path is null", self.hub_id)
+                _one_of("data.operations[]", op, OPERATIONS)
         if self.path is not None:
             _exists("data.path", self.path)
 
@@ -159,10 +179,11 @@ class DataConfig:
 class SFTConfig:
     """The short SFT "format" stage before GRPO (App. B; settings of Unsloth's Qwen3 GRPO notebook)."""
 
-    name: str = MISSING  # openmath | arithmetic | none
+    name: str = MISSING  # a label, also the SFT cache entry's prefix (openmath, arithmetic, none, ...)
+    source: str = "hub"  # hub | file | arithmetic (worked problems of the data config's task) | none: no SFT
     hub_id: str | None = None
     split: str = "cot"
-    path: str | None = None
+    path: str | None = None  # a local .jsonl/.json/.parquet (source: file)
     problem_field: str = "problem"
     solution_field: str = "generated_solution"
     answer_field: str = "expected_answer"
@@ -180,12 +201,13 @@ class SFTConfig:
     warmup_steps: int = 5
     lr_scheduler_type: str = "linear"
     seed: int = 3407  # fixed (notebook value): every method and seed of a model starts from one adapter
-    cache_dir: str = "results/cache/sft"  # adapters keyed by a hash of the SFT-relevant config
+    cache_dir: str = "${atr_cache:sft}"  # <cache root>/sft (atr_grpo/cache.py); adapters keyed by a config hash
 
     def __post_init__(self) -> None:
-        _one_of("sft.name", self.name, ("openmath", "arithmetic", "none"))
-        _check(self.num_epochs > 0, "sft.num_epochs", "> 0", self.num_epochs)
-        _check(self.learning_rate > 0, "sft.learning_rate", "> 0", self.learning_rate)
+        _one_of("sft.source", self.source, (*SOURCES, "none"))
+        _source_checks("sft", self.source, self.hub_id, self.path)
+        _positive("sft.num_epochs", self.num_epochs)
+        _positive("sft.learning_rate", self.learning_rate)
         _check(
             0 < self.max_length_fraction <= 1,
             "sft.max_length_fraction",
@@ -198,7 +220,7 @@ class SFTConfig:
 
     @property
     def enabled(self) -> bool:
-        return self.name != "none"
+        return self.source != "none"
 
 
 # ---------------------------------------------------------------------------------------------- trainer
@@ -231,36 +253,32 @@ class TrainerConfig:
     logging_steps: int = 1
     save_steps: int = 50
     save_total_limit: int | None = 3
-    bf16: str = "auto"  # auto: true on GPU, false on CPU
-    gradient_checkpointing: str = "auto"  # auto: on for GPU backends, off on CPU
+    bf16: bool | None = None  # null: true on a CUDA GPU, false on CPU
+    gradient_checkpointing: bool | None = None  # null: on for GPU backends, off on CPU
     vllm_importance_sampling_correction: bool = False  # Unsloth's default, used on both paths alike
     log_completions: bool = False
     num_threads: int | None = None  # torch CPU threads (None: leave torch's choice)
 
     def __post_init__(self) -> None:
         _one_of("trainer.backend", self.backend, ("auto", "unsloth", "trl"))
-        _check(self.learning_rate > 0, "trainer.learning_rate", "> 0", self.learning_rate)
+        _positive("trainer.learning_rate", self.learning_rate)
         _check(self.weight_decay >= 0, "trainer.weight_decay", ">= 0", self.weight_decay)
         _check(0 <= self.warmup_ratio < 1, "trainer.warmup_ratio", "in [0, 1)", self.warmup_ratio)
-        _check(self.per_device_train_batch_size > 0, "trainer.per_device_train_batch_size", "> 0",
-               self.per_device_train_batch_size)  # fmt: skip
-        _check(self.gradient_accumulation_steps > 0, "trainer.gradient_accumulation_steps", "> 0",
-               self.gradient_accumulation_steps)  # fmt: skip
-        _check(self.num_generations >= 2, "trainer.num_generations", ">= 2 (a group needs a baseline)",
-               self.num_generations)  # fmt: skip
+        _positive("trainer.per_device_train_batch_size", self.per_device_train_batch_size)
+        _positive("trainer.gradient_accumulation_steps", self.gradient_accumulation_steps)
+        group = self.num_generations
+        _check(group >= 2, "trainer.num_generations", ">= 2 (a group needs a baseline)", group)
         _check(0 < self.temperature <= 10, "trainer.temperature", "in (0, 10]", self.temperature)
         _check(0 < self.top_p <= 1, "trainer.top_p", "in (0, 1]", self.top_p)
         _check(self.top_k == -1 or self.top_k > 0, "trainer.top_k", "-1 (off) or > 0", self.top_k)
-        _check(self.max_steps > 0, "trainer.max_steps", "> 0", self.max_steps)
+        _positive("trainer.max_steps", self.max_steps)
         _check(self.beta >= 0, "trainer.beta", ">= 0", self.beta)
-        _one_of("trainer.kl_estimator", self.kl_estimator, ("k1", "k2", "k3"))
-        _one_of("trainer.loss_agg", self.loss_agg, ("dr_grpo", "token_mean", "seq_mean"))
+        _one_of("trainer.kl_estimator", self.kl_estimator, KL_ESTIMATORS)
+        _one_of("trainer.loss_agg", self.loss_agg, AGGREGATION_CHOICES)
         _one_of("trainer.scale_rewards", self.scale_rewards, ("none", "group", "batch"))
-        _one_of("trainer.bf16", self.bf16, ("auto", "true", "false"))
-        _one_of("trainer.gradient_checkpointing", self.gradient_checkpointing, ("auto", "true", "false"))
-        _check(self.max_prompt_length > 0, "trainer.max_prompt_length", "> 0", self.max_prompt_length)
-        _check(self.max_completion_length > 0, "trainer.max_completion_length", "> 0", self.max_completion_length)
-        _check(self.save_steps > 0, "trainer.save_steps", "> 0", self.save_steps)
+        _positive("trainer.max_prompt_length", self.max_prompt_length)
+        _positive("trainer.max_completion_length", self.max_completion_length)
+        _positive("trainer.save_steps", self.save_steps)
 
 
 @dataclass
@@ -300,19 +318,11 @@ class RolloutConfig:
     def __post_init__(self) -> None:
         _check(self.num_iterations >= 1, "rollout.num_iterations", ">= 1", self.num_iterations)
         if self.steps_per_generation is not None:
-            _check(
-                self.steps_per_generation > 0,
-                "rollout.steps_per_generation",
-                "> 0",
-                self.steps_per_generation,
-            )
+            _positive("rollout.steps_per_generation", self.steps_per_generation)
         _one_of("rollout.engine", self.engine, ("auto", "hf", "vllm"))
 
 
 # ------------------------------------------------------------------------------------------------- eval
-BENCHMARK_NAMES = ("amc23", "aime24", "aime25", "arithmetic")
-
-
 @dataclass
 class EvalConfig:
     enabled: bool = True
@@ -343,29 +353,35 @@ class EvalConfig:
     max_model_len: int | None = None  # None: the longest prompt + eval.max_tokens
 
     def __post_init__(self) -> None:
+        registered = tuple(sorted(BENCHMARKS))  # read now: a benchmark registered after import counts too
         for name in self.benchmarks:
-            _one_of("eval.benchmarks[]", name, BENCHMARK_NAMES)
+            _one_of("eval.benchmarks[]", name, registered)
         for name in self.paths:
-            _one_of("eval.paths key", name, BENCHMARK_NAMES)
-        _check(self.every_steps > 0, "eval.every_steps", "> 0", self.every_steps)
+            _one_of("eval.paths key", name, registered)
+        _positive("eval.every_steps", self.every_steps)
         _check(self.n >= 1, "eval.n", ">= 1", self.n)
         _check(1 <= self.k <= self.n, "eval.k", f"in [1, eval.n={self.n}] (Pass@K needs n ≥ K samples)", self.k)
         _check(self.temperature >= 0, "eval.temperature", ">= 0", self.temperature)
         _check(self.temperature > 0 or self.n == 1, "eval.temperature", "> 0 when eval.n > 1", self.temperature)
         _check(0 < self.top_p <= 1, "eval.top_p", "in (0, 1]", self.top_p)
         _check(self.top_k == -1 or self.top_k > 0, "eval.top_k", "-1 (off) or > 0", self.top_k)
-        _check(self.max_tokens > 0, "eval.max_tokens", "> 0", self.max_tokens)
+        _positive("eval.max_tokens", self.max_tokens)
         _one_of("eval.backend", self.backend, ("auto", "vllm", "hf"))
         _one_of("eval.when", self.when, ("after", "during"))
         if self.backend == "vllm":
             check_vllm_temperature(self.temperature, "eval.temperature", "eval.backend=vllm")
         for name, path in self.paths.items():
             _exists(f"eval.paths.{name}", path)
-        _check(self.grader_timeout > 0, "eval.grader_timeout", "> 0", self.grader_timeout)
-        _check(0 < self.gpu_memory_utilization < 1, "eval.gpu_memory_utilization", "in (0, 1)",
-               self.gpu_memory_utilization)  # fmt: skip
-        _check(self.max_model_len is None or self.max_model_len > 0, "eval.max_model_len", "null or > 0",
-               self.max_model_len)  # fmt: skip
+        _positive("eval.grader_timeout", self.grader_timeout)
+        _check(
+            0 < self.gpu_memory_utilization < 1, "eval.gpu_memory_utilization", "in (0, 1)", self.gpu_memory_utilization
+        )
+        _check(
+            self.max_model_len is None or self.max_model_len > 0,
+            "eval.max_model_len",
+            "null or > 0",
+            self.max_model_len,
+        )
 
 
 # ----------------------------------------------------------------------------------------------- logger
@@ -402,12 +418,12 @@ class ClippingConfig:
 
 
 def _clipping_schema(rule_name: str) -> type:
-    fields = []
-    for param in RULES[rule_name].params:
-        kind = type(param.default)
-        fields.append((param.name, kind, field(default=param.default)))
+    """`Clipping_<rule>`: the rule's parameters with their source defaults, a module attribute so it pickles."""
+    fields = [(param.name, type(param.default), field(default=param.default)) for param in RULES[rule_name].params]
     cls = dataclasses.make_dataclass(f"Clipping_{rule_name}", fields, bases=(ClippingConfig,))
-    return _keys_in_name(cls, f"clipping={rule_name}")
+    cls.__module__ = __name__
+    globals()[cls.__name__] = cls
+    return cls
 
 
 CLIPPING_SCHEMAS: dict[str, type] = {name: _clipping_schema(name) for name in sorted(RULES)}
@@ -438,30 +454,50 @@ class TrainConfig:
     def __post_init__(self) -> None:
         tr, ro = self.trainer, self.rollout
         spg = ro.steps_per_generation or tr.gradient_accumulation_steps
-        _check(spg % tr.gradient_accumulation_steps == 0, "rollout.steps_per_generation",
-               f"a multiple of trainer.gradient_accumulation_steps={tr.gradient_accumulation_steps} "
-               "(otherwise a rollout is generated in the middle of an optimizer step)", spg)  # fmt: skip
+        _check(
+            spg % tr.gradient_accumulation_steps == 0,
+            "rollout.steps_per_generation",
+            f"a multiple of trainer.gradient_accumulation_steps={tr.gradient_accumulation_steps} "
+            "(otherwise a rollout is generated in the middle of an optimizer step)",
+            spg,
+        )
         generation_batch = tr.per_device_train_batch_size * spg
-        _check(generation_batch % tr.num_generations == 0, "trainer.per_device_train_batch_size",
-               f"such that per_device_train_batch_size × steps_per_generation ({generation_batch}) is divisible "
-               f"by trainer.num_generations={tr.num_generations}", tr.per_device_train_batch_size)  # fmt: skip
+        _check(
+            generation_batch % tr.num_generations == 0,
+            "trainer.per_device_train_batch_size",
+            f"such that per_device_train_batch_size × steps_per_generation ({generation_batch}) is divisible "
+            f"by trainer.num_generations={tr.num_generations}",
+            tr.per_device_train_batch_size,
+        )
         optimizer_batch = tr.per_device_train_batch_size * tr.gradient_accumulation_steps
-        _check(optimizer_batch % tr.num_generations == 0, "trainer.gradient_accumulation_steps",
-               f"such that per_device_train_batch_size × gradient_accumulation_steps ({optimizer_batch}) is "
-               f"divisible by trainer.num_generations={tr.num_generations} (whole groups per optimizer step; "
-               "Unsloth would otherwise silently change the batch size)", tr.gradient_accumulation_steps)  # fmt: skip
+        _check(
+            optimizer_batch % tr.num_generations == 0,
+            "trainer.gradient_accumulation_steps",
+            f"such that per_device_train_batch_size × gradient_accumulation_steps ({optimizer_batch}) is "
+            f"divisible by trainer.num_generations={tr.num_generations} (whole groups per optimizer step; "
+            "Unsloth would otherwise silently change the batch size)",
+            tr.gradient_accumulation_steps,
+        )
         total = self.trainer.max_prompt_length + self.trainer.max_completion_length
-        _check(total <= self.model.max_seq_length, "trainer.max_completion_length",
-               f"≤ model.max_seq_length - trainer.max_prompt_length = "
-               f"{self.model.max_seq_length - self.trainer.max_prompt_length}", tr.max_completion_length)  # fmt: skip
+        _check(
+            total <= self.model.max_seq_length,
+            "trainer.max_completion_length",
+            f"≤ model.max_seq_length - trainer.max_prompt_length = "
+            f"{self.model.max_seq_length - self.trainer.max_prompt_length}",
+            tr.max_completion_length,
+        )
 
         if self.rollout.engine == "vllm":
             check_vllm_temperature(self.trainer.temperature, "trainer.temperature", "rollout.engine=vllm")
 
         per_rollout = self.optimizer_steps_per_rollout
-        _check(tr.save_steps % per_rollout == 0, "trainer.save_steps",
-               f"a multiple of the optimizer steps per rollout ({per_rollout}): checkpoints must fall on rollout "
-               "boundaries for a resumed run to continue exactly", tr.save_steps)  # fmt: skip
+        _check(
+            tr.save_steps % per_rollout == 0,
+            "trainer.save_steps",
+            f"a multiple of the optimizer steps per rollout ({per_rollout}): checkpoints must fall on rollout "
+            "boundaries for a resumed run to continue exactly",
+            tr.save_steps,
+        )
 
     @property
     def steps_per_generation(self) -> int:
@@ -487,7 +523,8 @@ class EvaluateConfig:
     prompt: PromptConfig = field(default_factory=PromptConfig)
     eval: EvalConfig = MISSING
     adapter: str | None = None  # a LoRA adapter directory (e.g. a run's checkpoint); null = the base model
-    # the synthetic task's generator, for the `arithmetic` benchmark (its held-out problems); unused otherwise
+    # a synthetic task other than conf/data/arithmetic.yaml's, for the `arithmetic` benchmark (`+data=arithmetic
+    # data.max_operand=...`); null: that file's task
     data: DataConfig | None = None
     out_dir: str = MISSING  # a run directory to write eval/ into
     experiment: str = "evaluate"  # labels for the tables (python -m atr_grpo.results), e.g. passk_curve
@@ -501,105 +538,22 @@ class EvaluateConfig:
             _exists("adapter", self.adapter)
 
 
-for _cls, _group in (
-    (LoraConfig, "model.lora"),
-    (TinyModelConfig, "model.tiny"),
-    (ModelConfig, "model"),
-    (PromptConfig, "prompt"),
-    (DataConfig, "data"),
-    (SFTConfig, "sft"),
-    (TrainerConfig, "trainer"),
-    (VLLMRolloutConfig, "rollout.vllm"),
-    (RolloutConfig, "rollout"),
-    (EvalConfig, "eval"),
-    (LoggerConfig, "logger"),
-):
-    _keys_in_name(_cls, _group)
-
-
 # --------------------------------------------------------------------------------------- registration
-def method_label(clipping: Any) -> str:
-    """`atr`, `clip-eps0.3`, `clip_higher-eps_low0.329-eps_high0.6`: the rule and its non-default values."""
-    values = OmegaConf.to_container(clipping, resolve=True) if OmegaConf.is_config(clipping) else dict(clipping)
-    name = values.pop("name")
-    defaults = rule_defaults(name)
-    parts = [name] + [f"{k}{v:g}" if isinstance(v, float) else f"{k}{v}"
-                      for k, v in values.items() if k in defaults and v != defaults[k]]  # fmt: skip
-    return "-".join(parts)
-
-
-# Overrides already spelled out in `run_name` (or that do not change what a run computes)
-NAMED_KEYS = ("experiment", "seed", "clipping", "run_dir", "run_name", "resume", "logger", "hydra")
-
-
-def sweep_suffix(overrides: list[str]) -> str:
-    """`__key=value,...` for the overrides of a multirun job that its run name does not already show."""
-    parts = []
-    for override in sorted(overrides):
-        key = override.split("=", 1)[0].lstrip("+~")
-        if key.split(".")[0].split("/")[0] not in NAMED_KEYS:
-            parts.append(override.replace("/", "_").replace(" ", ""))
-    return "__" + ",".join(parts) if parts else ""
-
-
-def _multirun_suffix() -> str:
-    """The resolver behind `${atr_sweep_suffix:}`: empty outside a Hydra multirun job."""
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
-    if not HydraConfig.initialized():
-        return ""
-    hydra_cfg = HydraConfig.get()
-    if hydra_cfg.mode != RunMode.MULTIRUN:
-        return ""
-    return sweep_suffix(list(hydra_cfg.overrides.task))
-
-
 def register_configs() -> None:
     """Register schemas and resolvers (idempotent); entry points and tests call this before composing."""
     from hydra.core.config_store import ConfigStore
 
-    OmegaConf.register_new_resolver("atr_method", method_label, replace=True)
+    OmegaConf.register_new_resolver("atr_method", rundir.method_label, replace=True)
     OmegaConf.register_new_resolver("atr_mul", lambda a, b: a * b, replace=True)
-    OmegaConf.register_new_resolver("atr_sweep_suffix", _multirun_suffix, replace=True)
+    OmegaConf.register_new_resolver("atr_sweep_suffix", rundir.multirun_suffix, replace=True)
+    OmegaConf.register_new_resolver("atr_cache", lambda name: str(cache_dir(name)), replace=True)
     store = ConfigStore.instance()
     store.store(name="train_schema", node=TrainConfig)
     store.store(name="evaluate_schema", node=EvaluateConfig)
-    groups = {
-        "model": ModelConfig,
-        "data": DataConfig,
-        "sft": SFTConfig,
-        "trainer": TrainerConfig,
-        "rollout": RolloutConfig,
-        "eval": EvalConfig,
-        "logger": LoggerConfig,
-        "prompt": PromptConfig,
-    }
-    for group, node in groups.items():
-        store.store(group=f"schema/{group}", name="base", node=node)
+    # The groups are typed through the root schemas' fields; a clipping file picks its rule's schema with
+    # `defaults: [/schema/clipping@_here_: <rule>]`, since the field itself cannot know the rule.
     for name, node in CLIPPING_SCHEMAS.items():
         store.store(group="schema/clipping", name=name, node=node)
-
-
-def unknown_keys(cfg: Any, prefix: str = "") -> list[str]:
-    """Keys of a composed config that its schema does not have, as `key (allowed: ...)`.
-
-    Hydra's `+key=value` adds a key even to a typed node, and OmegaConf then drops it silently when the node
-    becomes its dataclass: `clipping=atr +clipping.eps=0.2` would train with no trace of `eps`.
-    """
-    from omegaconf import DictConfig
-
-    found = []
-    schema = OmegaConf.get_type(cfg)
-    allowed = [f.name for f in dataclasses.fields(schema)] if dataclasses.is_dataclass(schema) else None
-    for key in cfg.keys():
-        name = f"{prefix}{key}"
-        if allowed is not None and key not in allowed:
-            found.append(f"{name} (allowed: {', '.join(allowed)})")
-        value = cfg._get_node(key)
-        if isinstance(value, DictConfig) and not value._is_missing() and not value._is_none():
-            found += unknown_keys(value, f"{name}.")
-    return found
 
 
 def config_to_yaml(cfg: TrainConfig) -> str:
@@ -618,9 +572,22 @@ def config_from_yaml(text: str) -> TrainConfig:
     return to_object(OmegaConf.merge(schema, raw))
 
 
-def to_object(cfg: Any) -> Any:
+def _refuse_unknown_keys(node: DictConfig, prefix: str = "") -> None:
+    """A `+trainer.lr=...` override adds a key the schema lacks, which OmegaConf would carry along as a stray
+    attribute that nothing reads; refuse it like a misspelled key."""
+    schema = OmegaConf.get_type(node)
+    allowed = {f.name for f in dataclasses.fields(schema)} if dataclasses.is_dataclass(schema) else None
+    for key, value in node.items_ex(resolve=False):
+        if allowed is not None and key not in allowed:
+            raise ConfigError(unknown_key_message(f"{prefix}{key}", schema))
+        if isinstance(value, DictConfig) and not OmegaConf.is_missing(node, key) and OmegaConf.get_type(value):
+            _refuse_unknown_keys(value, f"{prefix}{key}.")  # (get_type is None for a null section)
+
+
+def to_object(cfg: DictConfig) -> Any:
     """Resolve a composed DictConfig into its dataclasses, running every validation."""
-    extra = unknown_keys(cfg)
-    if extra:
-        raise ConfigError(f"invalid config: unknown key {'; '.join(extra)}")
-    return OmegaConf.to_object(cfg)
+    _refuse_unknown_keys(cfg)
+    try:
+        return OmegaConf.to_object(cfg)
+    except OmegaConfBaseException as err:  # a missing mandatory value, an interpolation that fails
+        raise ConfigError(f"invalid config: {err}") from err

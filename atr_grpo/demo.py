@@ -17,17 +17,12 @@ from typing import Any
 from atr_grpo import rundir
 
 SUMMARY_DIR = Path("results/demo")
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 
 
 def compose_demo(overrides: list[str]) -> Any:
-    from hydra import compose, initialize_config_dir
+    from atr_grpo.hydra_app import compose_train
 
-    from atr_grpo.config import register_configs
-
-    register_configs()
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose(config_name="train", overrides=["experiment=demo", *overrides])
+    return compose_train(["experiment=demo", *overrides])
 
 
 def free_run_dir(run_dir: str) -> str:

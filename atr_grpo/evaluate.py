@@ -30,6 +30,7 @@ from omegaconf.errors import OmegaConfBaseException
 from atr_grpo import rundir
 from atr_grpo.config import ConfigError, EvaluateConfig, register_configs, to_object
 from atr_grpo.evaluation import engines
+from atr_grpo.hydra_app import run_app
 
 log = logging.getLogger(__name__)
 register_configs()
@@ -106,4 +107,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_app(main))

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from atr_grpo import rundir
 from atr_grpo.evaluation.schedule import run_complete
 
 REPO = Path(__file__).resolve().parent.parent
@@ -85,16 +86,12 @@ def command(app: str, overrides: list[str], multirun: bool = True) -> list[str]:
 
 def run_dir_of(overrides: list[str]) -> Path:
     """Where `python -m atr_grpo.train -m <overrides>` writes (composed cheaply, nothing loaded)."""
-    from hydra import compose, initialize_config_dir
+    from atr_grpo.hydra_app import compose_train
 
-    from atr_grpo.config import register_configs, sweep_suffix
-
-    register_configs()
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        cfg = compose("train", overrides=[o for o in overrides if not o.startswith("hydra")])
+    cfg = compose_train([o for o in overrides if not o.startswith("hydra")])
     if any(o.split("=", 1)[0] == "run_dir" for o in overrides):
         return Path(cfg.run_dir)
-    return Path(cfg.run_dir + sweep_suffix(overrides))
+    return Path(cfg.run_dir + rundir.sweep_suffix(overrides))
 
 
 def launch(plan: Plan, extra: list[str], dry_run: bool) -> int:
@@ -104,10 +101,16 @@ def launch(plan: Plan, extra: list[str], dry_run: bool) -> int:
         for overrides in jobs:
             print(shlex.join(command(plan.app, overrides)))
         return 0
+    from atr_grpo.config import ConfigError  # imported here: a dry run needs no torch
+
     done, failed = [], []
     for i, overrides in enumerate(jobs, 1):
         if plan.app == "train" and not slurm:
-            target = run_dir_of(overrides)
+            try:
+                target = run_dir_of(overrides)
+            except ConfigError as err:  # overrides that do not compose: nothing can run
+                print(f"error: {err}", file=sys.stderr)
+                return 2
             if run_complete(target):  # trained and every scheduled evaluation recorded
                 print(f"[{i}/{len(jobs)}] finished already, skipped: {target}", flush=True)
                 done.append(target)
@@ -123,8 +126,9 @@ def launch(plan: Plan, extra: list[str], dry_run: bool) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m atr_grpo.launch", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="python -m atr_grpo.launch", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--dry-run", action="store_true", help="print one command per run and run nothing")
     parser.add_argument("plan", help="conf/plan/<PLAN>.yaml")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides appended to every run")

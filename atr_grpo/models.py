@@ -19,12 +19,12 @@ from typing import Any
 import torch
 
 from atr_grpo import rundir
+from atr_grpo.cache import cache_dir
 from atr_grpo.config import LoraConfig, ModelConfig, TinyModelConfig
 from atr_grpo.data.prompts import DEFAULT_SYSTEM_PROMPT, format_answer
 
 log = logging.getLogger(__name__)
 
-TINY_CACHE = Path("results/cache/tiny")
 TINY_RECIPE = 3  # bump when the tokenizer corpus or the pretraining recipe changes: invalidates caches
 
 # ChatML, the format of Qwen's chat templates (Qwen3 adds an optional <think> block, which the tiny
@@ -139,13 +139,13 @@ def tiny_fingerprint(cfg: TinyModelConfig) -> str:
     return hashlib.sha256(payload.encode()).hexdigest()[:12]
 
 
-def materialize_tiny(cfg: TinyModelConfig, cache_root: str | Path = TINY_CACHE) -> Path:
+def materialize_tiny(cfg: TinyModelConfig, cache_root: str | Path | None = None) -> Path:
     """Build (once) and save the tiny base model and tokenizer; returns their directory.
 
     The weights are a deterministic function of the architecture and `init_seed`, so every run, the SFT
     cache and standalone evaluation agree on the same base model.
     """
-    target = Path(cache_root) / tiny_fingerprint(cfg)
+    target = Path(cache_root or cache_dir("tiny")) / tiny_fingerprint(cfg)
     if (target / "config.json").exists():
         return target
     with rundir.file_lock(target.with_name(target.name + ".lock")):

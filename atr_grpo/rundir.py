@@ -1,4 +1,8 @@
-"""The run directory: the files every number in this project is computed from (contracts §3).
+"""The run directory: its name, and the files every number in this project is computed from.
+
+A run is named `<experiment>__<method>__s<seed>`, where `method` is the clipping rule plus its non-default
+parameters (`clip-eps0.3`); a job of a Hydra multirun appends the overrides its name does not already show
+(`__model=qwen3-8b`), so no two jobs of a sweep share a directory. Its files:
 
     <run_dir>/
       config.yaml            fully resolved config of the run
@@ -28,6 +32,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from omegaconf import OmegaConf
+
 CONFIG_FILE = "config.yaml"
 ENV_FILE = "env.json"
 METRICS_FILE = "metrics.jsonl"
@@ -36,7 +42,7 @@ EVAL_DIR = "eval"
 SUMMARY_FILE = "summary.jsonl"
 DONE_FILE = "DONE"  # written when a training run reached its last step
 
-# Packages whose version changes what a run computes (STYLE.md convention 7).
+# Packages whose version changes what a run computes: env.json records them for every run.
 TRACKED_PACKAGES = (
     "torch",
     "transformers",
@@ -52,6 +58,44 @@ TRACKED_PACKAGES = (
     "unsloth_zoo",
     "vllm",
 )
+
+
+# Overrides already spelled out in the run name (or that do not change what a run computes)
+NAMED_KEYS = ("experiment", "seed", "clipping", "run_dir", "run_name", "resume", "logger", "hydra")
+
+
+def method_label(clipping: Any) -> str:
+    """`atr`, `clip-eps0.3`, `clip_higher-eps_low0.329-eps_high0.6`: the rule and its non-default values."""
+    from atr_grpo.clipping import rule_defaults
+
+    values = OmegaConf.to_container(clipping, resolve=True) if OmegaConf.is_config(clipping) else dict(clipping)
+    name = values.pop("name")
+    defaults = rule_defaults(name)
+    changed = [(k, v) for k, v in values.items() if k in defaults and v != defaults[k]]
+    return "-".join([name] + [f"{k}{v:g}" if isinstance(v, float) else f"{k}{v}" for k, v in changed])
+
+
+def sweep_suffix(overrides: list[str]) -> str:
+    """`__key=value,...` for the overrides of a multirun job that its run name does not already show."""
+    parts = []
+    for override in sorted(overrides):
+        key = override.split("=", 1)[0].lstrip("+~")
+        if key.split(".")[0].split("/")[0] not in NAMED_KEYS:
+            parts.append(override.replace("/", "_").replace(" ", ""))
+    return "__" + ",".join(parts) if parts else ""
+
+
+def multirun_suffix() -> str:
+    """`sweep_suffix` of the running Hydra multirun job; empty outside one (the `${atr_sweep_suffix:}` resolver)."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if not HydraConfig.initialized():
+        return ""
+    hydra_cfg = HydraConfig.get()
+    if hydra_cfg.mode != RunMode.MULTIRUN:
+        return ""
+    return sweep_suffix(list(hydra_cfg.overrides.task))
 
 
 @contextmanager

@@ -1,9 +1,10 @@
 """`python -m atr_grpo.train [group=option ...] [key=value ...]`: one GRPO run (or a Hydra multirun sweep).
 
-Compose the config, validate it (bad values stop here, before any model is loaded), then hand the plain
-dataclasses to `atr_grpo.training.pipeline.run_pipeline`. `--cfg job --resolve` prints the resolved config
-and loads nothing. Exit status: 0 when the run trained to its last step and every scheduled evaluation is
-recorded, 2 for a bad config, 3 when training finished but evaluations are missing (re-launch to retry them).
+Compose the config, validate it (bad input stops here with its message and exit status 2, before any model
+is loaded), then hand the plain dataclasses to `atr_grpo.training.pipeline.run_pipeline`. `--cfg job --resolve`
+prints the resolved config and loads nothing. Exit status: 0 when the run trained to its last step and every
+scheduled evaluation is recorded, 2 for bad input, 3 when training finished but evaluations are missing
+(re-launch the same command to retry them).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from atr_grpo.config import ConfigError, register_configs, to_object
+from atr_grpo.hydra_app import run_app
 
 register_configs()
 
@@ -38,4 +40,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_app(main))

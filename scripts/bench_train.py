@@ -89,14 +89,12 @@ def main(argv: list[str] | None = None) -> int:
     import tempfile
 
     import torch
-    from hydra import compose, initialize_config_dir
 
-    from atr_grpo.config import register_configs, to_object
+    from atr_grpo.config import to_object
+    from atr_grpo.hydra_app import compose_train
     from atr_grpo.training.sft import ensure_sft_adapter
 
-    register_configs()
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        cfg = to_object(compose("train", ["experiment=demo", "clipping=clip", "eval=none", "logger=none"]))
+    cfg = to_object(compose_train(["experiment=demo", "clipping=clip", "eval=none", "logger=none"]))
     torch.set_num_threads(cfg.trainer.num_threads or torch.get_num_threads())
     adapter = ensure_sft_adapter(cfg)
 

@@ -1,4 +1,10 @@
-"""Shared fixtures: the tiny model (built once per session, cached under results/cache/tiny) and configs."""
+"""Shared fixtures: the tiny model (built once, then reused) and configs.
+
+Nothing the tests build lands in the checkout: the cache root (`ATR_GRPO_CACHE`: the tiny base model, the SFT
+adapters) and Unsloth's compiled-loss sources go to `$ATR_GRPO_TEST_CACHE`, by default
+`~/.cache/atr-grpo/tests` (under `$XDG_CACHE_HOME` when set), shared by repeated runs so the tiny model is built
+once. Subprocesses started by the tests inherit the same variables.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +13,14 @@ from pathlib import Path
 
 import pytest
 
+from atr_grpo.cache import CACHE_ENV
+
+TEST_CACHE = Path(
+    os.environ.get("ATR_GRPO_TEST_CACHE")
+    or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "atr-grpo" / "tests"
+).resolve()
+os.environ[CACHE_ENV] = str(TEST_CACHE)
+os.environ["UNSLOTH_COMPILE_LOCATION"] = str(TEST_CACHE / "unsloth_compiled_cache")  # unsloth_zoo: else ./
 os.environ.setdefault("WANDB_MODE", "disabled")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -19,14 +33,9 @@ CONF = REPO / "conf"
 
 def compose(overrides: list[str] | None = None, config_name: str = "train", **kwargs):
     """The composed DictConfig for `overrides`, as `python -m atr_grpo.train ...` would see it."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
+    from atr_grpo import hydra_app
 
-    from atr_grpo.config import register_configs
-
-    register_configs()
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return hydra_compose(config_name=config_name, overrides=overrides or [], **kwargs)
+    return hydra_app.compose(config_name, overrides or [], **kwargs)
 
 
 def train_config(overrides: list[str] | None = None):
@@ -37,16 +46,10 @@ def train_config(overrides: list[str] | None = None):
 
 @pytest.fixture(scope="session")
 def tiny_model_dir():
-    """The pretrained tiny base model (built on first use, then reused from the cache)."""
+    """The pretrained tiny base model (built on first use, then reused from the test cache)."""
     from atr_grpo.models import materialize_tiny
 
-    cfg = train_config(["experiment=smoke"])
-    old = os.getcwd()
-    os.chdir(REPO)  # the cache lives under the repo's results/cache
-    try:
-        return materialize_tiny(cfg.model.tiny).resolve()
-    finally:
-        os.chdir(old)
+    return materialize_tiny(train_config(["experiment=smoke"]).model.tiny)
 
 
 @pytest.fixture(scope="session")
@@ -54,10 +57,4 @@ def smoke_sft_adapter(tiny_model_dir):
     """The smoke/demo SFT adapter of the tiny model (trained on first use in its own process, then cached)."""
     from atr_grpo.training.sft import ensure_sft_adapter
 
-    cfg = train_config(["experiment=smoke"])
-    old = os.getcwd()
-    os.chdir(REPO)  # the SFT cache lives under the repo's results/cache
-    try:
-        return ensure_sft_adapter(cfg).resolve()
-    finally:
-        os.chdir(old)
+    return ensure_sft_adapter(train_config(["experiment=smoke"])).resolve()

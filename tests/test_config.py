@@ -3,17 +3,19 @@ good configs resolve to the paper's values and `--cfg job --resolve` prints them
 
 from __future__ import annotations
 
+import pickle
 import subprocess
 import sys
 
 import pytest
 import yaml
 from conftest import REPO, compose, train_config
-from hydra.errors import HydraException
-from omegaconf.errors import OmegaConfBaseException
 
 from atr_grpo.clipping import RULES, rule_defaults
-from atr_grpo.config import ConfigError
+from atr_grpo.config import ConfigError, to_object
+from atr_grpo.data.arithmetic import DEFAULT_TASK
+from atr_grpo.evaluation.benchmarks import BENCHMARKS, BenchmarkSpec
+from atr_grpo.losses import AGGREGATIONS, KL_ESTIMATORS
 
 BAD = [
     # (overrides, words the error must contain)
@@ -28,9 +30,17 @@ BAD = [
     (["rollout.steps_per_generation=6"], ["rollout.steps_per_generation", "multiple of"]),
     (["trainer.save_steps=25"], ["trainer.save_steps", "rollout"]),
     (["eval.k=16"], ["eval.k", "[1, eval.n=8]"]),
-    (["eval.benchmarks=[amc23,gsm8k]"], ["eval.benchmarks", "'aime24'"]),
+    (["eval.benchmarks=[amc23,gsm8k]"], ["eval.benchmarks", "'aime24'", "'arithmetic'"]),
+    (["+eval.paths.gsm8k=x.jsonl"], ["eval.paths", "'amc23'"]),
     (["trainer.max_completion_length=4096"], ["trainer.max_completion_length", "model.max_seq_length"]),
     (["trainer.loss_agg=sum"], ["trainer.loss_agg", "'dr_grpo'", "'token_mean'"]),
+    (["trainer.kl_estimator=k4"], ["trainer.kl_estimator", "'k1'", "'k3'"]),
+    (["data.source=s3"], ["data.source", "'hub'", "'file'", "'arithmetic'"]),
+    (["data.source=file"], ["data.path", "set when data.source='file'"]),
+    (["data.path=dapo.parquet"], ["data.path", "data.source=file"]),
+    (["sft.source=file"], ["sft.path", "set when sft.source='file'"]),
+    (["sft.hub_id=null"], ["sft.hub_id", "sft.source='hub'"]),
+    (["experiment=demo", "data.operations=[/]"], ["data.operations", "'+'", "'*'"]),
     (["trainer.backend=jax"], ["trainer.backend", "'unsloth'", "'trl'"]),
     (["logger.name=tensorboard"], ["logger.name", "'wandb'", "'none'"]),
     (["model.lora.dropout=1.5"], ["model.lora.dropout", "[0, 1)"]),
@@ -46,31 +56,103 @@ def test_bad_values_fail_with_the_key_and_the_allowed_values(overrides, words):
         assert word in str(err.value), (word, str(err.value))
 
 
+def test_the_allowed_names_are_the_registries():
+    """Aggregations, KL estimators and benchmarks are whatever their registries hold, with no list in config.py:
+    each registered choice composes, and a benchmark registered at run time is accepted once it exists."""
+    for agg in AGGREGATIONS:
+        assert train_config([f"trainer.loss_agg={agg}"]).trainer.loss_agg == agg
+    for estimator in KL_ESTIMATORS:
+        assert train_config([f"trainer.kl_estimator={estimator}"]).trainer.kl_estimator == estimator
+    with pytest.raises(ConfigError, match="eval.benchmarks"):
+        train_config(["eval.benchmarks=[toy]"])
+    spec = BenchmarkSpec(name="toy", loader=lambda: [{"id": 0, "problem": "1 + 1?", "answer": "2"}])
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(BENCHMARKS, "toy", spec)
+        assert train_config(["eval.benchmarks=[toy,amc23]"]).eval.benchmarks == ["toy", "amc23"]
+
+
+def test_data_and_sft_names_are_labels_and_the_source_decides(tmp_path):
+    """A new dataset needs a YAML file, not a config.py edit: `name` is free, `source` picks the loader."""
+    path = tmp_path / "my.parquet"
+    path.write_bytes(b"")  # a local file must exist when the config is validated
+    cfg = train_config(["data.name=my_math", "data.source=file", f"data.path={path}", "sft.name=my_sft"])
+    assert (cfg.data.name, cfg.data.source, cfg.data.path) == ("my_math", "file", str(path))
+    assert (cfg.sft.name, cfg.sft.source, cfg.sft.enabled) == ("my_sft", "hub", True)
+    assert not train_config(["sft=none"]).sft.enabled
+    demo = train_config(["experiment=demo"])
+    assert (demo.data.source, demo.sft.source, demo.sft.enabled) == ("arithmetic", "arithmetic", True)
+
+
+def test_the_arithmetic_benchmark_is_known_without_a_training_run():
+    """`arithmetic` is registered when its module loads, with the task of conf/data/arithmetic.yaml, so the
+    evaluate app accepts `eval=arithmetic` and loads the demo's held-out problems."""
+    data = train_config(["data=arithmetic"]).data
+    task = {k: getattr(data, k) for k in ("num_train", "num_eval", "max_operand", "operations")}
+    assert {**task, "seed": data.generator_seed} == DEFAULT_TASK
+    cfg = to_object(compose(["model=tiny", "eval=arithmetic", "out_dir=x"], config_name="evaluate"))
+    assert cfg.eval.benchmarks == ["arithmetic"]
+
+
 def test_an_unknown_rule_lists_the_available_ones():
-    with pytest.raises(HydraException) as err:
+    with pytest.raises(ConfigError) as err:
         compose(["clipping=ppo_kl"])
     message = str(err.value)
     assert "clipping/ppo_kl" in message and "atr" in message and "clip_higher" in message
 
 
-def chained_message(error: BaseException) -> str:
-    """The message of an exception and of everything it was raised from (Hydra wraps OmegaConf's)."""
-    parts = []
-    while error is not None:
-        parts.append(str(error))
-        error = error.__cause__ or error.__context__
-    return "\n".join(parts)
+UNKNOWN_KEYS = [
+    # (overrides, the key named, keys the message must list)
+    (["trainer.lr=1e-5"], "'trainer.lr' is not a key of trainer", ["learning_rate", "num_generations", "bf16"]),
+    (["clipping=atr", "clipping.eps=0.2"], "'clipping.eps' is not a key of clipping", ["name, delta, semantics"]),
+    (["model.lora.rank=8"], "'model.lora.rank' is not a key of model.lora", ["r, alpha, dropout, target_modules"]),
+    (["lr=1e-5"], "'lr' is not a key of the root config", ["seed", "trainer", "clipping"]),
+    # `+` adds a key (Hydra's own hint for the error above); the schema refuses it all the same
+    (["+trainer.lr=1e-5"], "'trainer.lr' is not a key of trainer", ["learning_rate"]),
+]
 
 
-def test_a_misspelled_key_names_the_allowed_keys():
-    with pytest.raises(HydraException) as err:
-        compose(["trainer.lr=1e-5"])
-    message = chained_message(err.value)
-    assert "trainer.lr" in message and "learning_rate" in message and "num_generations" in message
-    with pytest.raises((HydraException, OmegaConfBaseException)) as err:
-        compose(["clipping=atr", "clipping.eps=0.2"])
-    message = chained_message(err.value)
-    assert "eps" in message and "delta" in message and "semantics" in message
+@pytest.mark.parametrize("overrides,named,allowed", UNKNOWN_KEYS, ids=[" ".join(o) for o, _, _ in UNKNOWN_KEYS])
+def test_a_misspelled_key_names_the_allowed_keys(overrides, named, allowed):
+    """The allowed keys come from the schema's dataclass fields, so the message follows the schema."""
+    with pytest.raises(ConfigError) as err:
+        train_config(overrides)
+    assert named in str(err.value)
+    for words in allowed:
+        assert words in str(err.value), (words, str(err.value))
+
+
+def test_a_config_pickles_and_reads_as_its_dataclasses():
+    """Composed configs and their dataclasses (the generated clipping schemas too) survive pickle unchanged,
+    e.g. for a launcher that ships them to another process."""
+    for overrides in ([], ["experiment=smoke", "clipping=clip_higher"]):
+        cfg = compose(overrides)
+        assert pickle.loads(pickle.dumps(cfg)) == cfg
+        obj = train_config(overrides)
+        again = pickle.loads(pickle.dumps(obj))
+        assert again == obj and type(again.clipping) is type(obj.clipping)
+    assert repr(train_config().trainer).startswith("TrainerConfig(backend='auto'")
+
+
+@pytest.mark.parametrize("value,expected", [("false", False), ("true", True), ("null", None)])
+def test_bf16_and_checkpointing_take_booleans_from_the_command_line(value, expected):
+    """`trainer.bf16=false` arrives as a bool and is kept as one; null means "decide from the device"."""
+    cfg = train_config([f"trainer.bf16={value}", f"trainer.gradient_checkpointing={value}"])
+    assert cfg.trainer.bf16 is expected and cfg.trainer.gradient_checkpointing is expected
+    assert train_config().trainer.bf16 is None and train_config(["experiment=demo"]).trainer.bf16 is False
+    with pytest.raises(ConfigError, match="trainer.bf16"):
+        train_config(["trainer.bf16=maybe"])
+
+
+def test_trl_arguments_follow_the_bf16_and_checkpointing_flags():
+    """An explicit true/false reaches TRL's arguments; null is the device's choice (off on a CPU)."""
+    from atr_grpo.training.rule_trainer import grpo_arg_values
+
+    for value in (True, False):
+        cfg = train_config(["experiment=smoke", f"trainer.bf16={value}", f"trainer.gradient_checkpointing={value}"])
+        args = grpo_arg_values(cfg, REPO / "results" / "unused")
+        assert (args["bf16"], args["gradient_checkpointing"]) == (value, value)
+    args = grpo_arg_values(train_config(["experiment=smoke", "trainer.bf16=null"]), REPO / "results" / "unused")
+    assert args["bf16"] is False
 
 
 def test_the_default_run_is_the_papers_protocol():
@@ -135,13 +217,31 @@ def test_cfg_job_resolve_prints_the_contract_keys_without_loading_a_model():
     assert not (REPO / printed["run_dir"]).exists()
 
 
-def test_the_cli_reports_a_bad_value_and_exits_2_without_a_traceback():
+CLI_ERRORS = [
+    # (app and arguments, words stderr must contain): a value the schema refuses, and misspelled keys (Hydra's
+    # composition errors, which reach `run_app` rather than Hydra's own exit status 1)
+    (["train", "experiment=smoke", "clipping.delta=0"], ["clipping", "delta", "> 0"]),
+    (["train", "experiment=smoke", "trainer.lr=1e-5"], ["'trainer.lr' is not a key of trainer", "learning_rate"]),
+    (["evaluate", "model=tiny", "eval.temp=0.5"], ["'eval.temp' is not a key of eval", "temperature, top_p"]),
+]
+
+
+@pytest.mark.parametrize("args,words", CLI_ERRORS, ids=[" ".join(a) for a, _ in CLI_ERRORS])
+def test_the_cli_reports_bad_input_and_exits_2_without_a_traceback(args, words, tmp_path):
+    """Exit status 2 and the message, before a run starts: Hydra has made the run directory by the time a
+    value is checked, but no run file is written."""
+    app, *overrides = args
+    out = tmp_path / "run"
+    target = [f"run_dir={out}"] if app == "train" else [f"out_dir={out}"]
     done = subprocess.run(
-        [sys.executable, "-m", "atr_grpo.train", "experiment=smoke", "clipping.delta=0"],
+        [sys.executable, "-m", f"atr_grpo.{app}", *overrides, *target],
         cwd=REPO,
         capture_output=True,
         text=True,
         timeout=120,
     )
-    assert done.returncode == 2
-    assert "clipping" in done.stderr and "delta" in done.stderr and "Traceback" not in done.stderr
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    for word in words:
+        assert word in done.stderr, (word, done.stderr)
+    assert not (out / "config.yaml").exists()

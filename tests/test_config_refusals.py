@@ -23,8 +23,9 @@ def train_cli(*overrides):
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (["clipping=atr", "+clipping.eps=0.2"], "unknown key clipping.eps (allowed: name, delta, semantics)"),
-        (["data=dapo_math", "data.path=/nonexistent.parquet"], "data.path must be an existing file"),
+        (["clipping=atr", "+clipping.eps=0.2"], "'clipping.eps' is not a key of clipping; allowed keys: name, delta"),
+        (["data=dapo_math", "data.path=/nonexistent.parquet"], "data.path must be null when data.source='hub'"),
+        (["data.source=file", "data.path=/nonexistent.parquet"], "data.path must be an existing file"),
         (["rollout.engine=vllm", "trainer.temperature=2.5"], "trainer.temperature must be <= 2.0"),
     ],
 )
@@ -37,10 +38,10 @@ def test_the_train_entry_point_refuses_with_status_2_and_no_traceback(overrides,
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (["+trainer.foo=1"], "unknown key trainer.foo"),
+        (["+trainer.foo=1"], "'trainer.foo' is not a key of trainer"),
         (["+eval.paths.amc23=/no/such/file.jsonl"], "eval.paths.amc23 must be an existing file"),
         (["eval.backend=vllm", "eval.temperature=2.5"], "eval.temperature must be <= 2.0 with eval.backend=vllm"),
-        (["sft.path=/no/such/sft.parquet"], "sft.path must be an existing file"),
+        (["sft.source=file", "sft.path=/no/such/sft.parquet"], "sft.path must be an existing file"),
         (["model.path=./no-such-model"], "model.path must be an existing file"),
     ],
 )

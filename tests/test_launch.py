@@ -3,16 +3,19 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import shlex
 import subprocess
 import sys
 
 import pytest
-from conftest import CONF, REPO, compose, train_config
+from conftest import CONF, compose, train_config
 
 from atr_grpo import launch, rundir
-from atr_grpo.config import sweep_suffix, to_object
+from atr_grpo.config import to_object
+from atr_grpo.rundir import sweep_suffix
 
 TRAIN_EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml") if p.stem != "passk_curve")
 
@@ -29,19 +32,25 @@ def test_passk_curve_composes_with_the_evaluate_app():
 
 
 def dry_run(plan, *extra):
-    done = subprocess.run([sys.executable, "-m", "atr_grpo.launch", "--dry-run", plan, *extra], cwd=REPO,
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    return [shlex.split(line) for line in done.stdout.splitlines()]
+    """The commands `python -m atr_grpo.launch --dry-run PLAN EXTRA...` prints, one per run, split."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert launch.main(["--dry-run", plan, *extra]) == 0
+    return [shlex.split(line) for line in out.getvalue().splitlines()]
 
 
 def test_table2_dry_run_prints_the_14_runs():
     lines = dry_run("table2")
     assert len(lines) == 14
-    pairs = {(next(a for a in cmd if a.startswith("model=")), next(a for a in cmd if a.startswith("clipping=")))
-             for cmd in lines}  # fmt: skip
-    assert pairs == {(f"model={m}", f"clipping={c}") for m in ("qwen3-1.7b", "qwen3-8b")
-                     for c in ("clip", "clip_higher", "dual_clip", "dcpo", "clip_cov", "sapo", "atr")}  # fmt: skip
+    pairs = {
+        (next(a for a in cmd if a.startswith("model=")), next(a for a in cmd if a.startswith("clipping=")))
+        for cmd in lines
+    }
+    assert pairs == {
+        (f"model={m}", f"clipping={c}")
+        for m in ("qwen3-1.7b", "qwen3-8b")
+        for c in ("clip", "clip_higher", "dual_clip", "dcpo", "clip_cov", "sapo", "atr")
+    }
     assert all(cmd[1:4] == ["-m", "atr_grpo.train", "-m"] for cmd in lines)
 
 
@@ -118,7 +127,12 @@ def test_finished_runs_are_skipped_and_failures_reported(tmp_path, monkeypatch, 
     assert "failed:" in out.err
 
 
-def test_unknown_plan_lists_the_plans():
-    done = subprocess.run([sys.executable, "-m", "atr_grpo.launch", "table9"], cwd=REPO, capture_output=True,
-                          text=True, timeout=60)  # fmt: skip
-    assert done.returncode == 2 and "allowed: ablate_delta, passk_curve, table2, table3" in done.stderr
+def test_unknown_plan_lists_the_plans(capsys):
+    assert launch.main(["table9"]) == 2
+    assert "allowed: ablate_delta, passk_curve, table2, table3" in capsys.readouterr().err
+
+
+def test_overrides_that_do_not_compose_stop_the_launch_with_exit_2(monkeypatch, capsys):
+    monkeypatch.setattr(launch.subprocess, "run", lambda *a, **k: pytest.fail("nothing may be started"))
+    assert launch.main(["ablate_delta", "trainer.lr=1e-5"]) == 2
+    assert "'trainer.lr' is not a key of trainer" in capsys.readouterr().err

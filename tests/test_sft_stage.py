@@ -28,7 +28,8 @@ def test_the_length_filter_counts_tokens_not_encoding_keys(tokenizer, tmp_path):
     ]
     path = tmp_path / "sft.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    cfg = train_config(["experiment=smoke", "sft=openmath", f"sft.path={path}", "sft.max_length_fraction=0.5"])
+    overrides = ["sft=openmath", "sft.source=file", f"sft.path={path}", "sft.max_length_fraction=0.5"]
+    cfg = train_config(["experiment=smoke", *overrides])
     short = [{"role": "user", "content": "What is 1 + 1?"}, {"role": "assistant", "content": "1 + 1 = 2."}]
     assert chat_length(tokenizer, short, False) > 10  # a real token count
     kept = sft_dataset(cfg.sft, cfg.data, cfg.prompt, tokenizer, cfg.model.max_seq_length)  # limit 128 tokens

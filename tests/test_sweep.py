@@ -16,9 +16,9 @@ pytestmark = pytest.mark.slow
 
 
 def test_delta_sweep_through_hydra_multirun(tmp_path, tiny_model_dir):
-    cmd = [sys.executable, "-m", "atr_grpo.train", "-m", "experiment=smoke", "clipping.delta=0.05,0.09",
-           "eval=none", "trainer.max_steps=2", f"hydra.sweep.dir={tmp_path}",
-           f"run_dir={tmp_path}/${{run_name}}"]  # fmt: skip
+    overrides = ["experiment=smoke", "clipping.delta=0.05,0.09", "eval=none", "trainer.max_steps=2"]
+    outputs = [f"hydra.sweep.dir={tmp_path}", f"run_dir={tmp_path}/${{run_name}}"]
+    cmd = [sys.executable, "-m", "atr_grpo.train", "-m", *overrides, *outputs]
     done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     runs = sorted(p.parent for p in tmp_path.glob(f"*/{rundir.CONFIG_FILE}"))

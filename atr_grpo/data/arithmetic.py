@@ -3,6 +3,10 @@
 Problems are `What is a + b?` style questions over integers in [0, max_operand]. The evaluation set is
 drawn first from a fixed stream and excluded from the training pool, so the demo's before/after numbers
 are measured on problems the model never trained on (neither in SFT nor in GRPO).
+
+Importing this module registers the evaluation benchmark `arithmetic` (the held-out problems of
+`conf/data/arithmetic.yaml`), so the name is known to config validation and to a standalone
+`python -m atr_grpo.evaluate eval=arithmetic`; a training run registers it again from its own data config.
 """
 
 from __future__ import annotations
@@ -11,8 +15,10 @@ import random
 from dataclasses import dataclass
 
 from atr_grpo.data.prompts import format_answer
+from atr_grpo.evaluation.benchmarks import BenchmarkSpec, register_benchmark
 
 _APPLY = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
+OPERATIONS = tuple(_APPLY)
 
 
 @dataclass(frozen=True)
@@ -41,7 +47,7 @@ class ArithmeticProblem:
 
 def _stream(max_operand: int, operations: list[str], seed: int) -> random.Random:
     if not operations:
-        raise ValueError("data.operations must name at least one of '+', '-', '*'")
+        raise ValueError(f"data.operations must name at least one of {', '.join(map(repr, OPERATIONS))}")
     if max_operand < 1:
         raise ValueError(f"data.max_operand must be >= 1, got {max_operand}")
     return random.Random(seed)
@@ -84,7 +90,6 @@ def register_arithmetic_benchmark(
     num_train: int, num_eval: int, max_operand: int, operations: list[str], seed: int = 0
 ) -> None:
     """Make the held-out problems loadable as the evaluation benchmark `arithmetic` (replacing any earlier)."""
-    from atr_grpo.evaluation import BenchmarkSpec, register_benchmark
 
     def rows() -> list[dict[str, object]]:
         _, evals = make_splits(num_train, num_eval, max_operand, operations, seed)
@@ -99,3 +104,8 @@ def register_arithmetic_benchmark(
         ),
         replace=True,
     )
+
+
+# The task of conf/data/arithmetic.yaml (tests/test_config.py checks that the two agree).
+DEFAULT_TASK = {"num_train": 4000, "num_eval": 128, "max_operand": 49, "operations": ["+", "-"], "seed": 0}
+register_arithmetic_benchmark(**DEFAULT_TASK)

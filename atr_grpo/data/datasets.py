@@ -3,6 +3,9 @@
 GRPO: columns `prompt` (the chat of `prompts.build_messages`) and `answer` (the gold answer string the
 reward compares with). SFT: columns `prompt` and `completion` (the assistant turn of
 `prompts.format_answer`), so that the SFT loss covers the completion only.
+
+Where the rows come from is the config's `source`: a hub dataset, a local file, or the package's arithmetic
+generator; `name` is only a label.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ if TYPE_CHECKING:
     from atr_grpo.config import DataConfig, PromptConfig, SFTConfig
 
 log = logging.getLogger(__name__)
+
+SOURCES = ("hub", "file", "arithmetic")  # data.source / sft.source (sft.source may also be "none")
 
 
 def get_field(row: dict[str, Any], dotted: str) -> Any:
@@ -62,7 +67,7 @@ def grpo_dataset(data: DataConfig, prompt: PromptConfig) -> Any:
     """The GRPO training prompts and their gold answers."""
     from datasets import Dataset
 
-    if data.name == "arithmetic":
+    if data.source == "arithmetic":
         train, _ = make_splits(data.num_train, data.num_eval, data.max_operand, data.operations, data.generator_seed)
         problems = [(p.question, p.answer) for p in train]
     else:
@@ -118,7 +123,7 @@ def sft_dataset(sft: SFTConfig, data: DataConfig, prompt: PromptConfig, tokenize
     """Worked solutions in the exact format GRPO rewards, filtered as in Unsloth's notebook."""
     from datasets import Dataset
 
-    if sft.name == "arithmetic":
+    if sft.source == "arithmetic":
         train, _ = make_splits(data.num_train, data.num_eval, data.max_operand, data.operations, data.generator_seed)
         rng = random.Random(sft.seed)
         pairs = [(p.question, p.working if rng.random() < sft.unboxed_fraction else p.worked_solution) for p in train]

@@ -46,7 +46,7 @@ def sft_fingerprint(cfg: TrainConfig) -> dict[str, Any]:
     }
     if cfg.model.tiny is not None:  # the locally built base changes with its recipe, not only its config
         key["tiny_base"] = tiny_fingerprint(cfg.model.tiny)
-    if cfg.sft.name == "arithmetic":  # the examples come from the task generator
+    if cfg.sft.source == "arithmetic":  # the examples come from the task generator
         data = asdict(cfg.data)
         key["data"] = {k: data[k] for k in ("num_train", "num_eval", "max_operand", "operations", "generator_seed")}
     return key
