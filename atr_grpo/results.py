@@ -1,6 +1,7 @@
 """`python -m atr_grpo.results {table2,table3,delta,passk,binding,all,figures} --runs DIR --out DIR`
 `python -m atr_grpo.results compare A B --runs DIR [--benchmark B] [--metric mean@8]`
 `python -m atr_grpo.results regrade --runs DIR`
+`python -m atr_grpo.results pack --runs DIR`
 
 Reads only the run directories under --runs (found by their config.yaml) and writes the paper's tables as
 CSV, Markdown and LaTeX, plus `<table>_vs_paper.md` where the paper publishes the numbers
@@ -12,7 +13,8 @@ CSV, Markdown and LaTeX, plus `<table>_vs_paper.md` where the paper publishes th
 in the outputs and on stderr, never silently dropped. Only files this command wrote are ever overwritten.
 Tables 2 and 3 carry bootstrap intervals and paired tests against `clip` (--resamples, --alpha); --grader TAG
 reads the verdicts of `regrade` instead of the original ones. `compare` prints method A − method B, paired on
-problems and seeds; `regrade` re-scores every saved sample with the current grader into eval/regrade/<tag>/.
+problems and seeds; `regrade` re-scores every saved sample with the current grader into eval/regrade/<tag>/;
+`pack` compresses the per-sample files (`<bench>.jsonl` → `.jsonl.gz`, lossless, checked; readers take both).
 """
 
 from __future__ import annotations
@@ -23,13 +25,13 @@ from pathlib import Path
 
 from atr_grpo import rundir
 from atr_grpo.evaluation.grader import DEFAULT_TIMEOUT
-from atr_grpo.reporting import binding, compare, figures, regrade, stats, tables
+from atr_grpo.reporting import binding, compare, figures, pack, regrade, stats, tables
 from atr_grpo.reporting.runs import Run, drop_repeats, find_runs
 
 # each table's experiment; None = every run
 TABLES = {"table2": "table2", "table3": "table3", "delta": "ablate_delta", "passk": "passk_curve",
           "clip_binding": None}  # fmt: skip
-COMMANDS = (*TABLES, "all", "figures", "compare", "regrade")
+COMMANDS = (*TABLES, "all", "figures", "compare", "regrade", "pack")
 
 
 class ResultsError(RuntimeError):
@@ -197,8 +199,25 @@ def regrade_main(argv: list[str]) -> int:
     return 0
 
 
+def pack_main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m atr_grpo.results pack", description=pack.__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser.add_argument("--runs", type=Path, required=True, help="a folder of run directories")
+    opts = parser.parse_args(argv)
+    try:
+        done = pack.pack_runs(opts.runs)
+    except pack.PackError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    before, after = sum(b for _, b, _ in done), sum(a for _, _, a in done)
+    print(f"packed {len(done)} per-sample files under {opts.runs}: {before / 2**20:.1f} MiB -> {after / 2**20:.1f} MiB")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] == "pack":
+        return pack_main(argv[1:])
     if argv and argv[0] == "compare":
         return compare_main(argv[1:])
     if argv and argv[0] == "regrade":

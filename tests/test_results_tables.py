@@ -351,3 +351,20 @@ def test_transcribed_table3_is_complete_and_consistent():
         values.setdefault((r["method"], r["metric"]), {})[r["benchmark"]] = float(r["mean"])
     for key, v in values.items():
         assert abs(sum(v[b] for b in BENCHES) / 3 - v["average"]) <= 0.011, key
+
+
+def test_a_failed_evaluation_is_listed_until_a_later_attempt_completes_it(tmp_path, capsys):
+    """eval/failures.jsonl: a step whose last attempt failed is named, with its error, in the output and on stderr."""
+    from atr_grpo.evaluation.schedule import record_failure
+
+    clip = {"name": "clip", "eps": 0.2}
+    path = make_run(tmp_path, "table2", "qwen3-1.7b", "clip", clip, 0, evals_of({0: (0.2, 0.1, 0.1)}), max_steps=50)
+    record_failure(path, 50, "after", MemoryError("CUDA out of memory"))
+    record_failure(path, 0, "during", RuntimeError("engine died"))  # step 0 was evaluated later: not listed
+    (run,) = find_runs(tmp_path)
+    failed = [p for p in run.problems if "failed" in p]
+    assert failed == [
+        "evaluation at step 50 failed: MemoryError: CUDA out of memory (traceback in eval/failures.jsonl)"
+    ]
+    assert main(["table2", "--runs", str(tmp_path), "--out", str(tmp_path / "out"), "--resamples", "100"]) == 0
+    assert "evaluation at step 50 failed: MemoryError" in capsys.readouterr().err

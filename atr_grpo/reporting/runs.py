@@ -20,6 +20,7 @@ from omegaconf import OmegaConf
 from atr_grpo import rundir
 from atr_grpo.evaluation.metrics import summarize
 from atr_grpo.evaluation.outputs import find_sample_file, read_summary
+from atr_grpo.evaluation.schedule import FAILURES_FILE, read_failures
 from atr_grpo.reporting import regrade
 
 AVERAGE = "average"
@@ -187,6 +188,7 @@ def load_run(path: Path, grader: str | None = None) -> Run:
         run.__dict__["summary"] = {}
         run.problems.append(f"{source} unreadable ({err})")
         return run
+    run.problems += failed_evaluations(path, config if isinstance(config, dict) else {}, summary)
     if not summary:
         hint = "" if grader is None else " (python -m atr_grpo.results regrade writes it)"
         run.problems.append(f"no evaluation ({source} missing or empty{hint})")
@@ -201,6 +203,19 @@ def load_run(path: Path, grader: str | None = None) -> Run:
         if absent:
             run.problems.append(f"no evaluation at step {_steps_text(absent)} of trainer.max_steps = {run.max_steps}")
     return run
+
+
+def failed_evaluations(path: Path, config: dict[str, Any], summary: dict[tuple[int, str], Any]) -> list[str]:
+    """Steps whose latest evaluation attempt failed (eval/failures.jsonl) and that no later attempt completed."""
+    benchmarks = list((config.get("eval") or {}).get("benchmarks") or {name for _, name in summary})
+    last_error: dict[int, str] = {}
+    for record in read_failures(path):
+        last_error[int(record["step"])] = str(record["error"])
+    return [
+        f"evaluation at step {step} failed: {error} (traceback in eval/{FAILURES_FILE})"
+        for step, error in sorted(last_error.items())
+        if not benchmarks or any((step, name) not in summary for name in benchmarks)
+    ]
 
 
 def find_runs(root: str | Path, experiment: str | None = None, grader: str | None = None) -> list[Run]:
