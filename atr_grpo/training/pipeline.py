@@ -204,11 +204,13 @@ def check_processes(cfg: TrainConfig) -> None:
 def preflight(cfg: TrainConfig) -> str:
     """Everything that can be refused before a model is loaded; returns the training backend."""
     from atr_grpo.training.evaluations import check_evaluation_fits
+    from atr_grpo.training.vllm_server import check_rollout_server
 
     backend = choose_backend(cfg)
     resolve_rollout_engine(cfg)
     check_processes(cfg)
     check_evaluation_fits(cfg, backend)
+    check_rollout_server(cfg.rollout)
     return backend
 
 
