@@ -22,6 +22,7 @@ from atr_grpo.clipping import RULES, build_rule
 from atr_grpo.data.arithmetic import OPERATIONS  # importing it also registers the `arithmetic` benchmark
 from atr_grpo.data.datasets import SOURCES
 from atr_grpo.data.prompts import DEFAULT_SYSTEM_PROMPT
+from atr_grpo.distributed import log_suffix
 from atr_grpo.evaluation.benchmarks import BENCHMARKS
 from atr_grpo.losses import AGGREGATION_CHOICES, KL_ESTIMATORS
 
@@ -236,7 +237,9 @@ class TrainerConfig:
     warmup_ratio: float = 0.1  # fraction of max_steps (passed as transformers 5 `warmup_steps` < 1)
     max_grad_norm: float = 1.0
     per_device_train_batch_size: int = 8  # Table 4
-    gradient_accumulation_steps: int = 4  # Table 4
+    # Table 4. Micro-batches per optimizer step over all processes: N launched processes accumulate GA/N each, so
+    # per_device_train_batch_size × gradient_accumulation_steps is the global batch on any number of processes
+    gradient_accumulation_steps: int = 4
     num_generations: int = 8  # group size G, Table 4
     temperature: float = 1.0  # Table 4
     top_p: float = 1.0  # Table 4
@@ -258,6 +261,9 @@ class TrainerConfig:
     vllm_importance_sampling_correction: bool = False  # Unsloth's default, used on both paths alike
     log_completions: bool = False
     num_threads: int | None = None  # torch CPU threads (None: leave torch's choice)
+    # launched runs (torchrun / accelerate launch): seconds any collective may wait, the barrier where the other
+    # processes wait for the main one's evaluation (eval.when=during) included (transformers' default)
+    ddp_timeout: int = 1800
 
     def __post_init__(self) -> None:
         _one_of("trainer.backend", self.backend, ("auto", "unsloth", "trl"))
@@ -279,6 +285,7 @@ class TrainerConfig:
         _positive("trainer.max_prompt_length", self.max_prompt_length)
         _positive("trainer.max_completion_length", self.max_completion_length)
         _positive("trainer.save_steps", self.save_steps)
+        _positive("trainer.ddp_timeout", self.ddp_timeout)
 
 
 @dataclass
@@ -547,6 +554,7 @@ def register_configs() -> None:
     OmegaConf.register_new_resolver("atr_mul", lambda a, b: a * b, replace=True)
     OmegaConf.register_new_resolver("atr_sweep_suffix", rundir.multirun_suffix, replace=True)
     OmegaConf.register_new_resolver("atr_cache", lambda name: str(cache_dir(name)), replace=True)
+    OmegaConf.register_new_resolver("atr_rank_suffix", log_suffix, replace=True)
     store = ConfigStore.instance()
     store.store(name="train_schema", node=TrainConfig)
     store.store(name="evaluate_schema", node=EvaluateConfig)

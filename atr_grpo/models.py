@@ -240,8 +240,10 @@ def load_model_and_tokenizer(
 
     path = resolve_model_path(cfg)
     tokenizer = load_tokenizer(cfg)
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype(cfg)).to(device)
+    from atr_grpo.distributed import local_device
+
+    # this process's own GPU under a launcher (every process on cuda:0 would put N copies on one GPU)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype(cfg)).to(local_device())
     if adapter_path is not None:
         from peft import PeftModel
 

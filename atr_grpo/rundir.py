@@ -6,7 +6,7 @@ parameters (`clip-eps0.3`); a job of a Hydra multirun appends the overrides its 
 
     <run_dir>/
       config.yaml            fully resolved config of the run
-      env.json               package versions, git commit, python, device, start time
+      env.json               package versions, git commit, python, device, number of processes, start time
       metrics.jsonl          one JSON object per logged training step
       checkpoints/           trainer checkpoints (resume continues from the newest)
       eval/step_<step:06d>/<benchmark>.jsonl   one line per (problem, sample)
@@ -33,6 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from omegaconf import OmegaConf
+
+from atr_grpo.distributed import world_size
 
 CONFIG_FILE = "config.yaml"
 ENV_FILE = "env.json"
@@ -243,6 +245,7 @@ def environment() -> dict[str, Any]:
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "device": device_info(),
+        "world_size": world_size(),  # processes of this launch (torchrun / accelerate launch), 1 without one
         "start_time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "argv": sys.argv,
     }

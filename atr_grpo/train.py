@@ -4,7 +4,8 @@ Compose the config, validate it (bad input stops here with its message and exit 
 is loaded), then hand the plain dataclasses to `atr_grpo.training.pipeline.run_pipeline`. `--cfg job --resolve`
 prints the resolved config and loads nothing. Exit status: 0 when the run trained to its last step and every
 scheduled evaluation is recorded, 2 for bad input, 3 when training finished but evaluations are missing
-(re-launch the same command to retry them).
+(re-launch the same command to retry them). Under `torchrun` / `accelerate launch` the main process reports
+the outcome and the launcher fails when any process does.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ def main(cfg: DictConfig) -> None:
     except (ConfigError, RunDirError) as err:
         print(err, file=sys.stderr)
         sys.exit(2)
+    if outcome is None:  # a launched run's other processes: their part ended with training
+        return
     print(outcome.summary(), file=sys.stdout if outcome.ok else sys.stderr)
     if not outcome.ok:
         sys.exit(EXIT_EVALUATIONS_INCOMPLETE)

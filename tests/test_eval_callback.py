@@ -73,6 +73,43 @@ def test_only_the_main_process_evaluates():
     assert rec.steps == []
 
 
+def launched_callback(events, fail_save_at=()):
+    def save(step):
+        events.append(("save", step))
+        if step in fail_save_at:
+            raise OSError("disk full")
+
+    return EvaluationCallback(
+        lambda step: events.append(("evaluate", step)) or {"eval/x": 1.0},
+        every_steps=2,
+        at_start=True,
+        log_fn=lambda metrics, step: events.append(("log", step)),
+        save_fn=save,
+        wait_fn=lambda: events.append(("wait",)),
+    )
+
+
+def test_under_a_launcher_every_process_saves_and_the_others_wait_for_the_main_ones_evaluation():
+    """Each scheduled step: every process takes part in saving (a sharded model needs all of them), the main one
+    evaluates and logs, and then each process reaches the barrier, so the others wait for the evaluation."""
+    main, other = [], []
+    train(launched_callback(main), max_steps=4)
+    train(launched_callback(other), max_steps=4, world_zero=False)
+    assert main == [event for step in (0, 2, 4) for event in (("save", step), ("evaluate", step), ("log", step),
+                                                               ("wait",))]  # fmt: skip
+    assert other == [event for step in (0, 2, 4) for event in (("save", step), ("wait",))]
+
+
+def test_a_failed_save_still_reaches_the_barrier(caplog):
+    """A failure on either side is logged and the process still waits at the barrier: no process is left hanging."""
+    main, other = [], []
+    with caplog.at_level(logging.ERROR, logger="atr_grpo.evaluation.callback"):
+        train(launched_callback(main, fail_save_at={2}), max_steps=2)
+        train(launched_callback(other, fail_save_at={2}), max_steps=2, world_zero=False)
+    assert main[-2:] == [("save", 2), ("wait",)] and other[-2:] == [("save", 2), ("wait",)]
+    assert sum("step 2 failed" in r.getMessage() for r in caplog.records) == 2
+
+
 def test_every_steps_must_be_positive():
     with pytest.raises(ValueError):
         EvaluationCallback(lambda step: {}, every_steps=0)

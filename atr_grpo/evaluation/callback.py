@@ -4,11 +4,14 @@ When: every `every_steps` optimizer steps (`on_step_end`, after `state.global_st
 the end of training (skipped if that step was just handled), and optionally at step 0 (`on_train_begin`
 of a run that starts from scratch: the base row of Table 2).
 
-What, at such a step (main process only):
-1. `save_fn(step)`: keep the adapter of that step (eval/adapters/step_<N>), so that the step can be
-   evaluated, or evaluated again, from the file whatever happens next;
-2. `evaluate_fn(step)` when evaluating during training; without one (eval.when=after) the saved adapter
-   waits for the evaluation stage that runs after training.
+What, at such a step:
+1. `save_fn(step)`, on every process (a model sharded over the processes is saved by all of them; the main
+   one writes): keep the adapter of that step (eval/adapters/step_<N>), so that the step can be evaluated,
+   or evaluated again, from the file whatever happens next;
+2. `evaluate_fn(step)`, on the main process, when evaluating during training; without one (eval.when=after)
+   the saved adapter waits for the evaluation stage that runs after training;
+3. `wait_fn()`, on every process: a barrier, where the other processes of a launched run wait for the main
+   one's evaluation instead of running into the next step's collectives.
 A failure never ends the training run, and is never silent: it is logged with its traceback, passed to
 `failure_fn` (which writes eval/failures.jsonl) and listed in `failures`; the adapter stays for a retry.
 After a successful evaluation `done_fn(step)` runs (it deletes the adapter unless eval.keep_adapters).
@@ -36,11 +39,12 @@ class EvaluationCallback(TrainerCallback):
         save_fn: Callable[[int], Any] | None = None,
         failure_fn: Callable[[int, BaseException], Any] | None = None,
         done_fn: Callable[[int], Any] | None = None,
+        wait_fn: Callable[[], Any] | None = None,
     ) -> None:
         if every_steps < 1:
             raise ValueError(f"every_steps must be >= 1, got {every_steps}")
         self.evaluate_fn, self.every_steps, self.at_start, self.log_fn = evaluate_fn, every_steps, at_start, log_fn
-        self.save_fn, self.failure_fn, self.done_fn = save_fn, failure_fn, done_fn
+        self.save_fn, self.failure_fn, self.done_fn, self.wait_fn = save_fn, failure_fn, done_fn, wait_fn
         self.handled: set[int] = set()  # steps handled (saved and/or evaluated, or attempted) in this process
         self.failures: list[int] = []
 
@@ -51,9 +55,27 @@ class EvaluationCallback(TrainerCallback):
             self.failure_fn(step, error)
 
     def _handle(self, step: int, state: Any) -> None:
-        if step in self.handled or not getattr(state, "is_world_process_zero", True):
+        if step in self.handled:
             return
         self.handled.add(step)
+        try:
+            if getattr(state, "is_world_process_zero", True):
+                self._save_and_evaluate(step)
+            elif self.save_fn is not None:
+                self._save_share(step)
+        finally:
+            if self.wait_fn is not None:
+                self.wait_fn()
+
+    def _save_share(self, step: int) -> None:
+        """Another process's part of saving (it writes no file): a failure is logged here, and only what the
+        main process writes decides whether the step can be evaluated."""
+        try:
+            self.save_fn(step)  # type: ignore[misc]
+        except Exception as err:
+            log.error("saving the adapter for evaluation at step %d failed on this process", step, exc_info=err)
+
+    def _save_and_evaluate(self, step: int) -> None:
         if self.save_fn is not None:
             try:
                 self.save_fn(step)

@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from atr_grpo import distributed
 from atr_grpo.config import ConfigError, TrainConfig
 from atr_grpo.evaluation import engines
 from atr_grpo.evaluation.callback import EvaluationCallback
@@ -71,14 +72,26 @@ def check_evaluation_fits(cfg: TrainConfig, training_backend: str) -> None:
     engines.check_capacity(cfg.eval, cfg.model, longest, "vllm" if backend == "unsloth_vllm" else backend, limit)
 
 
-def save_adapter(model: Any, run_dir: Path, step: int) -> Path:
-    """The trainable adapter of `model` into eval/adapters/step_<N>, written whole or not at all."""
+def save_trainable(trainer: Any, directory: Path) -> None:
+    """The trainer's trainable adapter into `directory`. Under a launcher every process calls it (a ZeRO-3 model
+    is gathered from all of them by `Trainer.save_model`) and the main process writes."""
+    if distributed.launched():
+        trainer.save_model(str(directory))
+    else:
+        trainer.model.save_pretrained(str(directory))
+
+
+def save_adapter(trainer: Any, run_dir: Path, step: int) -> Path:
+    """The trainable adapter into eval/adapters/step_<N>, written whole or not at all (called on every process)."""
     target = adapter_dir(run_dir, step)
     staging = target.with_name(target.name + ".partial")
-    shutil.rmtree(staging, ignore_errors=True)
-    model.save_pretrained(str(staging))
-    shutil.rmtree(target, ignore_errors=True)  # a re-save of the same step (a resumed run): ours to replace
-    staging.rename(target)
+    main = distributed.is_main()
+    if main:
+        shutil.rmtree(staging, ignore_errors=True)
+    save_trainable(trainer, staging)
+    if main:
+        shutil.rmtree(target, ignore_errors=True)  # a re-save of the same step (a resumed run): ours to replace
+        staging.rename(target)
     return target
 
 
@@ -111,7 +124,8 @@ def _run(cfg: TrainConfig, generator: Any, tokenizer: Any, benchmarks: list[Any]
 def build_eval_callback(
     cfg: TrainConfig, trainer: Any, tokenizer: Any, run_dir: Path, logger: Any, training_backend: str
 ) -> EvaluationCallback:
-    """The callback that saves each scheduled step's adapter and, with eval.when=during, evaluates it."""
+    """The callback that saves each scheduled step's adapter and, with eval.when=during, evaluates it (`logger`:
+    the main process's RunLogger, None on the others)."""
     from atr_grpo.evaluation import HFGenerator, UnslothVLLMGenerator
 
     ev = cfg.eval
@@ -134,10 +148,11 @@ def build_eval_callback(
         evaluate if ev.when == "during" else None,
         ev.every_steps,
         at_start=ev.at_start,
-        log_fn=logger.log_eval,
-        save_fn=lambda step: save_adapter(trainer.model, run_dir, step),
+        log_fn=None if logger is None else logger.log_eval,
+        save_fn=lambda step: save_adapter(trainer, run_dir, step),
         failure_fn=lambda step, error: record_failure(run_dir, step, "during", error),
         done_fn=done,
+        wait_fn=distributed.barrier,  # the other processes wait for the main one's evaluation
     )
 
 

@@ -11,11 +11,17 @@ evaluation stage   eval.when=after: the saved adapters, in a process of its own 
 `run_pipeline` is `python -m atr_grpo.train`: with eval.when=after the GRPO stage and the evaluation stage
 each run in a fresh process (`atr_grpo.training.stages`), so the evaluator gets the GPU memory training used.
 `run_training` is the GRPO stage in the calling process (tests, notebooks, extra callbacks).
+
+Under a launcher (`torchrun`, `accelerate launch`: `atr_grpo.distributed`) every process checks the config,
+the main one prepares the run directory and the others receive its state, and the processes themselves are
+the GRPO stage: only the main process writes run files, and the evaluation stage (eval.when=after) is started
+once, by the main process, after the process group is gone.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -26,7 +32,7 @@ from typing import Any
 import torch
 from omegaconf import OmegaConf
 
-from atr_grpo import rundir
+from atr_grpo import distributed, rundir
 from atr_grpo.clipping import RULES, build_rule
 from atr_grpo.config import ConfigError, TrainConfig, check_vllm_temperature
 from atr_grpo.evaluation.schedule import EvaluationState, record_failure, run_evaluation_state, saved_adapters
@@ -103,6 +109,13 @@ def prepare_run_dir(cfg: TrainConfig, config_yaml: str) -> RunState:
         )
     env_path = run_dir / rundir.ENV_FILE
     env = rundir.read_json(env_path) if env_path.exists() else {}
+    started_with = env.get("world_size", 1)
+    if started_with != distributed.world_size():
+        _warn(
+            f"WARNING: {run_dir} was started on {started_with} process(es) and continues on "
+            f"{distributed.world_size()}: the global batch is the same, but the random streams of the processes "
+            "differ, so the continuation is not the one an uninterrupted run would have computed"
+        )
     env.setdefault("resumes", []).append(rundir.environment())
     rundir.write_json(env_path, env)
     return run_state(run_dir)
@@ -123,9 +136,13 @@ def warn_if_on_policy(cfg: TrainConfig) -> str | None:
         f"rollout.num_iterations = 1), so w ≡ 1 and the clipping rule {cfg.clipping.name!r} cannot act: every "
         "ratio-based rule gives the same gradient. Use rollout=reuse2 or raise rollout.num_iterations."
     )
+    _warn(message)
+    return message
+
+
+def _warn(message: str) -> None:
     print(message, file=sys.stderr)
     log.warning(message)
-    return message
 
 
 def _importable(name: str) -> bool:
@@ -135,8 +152,16 @@ def _importable(name: str) -> bool:
 
 
 def choose_backend(cfg: TrainConfig) -> str:
-    """The training backend: trainer.backend, with auto = Unsloth on a CUDA machine where it is installed."""
+    """The training backend: trainer.backend, with auto = Unsloth on a CUDA machine where it is installed (and
+    TRL under a launcher: Unsloth trains on one GPU)."""
     if cfg.trainer.backend == "trl":
+        return "trl"
+    if distributed.launched():
+        if cfg.trainer.backend == "unsloth":
+            raise ConfigError(
+                f"invalid config: trainer.backend='unsloth' trains on one GPU; on {distributed.world_size()} "
+                "processes use trainer.backend=trl (or auto)"
+            )
         return "trl"
     unsloth_ok = torch.cuda.is_available() and _importable("unsloth")
     if cfg.trainer.backend == "unsloth" and not unsloth_ok:
@@ -158,13 +183,34 @@ def resolve_rollout_engine(cfg: TrainConfig) -> str:
     return engine
 
 
+def check_processes(cfg: TrainConfig) -> None:
+    """What a launch on several processes needs: a global batch they can share, and an evaluation that the
+    main process can run alone (a ZeRO-3 model is sharded over all of them)."""
+    if not distributed.launched():
+        return
+    tr = cfg.trainer
+    processes = distributed.world_size()
+    distributed.process_batch(
+        tr.per_device_train_batch_size, tr.gradient_accumulation_steps, cfg.steps_per_generation, processes
+    )
+    zero_stage = os.environ.get("ACCELERATE_DEEPSPEED_ZERO_STAGE")
+    if cfg.eval.enabled and cfg.eval.when == "during" and zero_stage == "3":
+        raise ConfigError(
+            "invalid config: eval.when='during' evaluates on the main process alone, which a DeepSpeed ZeRO-3 "
+            "model (sharded over every process) cannot do; use eval.when=after"
+        )
+
+
 def preflight(cfg: TrainConfig) -> str:
     """Everything that can be refused before a model is loaded; returns the training backend."""
     from atr_grpo.training.evaluations import check_evaluation_fits
+    from atr_grpo.training.vllm_server import check_rollout_server
 
     backend = choose_backend(cfg)
     resolve_rollout_engine(cfg)
+    check_processes(cfg)
     check_evaluation_fits(cfg, backend)
+    check_rollout_server(cfg.rollout)
     return backend
 
 
@@ -197,19 +243,33 @@ def run_outcome(run_dir: Path) -> RunOutcome:
     return RunOutcome(run_dir, (run_dir / rundir.DONE_FILE).exists(), run_evaluation_state(run_dir, config))  # type: ignore[arg-type]
 
 
-def run_pipeline(cfg: TrainConfig, config_yaml: str) -> RunOutcome:
-    """`python -m atr_grpo.train`: the whole run, or what is left of it (a finished run's pending evaluations)."""
+def _prepared(cfg: TrainConfig, config_yaml: str) -> RunState:
+    """The run directory: prepared by the main process, its state shared with the others."""
+    return distributed.on_main(lambda: prepare_run_dir(cfg, config_yaml))
+
+
+def run_pipeline(cfg: TrainConfig, config_yaml: str) -> RunOutcome | None:
+    """`python -m atr_grpo.train`: the whole run, or what is left of it (a finished run's pending evaluations).
+
+    Returns None on the processes of a launched run other than the main one: their part ends with training.
+    """
     from atr_grpo.training.stages import StageError, run_stage
 
-    preflight(cfg)
-    state = prepare_run_dir(cfg, config_yaml)
+    preflight(cfg)  # before the process group: a refused config never waits for the other processes
     separate = cfg.eval.enabled and cfg.eval.when == "after"
-    if state.finished:
-        print(f"{state.run_dir}: training already finished")
-    elif separate:  # a process of its own: all of its memory is given back before the evaluation stage
-        run_stage("grpo", state.run_dir)
-    else:
-        train_grpo(cfg, state)
+    with distributed.process_group(cfg.trainer.ddp_timeout):
+        state = _prepared(cfg, config_yaml)
+        if state.finished:
+            if distributed.is_main():
+                print(f"{state.run_dir}: training already finished")
+        elif separate and not distributed.launched():  # a process of its own: all of its memory is given back
+            run_stage("grpo", state.run_dir)
+        else:  # (launched: these processes are the GRPO stage)
+            train_grpo(cfg, state)
+    if not distributed.is_main():
+        return None
+    if distributed.launched():
+        _release_memory()  # the evaluation stage below shares this process's GPU
     if cfg.eval.enabled and saved_adapters(state.run_dir):
         try:
             run_stage("evaluate", state.run_dir)
@@ -221,18 +281,29 @@ def run_pipeline(cfg: TrainConfig, config_yaml: str) -> RunOutcome:
     return outcome
 
 
+def _release_memory() -> None:
+    """Give back what the finished trainer held (a colocated vLLM engine may keep part of its memory)."""
+    import gc
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
 def run_training(cfg: TrainConfig, config_yaml: str, callbacks: Sequence[Any] = ()) -> Path:
     """Run (or resume, or skip when finished) the GRPO stage in this process; returns the run directory.
 
     `callbacks`: extra transformers `TrainerCallback`s (e.g. a user's probe), added after ours. With
     eval.when=after the adapters to evaluate are left in eval/adapters/ (`evaluations.evaluate_saved_adapters`).
+    Under a launcher, every process calls it and trains its share.
     """
     preflight(cfg)
-    state = prepare_run_dir(cfg, config_yaml)
-    if state.finished:
-        print(f"{state.run_dir}: already finished; nothing to do")
-        return state.run_dir
-    train_grpo(cfg, state, callbacks)
+    with distributed.process_group(cfg.trainer.ddp_timeout):
+        state = _prepared(cfg, config_yaml)
+        if state.finished:
+            print(f"{state.run_dir}: already finished; nothing to do")
+            return state.run_dir
+        train_grpo(cfg, state, callbacks)
     return state.run_dir
 
 
@@ -243,7 +314,7 @@ def train_grpo(cfg: TrainConfig, state: RunState, callbacks: Sequence[Any] = ())
         import unsloth  # noqa: F401  (first: it patches transformers and rewrites trl's GRPOTrainer)
     from transformers import set_seed
 
-    from atr_grpo.training.evaluations import build_eval_callback
+    from atr_grpo.training.evaluations import build_eval_callback, save_trainable
     from atr_grpo.training.logging import MetricsCallback, RunLogger, truncate_metrics
     from atr_grpo.training.sft import ensure_sft_adapter
 
@@ -254,11 +325,13 @@ def train_grpo(cfg: TrainConfig, state: RunState, callbacks: Sequence[Any] = ())
     set_seed(cfg.seed)
     started = time.time()
 
-    adapter = ensure_sft_adapter(cfg) if cfg.sft.enabled else None
-    if state.resume_from is not None:
+    # built by one process per machine (in a process of its own), then read by all
+    adapter = distributed.main_first(lambda: ensure_sft_adapter(cfg)) if cfg.sft.enabled else None
+    main = distributed.is_main()  # the one process that writes run files
+    if state.resume_from is not None and main:
         moved = truncate_metrics(state.run_dir, int(state.resume_from.name.split("-")[-1]))
         log.info("resuming from %s (%d metric lines set aside)", state.resume_from, moved)
-    logger = RunLogger(cfg, state.run_dir)
+    logger = RunLogger(cfg, state.run_dir) if main else None
     try:
         if backend == "unsloth":
             from atr_grpo.training.unsloth_trainer import build_unsloth_trainer
@@ -268,23 +341,24 @@ def train_grpo(cfg: TrainConfig, state: RunState, callbacks: Sequence[Any] = ())
             from atr_grpo.training.trl_backend import build_trl_trainer
 
             trainer, tokenizer = build_trl_trainer(cfg, rule, adapter, state.run_dir)
-        trainer.add_callback(MetricsCallback(logger))
+        if logger is not None:
+            trainer.add_callback(MetricsCallback(logger))
         if cfg.eval.enabled:
             trainer.add_callback(build_eval_callback(cfg, trainer, tokenizer, state.run_dir, logger, backend))
         for callback in callbacks:
             trainer.add_callback(callback)
         trainer.train(resume_from_checkpoint=str(state.resume_from) if state.resume_from else None)
         final = state.run_dir / "final_adapter"
-        if not final.exists():
-            trainer.model.save_pretrained(str(final))
-        rundir.write_json(
-            state.run_dir / rundir.DONE_FILE,
-            {
-                "step": trainer.state.global_step,
-                "seconds": round(time.time() - started, 1),
-                "backend": backend,
-                "rollout_engine": cfg.rollout.engine,
-            },
-        )
+        if distributed.on_main(lambda: not final.exists()):  # one decision: saving may need every process
+            save_trainable(trainer, final)
+        done = {
+            "step": trainer.state.global_step,
+            "seconds": round(time.time() - started, 1),
+            "backend": backend,
+            "rollout_engine": cfg.rollout.engine,
+            "world_size": distributed.world_size(),
+        }
+        distributed.on_main(lambda: rundir.write_json(state.run_dir / rundir.DONE_FILE, done))
     finally:
-        logger.finish()
+        if logger is not None:
+            logger.finish()

@@ -22,6 +22,7 @@ from torch import Tensor
 from atr_grpo.clipping import ClipRule
 from atr_grpo.clipping.cov import key_seed_from
 from atr_grpo.config import TrainConfig
+from atr_grpo.distributed import process_batch, world_size
 from atr_grpo.losses import GRPOLoss, LossSettings, resolve_aggregation
 from atr_grpo.training.full_kl import adapter_snapshot, full_vocab_kl
 from atr_grpo.training.step_stats import StepStats
@@ -89,14 +90,18 @@ def grpo_arg_values(cfg: TrainConfig, output_dir: str | Path) -> dict[str, Any]:
     """TRL's `GRPOConfig` values from ours (both paths use these; Unsloth's config class changes some
     silently, which `unsloth_trainer` undoes and checks)."""
     tr, cuda = cfg.trainer, torch.cuda.is_available()
+    # the config's micro-batch counts are global: each of N launched processes does 1/N of them
+    share = process_batch(
+        tr.per_device_train_batch_size, tr.gradient_accumulation_steps, cfg.steps_per_generation, world_size()
+    )
     return dict(
         output_dir=str(output_dir),
         seed=cfg.seed,
         # batching and staleness (rollout.*): how many optimizer steps share one generation batch
         per_device_train_batch_size=tr.per_device_train_batch_size,
-        gradient_accumulation_steps=tr.gradient_accumulation_steps,
+        gradient_accumulation_steps=share.gradient_accumulation_steps,
         num_generations=tr.num_generations,
-        steps_per_generation=cfg.steps_per_generation,
+        steps_per_generation=share.steps_per_generation,
         num_iterations=cfg.rollout.num_iterations,
         # sampling
         temperature=tr.temperature,
@@ -125,6 +130,9 @@ def grpo_arg_values(cfg: TrainConfig, output_dir: str | Path) -> dict[str, Any]:
         bf16=resolve_flag(tr.bf16, cuda),
         gradient_checkpointing=resolve_flag(tr.gradient_checkpointing, cuda),
         use_cpu=not cuda,
+        # processes (under a launcher): every LoRA weight takes part in every forward, so DDP need not search
+        ddp_find_unused_parameters=False,
+        ddp_timeout=tr.ddp_timeout,
         # bookkeeping
         logging_steps=tr.logging_steps,
         save_strategy="steps",

@@ -7,13 +7,14 @@
 Why processes. SFT must run through the same, pristine TRL `SFTTrainer` on every machine, and on a GPU the
 training process has imported Unsloth, which rewrites TRL's trainers. The evaluation after training needs the
 GPU memory that training holds (Unsloth's colocated vLLM engine included), which only exiting gives back.
-Each stage reads the run's own resolved config, so what it does is what the run directory records.
+Each stage reads the run's own resolved config, so what it does is what the run directory records. A stage
+process is one process on its own: it does not inherit a launcher's process-group variables (RANK, WORLD_SIZE,
+MASTER_PORT, ...), so under `torchrun` it never joins, or waits for, the launched processes' group.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -28,8 +29,10 @@ class StageError(RuntimeError):
 
 def run_stage(stage: str, path: Path) -> None:
     """Run one stage in a fresh Python process and wait for it; raises StageError if it fails."""
+    from atr_grpo.distributed import stage_environment
+
     command = [sys.executable, "-m", "atr_grpo.training.stages", stage, str(path)]
-    result = subprocess.run(command, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    result = subprocess.run(command, env={**stage_environment(), "PYTHONUNBUFFERED": "1"})
     if result.returncode != 0:
         raise StageError(f"the {stage} stage of {path} failed (exit status {result.returncode}); its output is above")
 
