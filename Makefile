@@ -106,6 +106,12 @@ ablate-delta: install ## Figure 3: ATR with delta in {0.05, ..., 0.09}
 passk-curve: install ## Figure 4: evaluate the final ATR checkpoint with n = 128
 	@$(LAUNCH) passk_curve $(ARGS)
 
+reproduce-mini: install ## CPU mini-reproduction: Table 2's 7 methods + ATR's delta sweep x 3 seeds on the tiny task
+	@$(LAUNCH) mini $(ARGS)
+	$(PY) -m atr_grpo.results all --runs results/mini/runs --experiment mini --out results/mini/tables
+	$(PY) -m atr_grpo.results figures --runs results/mini/runs --experiment mini --out results/mini/figures
+	$(PY) -m atr_grpo.results pack --runs results/mini/runs
+
 tables: install ## Rebuild results/tables/ from the run directories under RUNS
 	$(PY) -m atr_grpo.results all --runs $(RUNS) --out results/tables
 
@@ -117,4 +123,4 @@ clean: ## Remove caches (never touches results/runs)
 	find . -name __pycache__ -type d -prune -not -path './.venv/*' -exec rm -rf {} +
 
 .PHONY: help install lint format test test-fast clean demo bench-loss bench-train bench-eval bench-grader bench-stats \
-	install-verl test-verl reproduce-table2 reproduce-table3 ablate-delta passk-curve tables figures
+	install-verl test-verl reproduce-mini reproduce-table2 reproduce-table3 ablate-delta passk-curve tables figures

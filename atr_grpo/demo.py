@@ -90,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, RunDirError) as err:
         print(err, file=sys.stderr)
         return 2
+    if outcome is None:  # a process other than the first under a launcher: the first one reports
+        return 0
     if not outcome.ok:
         print(outcome.summary(), file=sys.stderr)
         return EXIT_EVALUATIONS_INCOMPLETE

@@ -80,3 +80,15 @@ def test_rollout_mismatch_of_known_log_probs():
     assert out["rollout/ratio_out_of_band_frac"] == pytest.approx(2 / 5)  # e^0.2 = 1.22 and e^0.5 = 1.65
     same = rollout_mismatch(trainer, trainer, mask)
     assert set(same.values()) == {0.0}, "an exact engine shows no mismatch"
+
+
+def test_each_process_draws_its_own_clip_cov_keys_and_one_process_draws_as_before():
+    import hashlib
+
+    from atr_grpo.training.rule_trainer import rule_generator
+
+    draw = lambda generator: torch.randint(0, 2**31 - 1, (4,), generator=generator).tolist()  # noqa: E731
+    legacy = hashlib.sha256(b"7:3:1").digest()
+    expected = torch.Generator().manual_seed(int.from_bytes(legacy[:8], "little") & ((1 << 63) - 1))
+    assert draw(rule_generator(7, 3, 1)) == draw(rule_generator(7, 3, 1, 0)) == draw(expected)
+    assert draw(rule_generator(7, 3, 1, 1)) != draw(rule_generator(7, 3, 1, 0))

@@ -186,6 +186,7 @@ class FakeTrainer(RuleTrainerMixin):
         self.args = SimpleNamespace(seed=0)
         self.state = SimpleNamespace(global_step=3)
         self._step = 1
+        self.accelerator = SimpleNamespace(process_index=0)
         self.model = SimpleNamespace(training=True)
         self._full_kl = full_kl
 

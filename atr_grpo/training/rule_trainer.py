@@ -145,10 +145,11 @@ def grpo_arg_values(cfg: TrainConfig, output_dir: str | Path) -> dict[str, Any]:
     )
 
 
-def rule_generator(seed: int, global_step: int, micro_step: int) -> torch.Generator:
-    """A generator for randomised rules (Clip-Cov) that depends only on (seed, position in training),
-    so a resumed run draws exactly what an uninterrupted one would."""
-    digest = hashlib.sha256(f"{seed}:{global_step}:{micro_step}".encode()).digest()
+def rule_generator(seed: int, global_step: int, micro_step: int, process: int = 0) -> torch.Generator:
+    """A generator for randomised rules (Clip-Cov) that depends only on (seed, position in training, process),
+    so a resumed run draws exactly what an uninterrupted one would, and each process draws its own keys."""
+    tag = f"{seed}:{global_step}:{micro_step}" + (f":{process}" if process else "")  # one process: as before
+    digest = hashlib.sha256(tag.encode()).digest()
     return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") & ((1 << 63) - 1))
 
 
@@ -202,7 +203,9 @@ class RuleTrainerMixin:
         """The rule's declared extras as tensors in the layout of `like` (`[B, logits_to_keep]`)."""
         extras: dict[str, Tensor] = {}
         if "generator" in self.rule.needs:  # Clip-Cov: a seed tensor, so compiled code can draw the same keys
-            extras["key_seed"] = key_seed_from(rule_generator(self.args.seed, self.state.global_step, self._step))
+            process = self.accelerator.process_index  # type: ignore[attr-defined]
+            generator = rule_generator(self.args.seed, self.state.global_step, self._step, process)
+            extras["key_seed"] = key_seed_from(generator)
         if "full_kl" in self.rule.needs:
             if not has_old or self._old_adapter is None:
                 extras["full_kl"] = torch.zeros_like(like, dtype=torch.float32)  # on-policy: π_old = π_θ
