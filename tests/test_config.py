@@ -12,6 +12,7 @@ import yaml
 from conftest import REPO, compose, train_config
 
 from atr_grpo.clipping import RULES, rule_defaults
+from atr_grpo.clipping.adaptive_delta import DELTA_CONTROL_DEFAULTS
 from atr_grpo.config import ConfigError, to_object
 from atr_grpo.data.arithmetic import DEFAULT_TASK
 from atr_grpo.evaluation.benchmarks import BENCHMARKS, BenchmarkSpec
@@ -207,7 +208,7 @@ def test_cfg_job_resolve_prints_the_contract_keys_without_loading_a_model():
     )
     assert done.returncode == 0, done.stderr
     printed = yaml.safe_load(done.stdout)
-    assert printed["clipping"] == {"name": "atr", "delta": 0.05, "semantics": "min"}
+    assert printed["clipping"] == {"name": "atr", "delta": 0.05, "semantics": "min", **DELTA_CONTROL_DEFAULTS}
     assert printed["run_dir"] == "results/runs/smoke/smoke__atr-delta0.05__s0"
     for key in ("lora", "max_seq_length"):
         assert key in printed["model"]
