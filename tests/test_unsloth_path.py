@@ -280,8 +280,8 @@ DELTAS = (0.03, 0.05, 0.07, 0.1, 0.2, 0.4)
 def test_a_new_delta_reaches_the_compiled_loss_without_recompiling(zoo):
     """δ as a 0-d tensor extra: after the first call, five more δ values compile no new graph (torch._dynamo's
     counters), and each gives the TRL path's loss and gradient of ATR built with that δ. The same δ held by the rule
-    as a Python float is a guarded constant: its first change recompiles (after which torch makes it a symbolic
-    float), so the counter does see recompiles."""
+    as a Python float is a guarded constant whose change recompiles (a graph per value when run alone; torch may
+    make it a symbolic float after the first change), so the counter does see recompiles."""
     from torch._dynamo.utils import counters
 
     rule = build_rule("atr")
