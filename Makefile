@@ -100,11 +100,11 @@ reproduce-table3: install ## Table 3: KL estimators and clip ranges on Qwen3-1.7
 ablate-delta: install ## Figure 3: ATR with delta in {0.05, ..., 0.09}
 	@$(LAUNCH) ablate_delta $(ARGS)
 
-passk-curve: install ## Figure 4: evaluate the final ATR checkpoint with n = 128
-	@$(LAUNCH) passk_curve $(ARGS)
-
 reproduce-rivals: install ## ATR vs GSPO, CISPO, DPPO (tv, kl), atr_seq, adaptive ATR on Qwen3-1.7B, seeds 0-2
 	@$(LAUNCH) rivals $(ARGS)
+
+passk-curve: install ## Figure 4: evaluate the final ATR checkpoint with n = 128
+	@$(LAUNCH) passk_curve $(ARGS)
 
 tables: install ## Rebuild results/tables/ from the run directories under RUNS
 	$(PY) -m atr_grpo.results all --runs $(RUNS) --out results/tables
