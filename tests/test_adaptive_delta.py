@@ -239,3 +239,14 @@ def test_adaptive_runs_are_named_by_their_delta_settings():
     assert train_config(["clipping.target_kl3=0.01"]).method == "atr-target_kl3_0.01"
     scheduled = ["clipping=kl2", "clipping.delta_schedule=cosine", "clipping.delta_final=0.03"]
     assert train_config(scheduled).method == "kl2-delta_schedulecosine-delta_final0.03"
+
+
+def test_a_non_finite_kl3_is_left_out_of_the_update_and_said_so(caplog):
+    """A NaN kl/kl3_mean (a broken batch) must neither turn δ into NaN nor pass unnoticed."""
+    control = controller(delta_rate=1.0)
+    control.observe(math.nan, tokens=100)
+    control.observe(2 * TARGET, tokens=100)
+    with caplog.at_level("WARNING", logger="atr_grpo.clipping.adaptive_delta"):
+        control.end_step(2)
+    assert control.delta == pytest.approx(0.07 * math.exp(-ERROR_CLIP), rel=1e-12)
+    assert "step 2: 1 micro-batches with a non-finite kl/kl3_mean" in caplog.text

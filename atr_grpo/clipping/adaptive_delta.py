@@ -24,6 +24,7 @@ compiled inside Unsloth's trainer. `DeltaControl` holds the δ in force and is s
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,6 +34,8 @@ import torch
 
 from atr_grpo.clipping.base import RULES, Param, choice, positive
 from atr_grpo.clipping.kl import DivergenceRule
+
+log = logging.getLogger(__name__)
 
 SCHEDULES = ("constant", "linear", "cosine")
 # the largest relative error m/m* − 1 one controller step acts on (Ziegler et al. 2019, verl)
@@ -106,6 +109,7 @@ class DeltaControl:
     delta: float = field(init=False)
     _kl3_sum: float = field(init=False, default=0.0)
     _tokens: float = field(init=False, default=0.0)
+    _non_finite: int = field(init=False, default=0)
 
     def __post_init__(self) -> None:
         self.settings = {**DELTA_CONTROL_DEFAULTS, **self.settings}
@@ -118,8 +122,11 @@ class DeltaControl:
         return self.settings["delta_schedule"] != "constant" or self.settings["target_kl3"] is not None
 
     def observe(self, kl3_mean: float, tokens: int) -> None:
-        """A micro-batch's mean KL3 over its `tokens` valid tokens (before this step's update)."""
-        if tokens > 0 and math.isfinite(kl3_mean):
+        """A micro-batch's mean KL3 over its `tokens` valid tokens (before this step's update). A non-finite value
+        (a NaN loss) is left out, and said so at the end of the step, rather than turning δ into NaN."""
+        if tokens > 0 and not math.isfinite(kl3_mean):
+            self._non_finite += 1
+        elif tokens > 0:
             self._kl3_sum += kl3_mean * tokens
             self._tokens += tokens
 
@@ -129,7 +136,10 @@ class DeltaControl:
         `all_reduce(tensor, "sum")` pools the step's KL3 over processes; every process calls this after every step.
         """
         pooled = torch.tensor([self._kl3_sum, self._tokens], dtype=torch.float64)
-        self._kl3_sum, self._tokens = 0.0, 0.0
+        if self._non_finite:
+            left_out = "micro-batches with a non-finite kl/kl3_mean left out of δ's update"
+            log.warning("step %d: %d %s", steps_done, self._non_finite, left_out)
+        self._kl3_sum, self._tokens, self._non_finite = 0.0, 0.0, 0
         settings = self.settings
         if settings["delta_schedule"] != "constant":
             progress = steps_done / max(self.total_steps - 1, 1)
