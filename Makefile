@@ -103,6 +103,9 @@ reproduce-table3: install ## Table 3: KL estimators and clip ranges on Qwen3-1.7
 ablate-delta: install ## Figure 3: ATR with delta in {0.05, ..., 0.09}
 	@$(LAUNCH) ablate_delta $(ARGS)
 
+reproduce-rivals: install ## ATR vs GSPO, CISPO, DPPO (tv, kl), atr_seq, adaptive ATR on Qwen3-1.7B, seeds 0-2
+	@$(LAUNCH) rivals $(ARGS)
+
 passk-curve: install ## Figure 4: evaluate the final ATR checkpoint with n = 128
 	@$(LAUNCH) passk_curve $(ARGS)
 
@@ -123,4 +126,4 @@ clean: ## Remove caches (never touches results/runs)
 	find . -name __pycache__ -type d -prune -not -path './.venv/*' -exec rm -rf {} +
 
 .PHONY: help install lint format test test-fast clean demo bench-loss bench-train bench-eval bench-grader bench-stats \
-	install-verl test-verl reproduce-mini reproduce-table2 reproduce-table3 ablate-delta passk-curve tables figures
+	install-verl test-verl reproduce-mini reproduce-table2 reproduce-table3 ablate-delta passk-curve reproduce-rivals tables figures

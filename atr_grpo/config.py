@@ -19,12 +19,14 @@ from omegaconf.errors import OmegaConfBaseException
 from atr_grpo import rundir
 from atr_grpo.cache import cache_dir
 from atr_grpo.clipping import RULES, build_rule
+from atr_grpo.clipping.adaptive_delta import DELTA_CONTROL_PARAMS, check_delta_control, delta_rules, takes_delta
 from atr_grpo.data.arithmetic import OPERATIONS  # importing it also registers the `arithmetic` benchmark
 from atr_grpo.data.datasets import SOURCES
 from atr_grpo.data.prompts import DEFAULT_SYSTEM_PROMPT
 from atr_grpo.distributed import log_suffix
 from atr_grpo.evaluation.benchmarks import BENCHMARKS
 from atr_grpo.losses import AGGREGATION_CHOICES, KL_ESTIMATORS
+from atr_grpo.rollout_correction import RolloutCorrection, correction_problem
 
 
 class ConfigError(ValueError):
@@ -45,10 +47,14 @@ def _one_of(key: str, value: Any, options: tuple[str, ...]) -> None:
 
 
 def unknown_key_message(full_key: str, schema: type) -> str:
-    """`invalid config: 'trainer.lr' is not a key of trainer; allowed keys: backend, learning_rate, ...`."""
+    """`invalid config: 'trainer.lr' is not a key of trainer; allowed keys: backend, learning_rate, ...`, and where
+    the key belongs when it is a key of another rule or section (`KEY_HINTS`)."""
     section = full_key.rpartition(".")[0] or "the root config"
     allowed = ", ".join(f.name for f in dataclasses.fields(schema))
-    return f"invalid config: {full_key!r} is not a key of {section}; allowed keys: {allowed}"
+    hint = KEY_HINTS.get(full_key.rpartition(".")[2])
+    return f"invalid config: {full_key!r} is not a key of {section}; allowed keys: {allowed}" + (
+        f" ({hint})" if hint else ""
+    )
 
 
 def _source_checks(section: str, source: str, hub_id: str | None, path: str | None) -> None:
@@ -258,7 +264,6 @@ class TrainerConfig:
     save_total_limit: int | None = 3
     bf16: bool | None = None  # null: true on a CUDA GPU, false on CPU
     gradient_checkpointing: bool | None = None  # null: on for GPU backends, off on CPU
-    vllm_importance_sampling_correction: bool = False  # Unsloth's default, used on both paths alike
     log_completions: bool = False
     num_threads: int | None = None  # torch CPU threads (None: leave torch's choice)
     # launched runs (torchrun / accelerate launch): seconds any collective may wait, the barrier where the other
@@ -321,12 +326,36 @@ class RolloutConfig:
     # who samples the rollouts: auto = vLLM on a CUDA machine where it is installed, else transformers
     engine: str = "auto"  # auto | hf | vllm
     vllm: VLLMRolloutConfig = field(default_factory=VLLMRolloutConfig)
+    # the importance weight ρ of π_old/π_rollout on each token's loss (atr_grpo/rollout_correction.py): none |
+    # tis (truncated) | mis (masked), per token or per sequence, with thresholds C_min / C_max (null: unbounded)
+    correction: str = "none"
+    correction_level: str = "token"  # token | sequence
+    correction_min: float | None = None  # C_min: none in verl's TIS, TRL's default
+    correction_max: float | None = 2.0  # C_max: verl's rollout_is_threshold default (TRL's: 3.0)
 
     def __post_init__(self) -> None:
         _check(self.num_iterations >= 1, "rollout.num_iterations", ">= 1", self.num_iterations)
         if self.steps_per_generation is not None:
             _positive("rollout.steps_per_generation", self.steps_per_generation)
         _one_of("rollout.engine", self.engine, ("auto", "hf", "vllm"))
+        problem = correction_problem(self.correction, self.correction_level, self.correction_min, self.correction_max)
+        if problem is not None:
+            raise ConfigError(f"invalid config: {problem}")
+        check_correction_engine(self.correction, self.engine)
+
+    def rollout_correction(self) -> RolloutCorrection:
+        return RolloutCorrection(self.correction, self.correction_level, self.correction_min, self.correction_max)
+
+
+def check_correction_engine(correction: str, engine: str) -> None:
+    """transformers' generate gives no log-probs of the sampled tokens: there is nothing to correct for."""
+    _check(
+        correction == "none" or engine != "hf",
+        "rollout.correction",
+        "'none' with rollout.engine='hf' (only vLLM rollouts give the sampled tokens' log-probs to correct with; "
+        "set rollout.engine=vllm)",
+        correction,
+    )
 
 
 # ------------------------------------------------------------------------------------------------- eval
@@ -409,24 +438,41 @@ class LoggerConfig:
 # ------------------------------------------------------------------------------------------- clipping
 @dataclass
 class ClippingConfig:
-    """Base of the per-rule schemas generated below from the registry (one per rule)."""
+    """Base of the per-rule schemas generated below from the registry (one per rule): the rule's parameters and,
+    for a rule with a threshold δ, the keys of adaptive δ (`clipping/adaptive_delta.py`)."""
 
     name: str = MISSING
 
     def __post_init__(self) -> None:
-        params = {k: v for k, v in dataclasses.asdict(self).items() if k != "name"}
         try:
-            build_rule(self.name, **params)
+            rule = build_rule(self.name, **self.params())
         except ValueError as err:
             raise ConfigError(f"invalid config: clipping: {err}") from None
+        try:
+            if takes_delta(self.name):
+                check_delta_control(self.delta_control_settings(), rule.delta)
+        except ValueError as err:  # the message starts with the key
+            raise ConfigError(f"invalid config: clipping.{err}") from None
 
     def params(self) -> dict[str, Any]:
-        return {k: v for k, v in dataclasses.asdict(self).items() if k != "name"}
+        """The rule's own parameters (what `build_rule` takes)."""
+        return {param.name: getattr(self, param.name) for param in RULES[self.name].params}
+
+    def delta_control_settings(self) -> dict[str, Any]:
+        """The adaptive-δ keys (empty for a rule without δ)."""
+        if not takes_delta(self.name):
+            return {}
+        return {param.name: getattr(self, param.name) for param in DELTA_CONTROL_PARAMS}
 
 
 def _clipping_schema(rule_name: str) -> type:
-    """`Clipping_<rule>`: the rule's parameters with their source defaults, a module attribute so it pickles."""
-    fields = [(param.name, type(param.default), field(default=param.default)) for param in RULES[rule_name].params]
+    """`Clipping_<rule>`: the rule's parameters with their source defaults (and adaptive δ's keys for a δ-rule), a
+    module attribute so it pickles."""
+    params = RULES[rule_name].params + (DELTA_CONTROL_PARAMS if takes_delta(rule_name) else ())
+    fields = [
+        (param.name, float | None if param.default is None else type(param.default), field(default=param.default))
+        for param in params
+    ]
     cls = dataclasses.make_dataclass(f"Clipping_{rule_name}", fields, bases=(ClippingConfig,))
     cls.__module__ = __name__
     globals()[cls.__name__] = cls
@@ -434,6 +480,12 @@ def _clipping_schema(rule_name: str) -> type:
 
 
 CLIPPING_SCHEMAS: dict[str, type] = {name: _clipping_schema(name) for name in sorted(RULES)}
+
+# where a key belongs when it is not a key of the section it was given in
+KEY_HINTS = {
+    param.name: f"{param.name} is a key of the rules with a threshold δ: {', '.join(delta_rules())}"
+    for param in DELTA_CONTROL_PARAMS
+} | {"vllm_importance_sampling_correction": "the rollout correction is rollout.correction=none|tis|mis"}
 
 
 # ------------------------------------------------------------------------------------------------- root
@@ -496,6 +548,15 @@ class TrainConfig:
 
         if self.rollout.engine == "vllm":
             check_vllm_temperature(self.trainer.temperature, "trainer.temperature", "rollout.engine=vllm")
+
+        target = self.clipping.delta_control_settings().get("target_kl3")
+        _check(
+            target is None or self.optimizer_steps_per_rollout > 1,
+            "clipping.target_kl3",
+            "null when every update is on-policy (KL3 ≡ 0 gives the controller nothing to measure; use "
+            "rollout=reuse2 or rollout.num_iterations > 1)",
+            target,
+        )
 
         per_rollout = self.optimizer_steps_per_rollout
         _check(

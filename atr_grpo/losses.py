@@ -1,7 +1,8 @@
 """The GRPO loss: the rule's per-token loss, the optional KL-to-reference regulariser, and aggregation.
 
 `grpo_loss` is the one composition both trainer paths call (TRL's `_compute_loss` and the function
-injected into Unsloth's compiled loss): rule → β·KL → aggregation → ÷ gradient-accumulation steps. It is
+injected into Unsloth's compiled loss): rule → × rollout-correction weight → + β·KL → aggregation →
+÷ gradient-accumulation steps. It is
 pure tensor code (no `.item()`, no branching on tensor values), so it also runs under `torch.compile`.
 
 Aggregation is a separate axis from the clipping rule (STYLE.md §1):
@@ -35,6 +36,7 @@ from atr_grpo.clipping.base import (
     ratio_from_log,
     rule_metrics,
 )
+from atr_grpo.rollout_correction import RolloutCorrection
 
 AGGREGATIONS = ("dr_grpo", "token_mean", "seq_mean")
 AGGREGATION_CHOICES = (*AGGREGATIONS, "native")  # what a config may ask for
@@ -112,13 +114,14 @@ def kl_penalty(
 # ------------------------------------------------------------------------------------------ the GRPO loss
 @dataclass(frozen=True)
 class LossSettings:
-    """Everything besides the rule that shapes the loss (trainer.* keys of the config)."""
+    """Everything besides the rule that shapes the loss (trainer.* keys of the config, and rollout.correction*)."""
 
     loss_agg: str = "dr_grpo"
     max_completion_length: int | None = None  # Dr.GRPO's constant normaliser L_max
     beta: float = 0.0  # weight of the KL to the reference policy (0 in the paper)
     kl_estimator: str = "k3"
     kl_importance_weight: bool = True
+    correction: RolloutCorrection = RolloutCorrection()  # the rollout engine's mismatch (none by default)
 
     def __post_init__(self) -> None:
         if self.loss_agg not in AGGREGATIONS:
@@ -135,6 +138,7 @@ class GRPOLoss(NamedTuple):
     batch: TokenBatch  # the validated inputs the rule saw
     terms: RuleTerms  # the rule's loss and frozen-token masks
     kl_ref: Tensor | None  # the per-token KL-to-reference estimate, when β > 0
+    correction_weight: Tensor | None  # the rollout-correction weight ρ `[B, T]` or `[B, 1]`, when a correction is set
 
     def metrics(self) -> dict[str, float]:
         """The rule's metrics (`clip/*`, `ratio/*`, `kl/kl3_mean`, ...) over valid tokens; one host sync."""
@@ -150,22 +154,29 @@ def grpo_loss(
     settings: LossSettings,
     *,
     ref_logp: Tensor | None = None,
-    correction_weight: Tensor | None = None,
+    sampling_logp: Tensor | None = None,
     gradient_accumulation_steps: int | Tensor = 1,
     extras: dict[str, Any] | None = None,
 ) -> GRPOLoss:
-    """rule → (× correction weight) → + β·KL(π_θ ‖ π_ref) → aggregation → ÷ gradient-accumulation steps.
+    """rule → × ρ (settings.correction) → + β·KL(π_θ ‖ π_ref) → aggregation → ÷ gradient-accumulation steps.
 
-    logp `[B, T]` carries the gradient; old_logp, ref_logp `[B, T]` and advantages `[B]`/`[B, T]` do not;
-    mask `[B, T]` marks the completion tokens that count. `correction_weight` (`[B, T]` or `[B, 1]`, no
-    gradient) multiplies the rule's per-token loss: a rollout-engine importance weight, 1 when absent.
-    `extras` are the rule's declared per-token inputs (e.g. `key_seed`, `full_kl`) in the layout of `logp`.
+    logp `[B, T]` carries the gradient; old_logp, ref_logp, sampling_logp `[B, T]` and advantages `[B]`/`[B, T]`
+    do not; mask `[B, T]` marks the completion tokens that count. `sampling_logp` is the rollout engine's log-prob
+    of each sampled token, from which `settings.correction` weighs the rule's per-token loss (`rollout_correction`;
+    needed only when a correction is set). `extras` are the rule's per-token inputs (e.g. `key_seed`, `full_kl`,
+    `delta`) in the layout of `logp`.
     """
     batch = make_batch(logp, old_logp, advantages, mask)
     terms = rule.terms(batch, **(extras or {}))
     per_token = torch.where(batch.mask, terms.loss, 0.0)
-    if correction_weight is not None:
-        per_token = per_token * torch.where(batch.mask, correction_weight.detach().float(), 0.0)
+    correction_weight = None
+    if settings.correction.active:
+        if sampling_logp is None:
+            raise ValueError(
+                f"rollout.correction={settings.correction.kind} needs the rollout engine's log-probs (sampling_logp)"
+            )
+        correction_weight = settings.correction.weight(batch.old_logp, sampling_logp, batch.mask)
+        per_token = per_token * torch.where(batch.mask, correction_weight, 0.0)
     kl_ref = None
     if settings.beta != 0.0:
         if ref_logp is None:
@@ -174,4 +185,4 @@ def grpo_loss(
         kl_ref = kl_penalty(logp, ref_logp, mask, settings.kl_estimator, weight)
         per_token = per_token + settings.beta * kl_ref
     loss = aggregate(per_token, mask, settings.loss_agg, settings.max_completion_length)
-    return GRPOLoss(loss / gradient_accumulation_steps, per_token, batch, terms, kl_ref)
+    return GRPOLoss(loss / gradient_accumulation_steps, per_token, batch, terms, kl_ref, correction_weight)

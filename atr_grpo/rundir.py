@@ -67,14 +67,17 @@ NAMED_KEYS = ("experiment", "seed", "clipping", "run_dir", "run_name", "resume",
 
 
 def method_label(clipping: Any) -> str:
-    """`atr`, `clip-eps0.3`, `clip_higher-eps_low0.329-eps_high0.6`: the rule and its non-default values."""
+    """`atr`, `clip-eps0.3`, `clip_higher-eps_low0.329-eps_high0.6`, `atr-target_kl3_0.01`: the rule and its
+    non-default values (adaptive δ's included; a key ending in a digit is separated from its value by `_`)."""
     from atr_grpo.clipping import rule_defaults
+    from atr_grpo.clipping.adaptive_delta import DELTA_CONTROL_DEFAULTS, takes_delta
 
     values = OmegaConf.to_container(clipping, resolve=True) if OmegaConf.is_config(clipping) else dict(clipping)
     name = values.pop("name")
-    defaults = rule_defaults(name)
+    defaults = rule_defaults(name) | (DELTA_CONTROL_DEFAULTS if takes_delta(name) else {})
     changed = [(k, v) for k, v in values.items() if k in defaults and v != defaults[k]]
-    return "-".join([name] + [f"{k}{v:g}" if isinstance(v, float) else f"{k}{v}" for k, v in changed])
+    parts = [(k + "_" if k[-1].isdigit() else k) + (f"{v:g}" if isinstance(v, float) else f"{v}") for k, v in changed]
+    return "-".join([name, *parts])
 
 
 def sweep_suffix(overrides: list[str]) -> str:

@@ -572,6 +572,7 @@ def test_the_listing_shows_every_parameter_with_its_range_and_source():
     assert "delta = 0.07" in text and "a finite number > 0" in text and "§6.4" in text
     assert "δ = 0.07 ⇔ w ∈ [0.671, 1.422]" in text
     assert "π_old 0.9: w ∈ [0.769, 1.187]" in text  # DCPO's Table 1 row, per token
+    assert text.count("adaptive δ (clipping/adaptive_delta.py): delta_schedule = constant, delta_final = None") == 1
     for name, rule in RULES.items():
         entry = rule_listing([name])
         assert rule.source in entry and rule.summary in entry

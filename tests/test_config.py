@@ -12,6 +12,7 @@ import yaml
 from conftest import REPO, compose, train_config
 
 from atr_grpo.clipping import RULES, rule_defaults
+from atr_grpo.clipping.adaptive_delta import DELTA_CONTROL_DEFAULTS
 from atr_grpo.config import ConfigError, to_object
 from atr_grpo.data.arithmetic import DEFAULT_TASK
 from atr_grpo.evaluation.benchmarks import BENCHMARKS, BenchmarkSpec
@@ -45,6 +46,25 @@ BAD = [
     (["logger.name=tensorboard"], ["logger.name", "'wandb'", "'none'"]),
     (["model.lora.dropout=1.5"], ["model.lora.dropout", "[0, 1)"]),
     (["rollout.num_iterations=0"], ["rollout.num_iterations", ">= 1"]),
+    # adaptive δ: keys of the δ-rules only, and settings that contradict each other (clipping/adaptive_delta.py)
+    (["clipping=clip", "clipping.target_kl3=0.01"], ["'clipping.target_kl3'", "allowed keys: name, eps", "atr"]),
+    (["clipping=cispo", "+clipping.delta_schedule=linear"], ["'clipping.delta_schedule'", "threshold δ"]),
+    (["clipping.delta_schedule=linear"], ["clipping.delta_final", "delta_schedule=linear"]),
+    (["clipping.delta_final=0.03"], ["clipping.delta_final", "linear and cosine"]),
+    (["clipping.delta_schedule=step"], ["clipping.delta_schedule", "'constant'", "'cosine'"]),
+    (["clipping.target_kl3=-1"], ["clipping.target_kl3", "> 0"]),
+    (["clipping.target_kl3=0.01", "clipping.delta_schedule=cosine", "clipping.delta_final=0.03"], ["choose one"]),
+    (["clipping.target_kl3=0.01", "clipping.delta=0.9"], ["clipping.delta", "[0.01, 0.5]"]),
+    (["clipping.target_kl3=0.01", "clipping.delta_min=0.6"], ["clipping.delta_min", "delta_max=0.5"]),
+    (["clipping.target_kl3=0.01", "rollout=on_policy"], ["clipping.target_kl3", "on-policy"]),
+    # the rollout correction (rollout_correction.py)
+    (["rollout.correction=tis", "rollout.engine=hf"], ["rollout.correction", "'none' with rollout.engine='hf'"]),
+    (["rollout.correction=is"], ["rollout.correction", "'none'", "'tis'", "'mis'"]),
+    (["rollout.correction_level=batch"], ["rollout.correction_level", "'token'", "'sequence'"]),
+    (["rollout.correction_max=0.9"], ["rollout.correction_max", ">= 1"]),
+    (["rollout.correction_min=1.5"], ["rollout.correction_min", "(0, 1]"]),
+    (["rollout.correction=mis", "rollout.correction_max=null"], ["rollout.correction_min or"]),
+    (["+trainer.vllm_importance_sampling_correction=true"], ["rollout.correction=none|tis|mis"]),
 ]
 
 
@@ -207,7 +227,7 @@ def test_cfg_job_resolve_prints_the_contract_keys_without_loading_a_model():
     )
     assert done.returncode == 0, done.stderr
     printed = yaml.safe_load(done.stdout)
-    assert printed["clipping"] == {"name": "atr", "delta": 0.05, "semantics": "min"}
+    assert printed["clipping"] == {"name": "atr", "delta": 0.05, "semantics": "min", **DELTA_CONTROL_DEFAULTS}
     assert printed["run_dir"] == "results/runs/smoke/smoke__atr-delta0.05__s0"
     for key in ("lora", "max_seq_length"):
         assert key in printed["model"]

@@ -64,6 +64,23 @@ def test_table3_and_ablation_counts():
     assert dry_run("passk_curve") == [[sys.executable, "-m", "atr_grpo.evaluate", "experiment=passk_curve"]]
 
 
+def test_rivals_dry_run_lists_7_methods_by_3_seeds_and_every_run_composes():
+    """ATR vs GSPO, CISPO, DPPO-TV, DPPO-KL, atr_seq and adaptive ATR on Qwen3-1.7B, seeds 0-2: 21 commands, each a
+    config that composes with the paper's protocol, and 21 distinct run directories."""
+    lines = dry_run("rivals")
+    assert len(lines) == 21 and all(cmd[1:4] == ["-m", "atr_grpo.train", "-m"] for cmd in lines)
+    configs = [train_config(overrides) for overrides in launch.load_plan("rivals").expand()]
+    methods = {cfg.method for cfg in configs}
+    assert methods == {"atr", "gspo", "cispo", "dppo_tv", "dppo_kl", "atr_seq", "atr-target_kl3_0.01"}
+    assert sorted(cfg.seed for cfg in configs) == [0] * 7 + [1] * 7 + [2] * 7
+    for cfg in configs:
+        assert (cfg.model.name, cfg.experiment, cfg.trainer.loss_agg) == ("qwen3-1.7b", "rivals", "dr_grpo")
+        assert (cfg.trainer.learning_rate, cfg.trainer.max_steps, cfg.optimizer_steps_per_rollout) == (5e-6, 1000, 2)
+    adaptive = next(cfg for cfg in configs if cfg.method != cfg.clipping.name)
+    assert (adaptive.clipping.delta, adaptive.clipping.target_kl3) == (0.07, 0.01)
+    assert len({launch.run_dir_of(overrides) for overrides in launch.load_plan("rivals").expand()}) == 21
+
+
 def test_every_table2_run_uses_the_papers_protocol():
     plan = launch.load_plan("table2")
     for overrides in plan.expand():
@@ -129,7 +146,9 @@ def test_finished_runs_are_skipped_and_failures_reported(tmp_path, monkeypatch, 
 
 def test_unknown_plan_lists_the_plans(capsys):
     assert launch.main(["table9"]) == 2
-    assert "allowed: ablate_delta, passk_curve, table2, table3" in capsys.readouterr().err
+    plans = sorted(path.stem for path in (CONF / "plan").glob("*.yaml"))
+    assert {"ablate_delta", "passk_curve", "rivals", "table2", "table3"} <= set(plans)
+    assert f"allowed: {', '.join(plans)}" in capsys.readouterr().err
 
 
 def test_overrides_that_do_not_compose_stop_the_launch_with_exit_2(monkeypatch, capsys):

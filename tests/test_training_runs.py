@@ -1,9 +1,11 @@
 """End-to-end runs of `experiment=smoke` on the tiny model (CPU): the run directory, the clipping rule binding
-off-policy and not on-policy, resume after a kill, the evaluation callback, and run-directory safety."""
+off-policy and not on-policy, adaptive δ moving with the measured KL3, resume after a kill (adaptive δ included),
+the evaluation callback, and run-directory safety."""
 
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 from conftest import REPO, compose
@@ -121,23 +123,66 @@ class Kill(TrainerCallback):
 COMPARED = ("loss", "grad_norm", "reward", "entropy", "clip/frac", "ratio/mean", "ratio/max", "completion_length")
 
 
+def assert_resume_matches(run_dir, overrides, whole, compared=COMPARED):
+    """Kill a run after step 2, launch the same command again: it ends with `whole`'s metrics."""
+    with pytest.raises(Preempted):
+        smoke(run_dir, overrides, callbacks=[Kill(2)])
+    assert not (run_dir / rundir.DONE_FILE).exists()
+    smoke(run_dir, overrides)  # the same command again: continues from checkpoint-2
+    resumed = metrics(run_dir)
+    assert [r["step"] for r in resumed] == [1, 2, 3, 4]
+    for a, b in zip(whole, resumed):
+        for key in compared:
+            if key in a:
+                assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-6), (a["step"], key)
+    env = json.loads((run_dir / rundir.ENV_FILE).read_text())
+    assert len(env["resumes"]) == 1
+
+
 def test_resume_after_a_kill_matches_an_uninterrupted_run(tmp_path):
     """Killed after step 2 and re-launched, a run ends with the same metrics as an uninterrupted one
     (optimizer, scheduler, RNG and step restored; the killed run's later metric lines are set aside)."""
     overrides = ["clipping=clip_cov", "eval=none", "trainer.learning_rate=1e-3"]  # clip_cov: seeded randomness too
     whole = metrics(smoke(tmp_path / "whole", overrides))
-    with pytest.raises(Preempted):
-        smoke(tmp_path / "killed", overrides, callbacks=[Kill(2)])
-    assert not (tmp_path / "killed" / rundir.DONE_FILE).exists()
-    smoke(tmp_path / "killed", overrides)  # the same command again: continues from checkpoint-2
-    resumed = metrics(tmp_path / "killed")
-    assert [r["step"] for r in resumed] == [1, 2, 3, 4]
-    for a, b in zip(whole, resumed):
-        for key in COMPARED:
-            if key in a:
-                assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-6), (a["step"], key)
-    env = json.loads((tmp_path / "killed" / rundir.ENV_FILE).read_text())
-    assert len(env["resumes"]) == 1
+    assert_resume_matches(tmp_path / "killed", overrides, whole)
+
+
+# ATR whose δ is driven by the measured KL3: a target far below what lr 1e-3 produces, and a gain of 1, so that each
+# reused step shrinks δ by the controller's largest factor e^(-0.2)
+ADAPTIVE = ["clipping.target_kl3=1e-6", "clipping.delta_rate=1.0", "trainer.learning_rate=1e-3", "eval=none"]
+
+
+@pytest.fixture(scope="module")
+def adaptive_run(tmp_path_factory, tiny_model_dir):
+    import os
+
+    old = os.getcwd()
+    os.chdir(REPO)
+    try:
+        return smoke(tmp_path_factory.mktemp("adaptive") / "run", ADAPTIVE)
+    finally:
+        os.chdir(old)
+
+
+def test_adaptive_delta_moves_clip_delta_as_the_controller_says(adaptive_run):
+    """clipping=atr clipping.target_kl3=...: clip/delta is logged every step and moves. Steps 1-2 train with δ₀ =
+    0.07 (step 1 is on-policy and carries no signal); after the reused step 2, δ = δ₀·exp(−η·clip(m/m* − 1, ±0.2))
+    with m its logged kl/kl3_mean, the δ of steps 3 and 4 (step 3 is on-policy again)."""
+    rows = metrics(adaptive_run)
+    deltas = [row["clip/delta"] for row in rows]
+    assert deltas[:2] == pytest.approx([0.07, 0.07], rel=1e-12)
+    measured = rows[1]["kl/kl3_mean"]
+    assert measured > 0 and rows[0]["kl/kl3_mean"] == 0.0
+    expected = 0.07 * math.exp(-1.0 * max(-0.2, min(0.2, measured / 1e-6 - 1)))
+    assert deltas[2] == pytest.approx(expected, rel=1e-9) and deltas[3] == pytest.approx(expected, rel=1e-9)
+    assert deltas[2] < 0.069  # it moved, toward a tighter trust region
+
+
+def test_adaptive_delta_is_restored_on_resume(adaptive_run, tmp_path):
+    """The δ in force is saved with each checkpoint: killed after step 2, the resumed run trains step 3 with the δ
+    the controller had reached, and ends with the uninterrupted run's metrics, clip/delta included."""
+    whole = metrics(adaptive_run)
+    assert_resume_matches(tmp_path / "killed", ADAPTIVE, whole, (*COMPARED, "clip/delta", "kl/kl3_mean"))
 
 
 def test_a_finished_run_is_left_as_is(atr_run, capsys):

@@ -1,12 +1,13 @@
 """A training run's stages on the tiny model (CPU), for real: evaluation after training with a vLLM engine of its
 own, every scheduled step evaluated and its adapter kept until then; a failed evaluation recorded, reported by
 the exit status, and evaluated again by a re-launch; TRL's colocated vLLM engine for rollouts with the
-rollout/trainer mismatch logged every step."""
+rollout/trainer mismatch logged every step, and the rollout correction weighing by it."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import subprocess
 import sys
 
@@ -131,3 +132,22 @@ def test_vllm_rollouts_train_bind_off_policy_and_log_the_engine_mismatch(tmp_pat
         assert row["ratio/min"] == row["ratio/max"] == 1.0 and row["clip/frac"] == 0.0
     for row in rows[1::2]:
         assert row["clip/frac"] > 0 and row["ratio/max"] > 1.05
+
+
+@needs_vllm
+def test_the_rollout_correction_runs_with_vllm_rollouts(tmp_path, monkeypatch, smoke_sft_adapter):
+    """rollout.correction=mis at token level with the band [0.995, 1.005], on TRL's colocated vLLM engine: the run
+    trains and logs, every step, the weights it applied: 1 on average, at most 1.005, exactly 0 on the tokens whose
+    trainer/engine ratio leaves the band (a float32 engine differs from the trainer by more than 0.5 % on some)."""
+    monkeypatch.chdir(REPO)
+    run_dir = tmp_path / "run"
+    correction = ["rollout.correction=mis", "rollout.correction_min=0.995", "rollout.correction_max=1.005"]
+    cfg = compose(["experiment=smoke", f"run_dir={run_dir}", "rollout.engine=vllm", "eval=none", *correction])
+    run_training(to_object(cfg), OmegaConf.to_yaml(cfg, resolve=True))
+    rows = metrics(run_dir)
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    for row in rows:
+        assert 0 < row["rollout/masked_frac"] < 0.5, row
+        assert row["rollout/weight_min"] == 0.0 and 0.995 <= row["rollout/weight_max"] <= 1.005, row
+        assert abs(row["rollout/weight_mean"] - (1 - row["rollout/masked_frac"])) < 0.01, row
+        assert math.isfinite(row["loss"]) and row["rollout/logp_abs_diff_max"] > 0.005, row

@@ -142,3 +142,40 @@ def test_every_rule_trains_through_the_trl_path(trainer, rule):
     assert 0 <= metrics["clip/frac"] <= 1 and metrics["ratio/min"] <= metrics["ratio/mean"] <= metrics["ratio/max"]
     if rule == "full_kl":
         assert metrics["kl/estimate_mean"] > 0
+
+
+def test_the_trl_path_weighs_each_token_by_the_rollout_correction(trainer):
+    """With vLLM's log-probs of the sampled tokens in the batch, `_compute_loss` is the uncorrected loss with each
+    token's rule loss times the correction's weight (TRL's own correction stays off); without them it refuses."""
+    import dataclasses
+
+    from atr_grpo.losses import aggregate
+    from atr_grpo.rollout_correction import RolloutCorrection
+
+    trainer.rule = build_rule("atr")
+    inputs = make_inputs(trainer, seed=3)
+    mask = inputs["completion_mask"]
+    noise = torch.randn(mask.shape, generator=torch.Generator().manual_seed(4))
+    inputs["sampling_per_token_logps"] = inputs["old_per_token_logps"] + 0.2 * noise
+    plain_settings = trainer.loss_settings
+    correction = RolloutCorrection("tis", "sequence", 0.8, 1.25)
+    trainer.loss_settings = dataclasses.replace(plain_settings, correction=correction)
+    try:
+        trainer._step_stats.reduce()
+        ours, _ = loss_and_grad(trainer, type(trainer)._compute_loss, inputs)
+        metrics = trainer._step_stats.reduce()
+        with pytest.raises(RuntimeError, match="carries no log-probs from the rollout engine"):
+            type(trainer)._compute_loss(trainer, trainer.model, {**inputs, "sampling_per_token_logps": None})
+    finally:
+        trainer.loss_settings = plain_settings
+    with torch.no_grad():
+        ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1)
+        attention = torch.cat([inputs["prompt_mask"], mask], 1)
+        logp, _, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, attention, mask.shape[1])
+    old = inputs["old_per_token_logps"]
+    weight = correction.weight(old, inputs["sampling_per_token_logps"], mask)
+    per_token = trainer.rule(logp, old, inputs["advantages"], mask).loss * weight
+    expected = aggregate(per_token, mask, "dr_grpo", trainer.loss_settings.max_completion_length) / 2
+    torch.testing.assert_close(ours, expected, rtol=1e-5, atol=1e-7)
+    assert 0 < metrics["rollout/truncated_frac"] < 1 and metrics["rollout/weight_min"] == pytest.approx(0.8)
+    assert trainer.args.vllm_importance_sampling_correction is False

@@ -20,6 +20,7 @@ import torch
 from atr_grpo.clipping import RULES, build_rule
 from atr_grpo.clipping.cov import key_seed_from
 from atr_grpo.losses import LossSettings, aggregate
+from atr_grpo.rollout_correction import RolloutCorrection
 from atr_grpo.training.rule_trainer import RuleTrainerMixin, rule_generator
 from atr_grpo.training.unsloth_loss import (
     compact_valid,
@@ -34,9 +35,9 @@ SETTINGS = LossSettings(loss_agg="dr_grpo", max_completion_length=MAX_LEN)
 
 
 @contextmanager
-def installed(namespace, rule):
+def installed(namespace, rule, settings=SETTINGS):
     """The rule inside zoo's loss globals for the block; zoo's own functions are back afterwards."""
-    restore = install_rule(namespace, rule, SETTINGS)
+    restore = install_rule(namespace, rule, settings)
     try:
         yield
     finally:
@@ -121,11 +122,11 @@ def unsloth_kwargs(rule, full_kl, mask, micro_step: int = 1):
     return {"max_completion_length": MAX_LEN, "current_gradient_accumulation_steps": GA, **encode_extras(extras, mask)}
 
 
-def efficient_grpo(zoo, logp, old, advantages, mask, kwargs):
+def efficient_grpo(zoo, logp, old, advantages, mask, kwargs, sampling=None):
     leaf = logp.clone().requires_grad_()
     ids = torch.zeros(mask.shape, dtype=torch.long)
     outputs = zoo.UnslothEfficientGRPO.apply(
-        leaf, old, None, None, torch.empty(1), ids, mask, advantages, 0.0, None, 1, kwargs, None
+        leaf, old, None, sampling, torch.empty(1), ids, mask, advantages, 0.0, None, 1, kwargs, None
     )
     outputs[0].backward()
     return outputs, leaf.grad
@@ -201,17 +202,11 @@ class FakeTrainer(RuleTrainerMixin):
 WRAPPED_RULES = sorted({"atr"} | {name for name, rule in RULES.items() if rule.needs or rule.native_aggregation})
 
 
-@pytest.mark.parametrize("name", WRAPPED_RULES)
-def test_accumulated_loss_wrapper_adds_extras_and_logs_rule_metrics(zoo, monkeypatch, name):
-    """The wrapper around zoo's grpo_accumulated_loss feeds the rule's extras through Unsloth's repacking and
-    logs exactly the TRL path's metrics (clip/*, ratio/*, kl/*) from the tensors the compiled loss saw."""
-    tighter = {"delta": 0.02} if any(param.name == "delta" for param in RULES[name].params) else {}
-    rule = build_rule(name, **tighter)
-    logp, old, advantages, mask, full_kl = random_batch(3)
-    want_loss, want_grad, want_metrics = trl_path(rule, logp, old, advantages, mask, full_kl)
-    pad = 3
+def zoo_like_accumulated_loss(zoo, logp, pad=3):
+    """What zoo's grpo_accumulated_loss does with the rule's kwargs: left-pack, score (here: `logp`), then one
+    UnslothEfficientGRPO call; the gradient it computed is left in `.grad`."""
 
-    def fake_accumulated_loss(
+    def grpo_accumulated_loss(
         trainer,
         input_ids,
         attention_mask,
@@ -222,41 +217,161 @@ def test_accumulated_loss_wrapper_adds_extras_and_logs_rule_metrics(zoo, monkeyp
         ref_logps,
         n_chunks=-1,
         tool_mask=None,
+        sampling_per_token_logps=None,
         **kwargs,
     ):
-        # what zoo does: left-pack, score, then one UnslothEfficientGRPO call with the loss kwargs
         packed_logp, packed_mask = left_packed(logp, completion_mask, pad)
         packed_old, _ = left_packed(old_logps, completion_mask, pad)
+        packed_sampling = None
+        if sampling_per_token_logps is not None:  # zoo's align_logprobs_with_mask
+            packed_sampling, _ = left_packed(sampling_per_token_logps, completion_mask, pad)
         leaf = packed_logp.requires_grad_()
-        zoo_args = (leaf, packed_old, None, None, torch.empty(1), torch.zeros_like(packed_mask), packed_mask)
+        zoo_args = (leaf, packed_old, None, packed_sampling, torch.empty(1), torch.zeros_like(packed_mask), packed_mask)
         outputs = zoo.UnslothEfficientGRPO.apply(*zoo_args, advantages, 0.0, None, 1, kwargs, None)
         outputs[0].backward()
-        fake_accumulated_loss.grad = leaf.grad
+        grpo_accumulated_loss.grad = leaf.grad
         return (*outputs, packed_mask)
 
-    monkeypatch.setitem(zoo.__dict__, "grpo_accumulated_loss", fake_accumulated_loss)
+    return grpo_accumulated_loss
+
+
+def call_accumulated_loss(zoo, trainer, mask, advantages, old, **kwargs):
+    return zoo.grpo_accumulated_loss(
+        trainer=trainer,
+        input_ids=torch.zeros(mask.shape[0], mask.shape[1] + 4, dtype=torch.long),
+        attention_mask=torch.ones(mask.shape[0], mask.shape[1] + 4, dtype=torch.long),
+        logits_to_keep=mask.shape[1],
+        completion_mask=mask,
+        advantages=advantages,
+        old_logps=old,
+        ref_logps=None,
+        max_completion_length=MAX_LEN,
+        current_gradient_accumulation_steps=GA,
+        **kwargs,
+    )
+
+
+@pytest.mark.parametrize("name", WRAPPED_RULES)
+def test_accumulated_loss_wrapper_adds_extras_and_logs_rule_metrics(zoo, monkeypatch, name):
+    """The wrapper around zoo's grpo_accumulated_loss feeds the rule's extras through Unsloth's repacking and
+    logs exactly the TRL path's metrics (clip/*, ratio/*, kl/*) from the tensors the compiled loss saw."""
+    tighter = {"delta": 0.02} if any(param.name == "delta" for param in RULES[name].params) else {}
+    rule = build_rule(name, **tighter)
+    logp, old, advantages, mask, full_kl = random_batch(3)
+    want_loss, want_grad, want_metrics = trl_path(rule, logp, old, advantages, mask, full_kl)
+    fake = zoo_like_accumulated_loss(zoo, logp)
+    monkeypatch.setitem(zoo.__dict__, "grpo_accumulated_loss", fake)
     trainer = FakeTrainer(rule, full_kl)
     with installed(zoo.__dict__, rule):
-        outputs = zoo.grpo_accumulated_loss(
-            trainer=trainer,
-            input_ids=torch.zeros(mask.shape[0], mask.shape[1] + 4, dtype=torch.long),
-            attention_mask=torch.ones(mask.shape[0], mask.shape[1] + 4, dtype=torch.long),
-            logits_to_keep=mask.shape[1],
-            completion_mask=mask,
-            advantages=advantages,
-            old_logps=old,
-            ref_logps=None,
-            max_completion_length=MAX_LEN,
-            current_gradient_accumulation_steps=GA,
-        )
+        outputs = call_accumulated_loss(zoo, trainer, mask, advantages, old)
     torch.testing.assert_close(outputs[0], want_loss, rtol=1e-5, atol=1e-7)
-    grad_back, _ = left_packed(want_grad, mask, pad)
-    torch.testing.assert_close(fake_accumulated_loss.grad, grad_back, rtol=1e-5, atol=1e-8)
+    grad_back, _ = left_packed(want_grad, mask, 3)
+    torch.testing.assert_close(fake.grad, grad_back, rtol=1e-5, atol=1e-8)
     logged = trainer._step_stats.reduce()
     assert set(want_metrics) <= set(logged)
     for key, value in want_metrics.items():
         assert logged[key] == pytest.approx(value, rel=1e-5, abs=1e-7), key
     assert want_metrics["clip/frac"] > 0  # the planted batch does exercise the rule
+
+
+# ------------------------------------------------------------------------------ adaptive δ and correction
+DELTAS = (0.03, 0.05, 0.07, 0.1, 0.2, 0.4)
+
+
+def test_a_new_delta_reaches_the_compiled_loss_without_recompiling(zoo):
+    """δ as a 0-d tensor extra: after the first call, five more δ values compile no new graph (torch._dynamo's
+    counters), and each gives the TRL path's loss and gradient of ATR built with that δ. The same δ held by the rule
+    as a Python float is a guarded constant whose change recompiles (a graph per value when run alone; torch may
+    make it a symbolic float after the first change), so the counter does see recompiles."""
+    from torch._dynamo.utils import counters
+
+    rule = build_rule("atr")
+    logp, old, advantages, mask, full_kl = random_batch(4)
+    graphs = []
+    with installed(zoo.__dict__, rule):
+        for delta in DELTAS:
+            kwargs = {**unsloth_kwargs(rule, full_kl, mask), **encode_extras({"delta": torch.tensor(delta)}, mask)}
+            outputs, grad = efficient_grpo(zoo, logp, old, advantages, mask, kwargs)
+            graphs.append(counters["stats"]["unique_graphs"])
+            want_loss, want_grad, _ = trl_path(build_rule("atr", delta=delta), logp, old, advantages, mask, full_kl)
+            torch.testing.assert_close(outputs[0], want_loss, rtol=1e-5, atol=1e-7)
+            torch.testing.assert_close(grad, want_grad, rtol=1e-5, atol=1e-8)
+    assert graphs[-1] - graphs[0] == 0, f"tensor δ recompiled: unique graphs {graphs}"
+
+    float_rule = build_rule("atr")
+    float_graphs = []
+    with installed(zoo.__dict__, float_rule):
+        for delta in DELTAS[:2]:
+            float_rule.delta = delta
+            efficient_grpo(zoo, logp, old, advantages, mask, unsloth_kwargs(float_rule, full_kl, mask))
+            float_graphs.append(counters["stats"]["unique_graphs"])
+    assert float_graphs[-1] - float_graphs[0] >= 1, f"float δ: unique graphs {float_graphs}"
+
+
+CORRECTIONS = [RolloutCorrection("tis", "token", None, 1.2), RolloutCorrection("mis", "sequence", 0.7, 1.3)]
+
+
+@pytest.mark.parametrize("correction", CORRECTIONS, ids=repr)
+def test_the_compiled_loss_weighs_with_the_correction_from_zoos_sampling_log_probs(zoo, correction):
+    """Given zoo's `sampling_per_token_logps` (left-packed like the rest), the compiled loss is the TRL path's rule
+    loss times the correction's weight, in value and gradient; `flat_is_ratio` is that weight (Unsloth's
+    `sampling/*` metrics) and `delta` the |log π_old − log π_rollout| gap."""
+    rule = build_rule("atr")
+    logp, old, advantages, mask, full_kl = random_batch(5)
+    sampling = old + 0.15 * torch.randn(old.shape, generator=torch.Generator().manual_seed(6))
+    weight = correction.weight(old, sampling, mask).expand_as(old) * mask
+    leaf = logp.clone().requires_grad_()
+    want = aggregate(rule(leaf, old, advantages, mask).loss * weight, mask, "dr_grpo", MAX_LEN) / GA
+    (want_grad,) = torch.autograd.grad(want, leaf)
+    pad = 4
+    packed = {name: left_packed(value, mask, pad)[0] for name, value in (("logp", logp), ("old", old))}
+    packed_sampling, packed_mask = left_packed(sampling, mask, pad)
+    settings = LossSettings(loss_agg="dr_grpo", max_completion_length=MAX_LEN, correction=correction)
+    with installed(zoo.__dict__, rule, settings):
+        outputs, grad = efficient_grpo(
+            zoo,
+            packed["logp"],
+            packed["old"],
+            advantages,
+            packed_mask,
+            unsloth_kwargs(rule, full_kl, mask),
+            packed_sampling,
+        )
+    torch.testing.assert_close(outputs[0], want, rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(grad, left_packed(want_grad, mask, pad)[0], rtol=1e-5, atol=1e-8)
+    torch.testing.assert_close(outputs[4], left_packed(weight, mask, pad)[0])
+    torch.testing.assert_close(outputs[3], left_packed((old - sampling).abs() * mask, mask, pad)[0])
+    assert ((weight != 1) & mask.bool()).any()  # the weight does act on this batch
+
+
+def test_the_wrapper_feeds_the_delta_in_force_and_the_engines_log_probs_and_logs_both(zoo, monkeypatch):
+    """On the Unsloth path the trainer's δ (here 0.02, the rule built at 0.07) reaches the compiled loss through the
+    wrapper's extras, and the engine's log-probs reach the correction: the loss is the TRL path's for ATR(0.02)
+    weighed by ρ, and clip/delta and rollout/weight_* are logged from the tensors the compiled loss saw."""
+    from atr_grpo.clipping.adaptive_delta import DeltaControl
+
+    correction = RolloutCorrection("tis", "token", None, 1.2)
+    settings = LossSettings(loss_agg="dr_grpo", max_completion_length=MAX_LEN, correction=correction)
+    rule = build_rule("atr")
+    logp, old, advantages, mask, full_kl = random_batch(7)
+    sampling = old + 0.15 * torch.randn(old.shape, generator=torch.Generator().manual_seed(8))
+    weight = correction.weight(old, sampling, mask)
+    leaf = logp.clone().requires_grad_()
+    at_002 = build_rule("atr", delta=0.02)(leaf, old, advantages, mask)
+    want = aggregate(at_002.loss * weight, mask, "dr_grpo", MAX_LEN) / GA
+    monkeypatch.setitem(zoo.__dict__, "grpo_accumulated_loss", zoo_like_accumulated_loss(zoo, logp))
+    trainer = FakeTrainer(rule, full_kl)
+    trainer._setup_rule(rule, settings, DeltaControl(initial=0.02, total_steps=10))
+    with installed(zoo.__dict__, rule, settings):
+        outputs = call_accumulated_loss(zoo, trainer, mask, advantages, old, sampling_per_token_logps=sampling)
+        with pytest.raises(RuntimeError, match="rollout.correction=tis, but this batch carries no log-probs"):
+            call_accumulated_loss(zoo, trainer, mask, advantages, old)
+    torch.testing.assert_close(outputs[0], want, rtol=1e-5, atol=1e-7)
+    logged = trainer._step_stats.reduce()
+    assert logged["clip/delta"] == pytest.approx(0.02)
+    assert logged["clip/frac"] == pytest.approx(at_002.metrics["clip/frac"])
+    assert logged["rollout/weight_max"] == pytest.approx(float(weight[mask.bool()].max()))
+    assert logged["rollout/truncated_frac"] > 0
 
 
 def test_neutralise_overrides_restores_every_changed_value():

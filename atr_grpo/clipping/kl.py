@@ -57,9 +57,12 @@ class DivergenceRule(ClipRule):
     def estimate(self, batch: TokenBatch, **extras: Any) -> Tensor:
         raise NotImplementedError
 
-    def terms(self, batch: TokenBatch, **extras: Any) -> RuleTerms:
+    def terms(self, batch: TokenBatch, delta: Tensor | None = None, **extras: Any) -> RuleTerms:
+        """`delta`: the threshold in force as a 0-d tensor (adaptive δ, `adaptive_delta.py`); None = `self.delta`.
+        A tensor keeps a compiled loss from recompiling when δ changes."""
         estimate = self.estimate(batch, **extras)
-        terms = general_operator(batch, estimate <= self.delta, self.semantics)
+        threshold = self.delta if delta is None else delta.to(estimate.dtype)
+        terms = general_operator(batch, estimate <= threshold, self.semantics)
         terms.extra["kl/estimate_mean"] = estimate
         return terms
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import inspect
 from pathlib import Path
 
+from atr_grpo.clipping.adaptive_delta import DELTA_CONTROL_PARAMS, takes_delta
 from atr_grpo.clipping.base import RULES, ClipRule, build_rule
 
 TABLE_HEADER = (
@@ -46,6 +47,9 @@ def rule_entry(name: str) -> str:
         lines.append(f"  native aggregation: {rule_class.native_aggregation} (with loss_agg=native)")
     if rule_class.needs:
         lines.append(f"  needs the extras: {', '.join(rule_class.needs)}")
+    if takes_delta(name):
+        keys = ", ".join(f"{p.name} = {format_default(p.default)}" for p in DELTA_CONTROL_PARAMS)
+        lines.append(f"  adaptive δ (clipping/adaptive_delta.py): {keys}")
     if rule_class.acts_on_policy:
         lines.append("  acts on strictly on-policy updates (w ≡ 1) as well")
     return "\n".join(lines)

@@ -34,7 +34,7 @@ from omegaconf import OmegaConf
 
 from atr_grpo import distributed, rundir
 from atr_grpo.clipping import RULES, build_rule
-from atr_grpo.config import ConfigError, TrainConfig, check_vllm_temperature
+from atr_grpo.config import ConfigError, TrainConfig, check_correction_engine, check_vllm_temperature
 from atr_grpo.evaluation.schedule import EvaluationState, record_failure, run_evaluation_state, saved_adapters
 
 log = logging.getLogger(__name__)
@@ -171,10 +171,12 @@ def choose_backend(cfg: TrainConfig) -> str:
 
 def resolve_rollout_engine(cfg: TrainConfig) -> str:
     """rollout.engine with auto resolved (vLLM on a CUDA machine where it is installed), checked against the
-    machine: vLLM must be importable and the training temperature within vLLM's bound."""
+    machine: vLLM must be importable, the training temperature within vLLM's bound, and a rollout correction
+    needs vLLM's log-probs."""
     engine = cfg.rollout.engine
     if engine == "auto":
         engine = "vllm" if torch.cuda.is_available() and _importable("vllm") else "hf"
+    check_correction_engine(cfg.rollout.correction, engine)
     if engine == "vllm":
         if not _importable("vllm"):
             raise ConfigError("invalid config: rollout.engine='vllm' needs vLLM (`make install` installs it)")

@@ -3,10 +3,11 @@
 - `grpo_arg_values`: TRL's config values from ours; everything that changes the loss or the sampler is set
   explicitly, never left to a library default.
 - `RuleTrainerMixin`: the rule and its `LossSettings`, the rule's extras for a micro-batch (Clip-Cov's key
-  seed, the full-vocabulary KL against π_old's snapshot), and one `record_loss` that turns a micro-batch's
-  `GRPOLoss` into the step's metrics: the rule's `clip/*`, `ratio/*`, `kl/*`, the entropy, and the
-  rollout-engine mismatch under `rollout/`. Metrics are pooled over micro-batches and processes
-  (`step_stats.StepStats`) and added to TRL's log at each logging step.
+  seed, the full-vocabulary KL against π_old's snapshot, the δ in force), and one `record_loss` that turns a
+  micro-batch's `GRPOLoss` into the step's metrics: the rule's `clip/*` (with `clip/delta` for a δ-rule),
+  `ratio/*`, `kl/*`, the entropy, and under `rollout/` the rollout-engine mismatch and the correction's weights.
+  Metrics are pooled over micro-batches and processes (`step_stats.StepStats`) and added to TRL's log at each
+  logging step. A δ-rule's `DeltaControl` moves δ after each optimizer step and is saved with each checkpoint.
 """
 
 from __future__ import annotations
@@ -18,8 +19,11 @@ from typing import Any
 
 import torch
 from torch import Tensor
+from transformers import TrainerCallback
 
+from atr_grpo import rundir
 from atr_grpo.clipping import ClipRule
+from atr_grpo.clipping.adaptive_delta import DeltaControl, takes_delta
 from atr_grpo.clipping.cov import key_seed_from
 from atr_grpo.config import TrainConfig
 from atr_grpo.distributed import process_batch, world_size
@@ -31,6 +35,8 @@ log = logging.getLogger(__name__)
 
 # A token whose ratio π_trainer/π_rollout leaves [1 - band, 1 + band] counts as mismatched
 ROLLOUT_RATIO_BAND = 0.1
+# the δ in force after a checkpoint's step, in the checkpoint's folder
+DELTA_STATE_FILE = "delta_control.json"
 
 
 def resolve_flag(value: bool | str | None, default: bool) -> bool:
@@ -58,6 +64,19 @@ def loss_settings(cfg: TrainConfig) -> LossSettings:
         beta=tr.beta,
         kl_estimator=tr.kl_estimator,
         kl_importance_weight=tr.kl_importance_weight,
+        correction=cfg.rollout.rollout_correction(),
+    )
+
+
+def delta_control(cfg: TrainConfig) -> DeltaControl | None:
+    """The δ in force over a run of a δ-rule (constant, scheduled or controlled); None for other rules."""
+    if not takes_delta(cfg.clipping.name):
+        return None
+    return DeltaControl(
+        initial=cfg.clipping.delta,
+        total_steps=cfg.trainer.max_steps,
+        steps_per_rollout=cfg.optimizer_steps_per_rollout,
+        settings=cfg.clipping.delta_control_settings(),
     )
 
 
@@ -115,7 +134,8 @@ def grpo_arg_values(cfg: TrainConfig, output_dir: str | Path) -> dict[str, Any]:
         beta=tr.beta,
         mask_truncated_completions=tr.mask_truncated_completions,
         disable_dropout=True,  # stale ratios must come from the update, not from dropout masks
-        vllm_importance_sampling_correction=tr.vllm_importance_sampling_correction,
+        # TRL's own correction stays off: ours (rollout.correction) weighs the loss on both paths
+        vllm_importance_sampling_correction=False,
         **vllm_arg_values(cfg),
         # optimisation
         learning_rate=tr.learning_rate,
@@ -179,9 +199,10 @@ def rollout_mismatch(sampling_logp: Tensor, trainer_logp: Tensor, mask: Tensor) 
 class RuleTrainerMixin:
     """Added in front of a `GRPOTrainer` class (TRL's or Unsloth's): the rule, its extras and its metrics."""
 
-    def _setup_rule(self, rule: ClipRule, settings: LossSettings) -> None:
+    def _setup_rule(self, rule: ClipRule, settings: LossSettings, delta: DeltaControl | None = None) -> None:
         self.rule = rule
         self.loss_settings = settings
+        self.delta_control = delta
         self._old_adapter: dict[str, Tensor] | None = None
         self._step_stats = StepStats()
 
@@ -202,6 +223,8 @@ class RuleTrainerMixin:
     ) -> dict[str, Tensor]:
         """The rule's declared extras as tensors in the layout of `like` (`[B, logits_to_keep]`)."""
         extras: dict[str, Tensor] = {}
+        if self.delta_control is not None:  # a tensor: a new value does not recompile Unsloth's compiled loss
+            extras["delta"] = torch.tensor(self.delta_control.delta, dtype=torch.float32, device=like.device)
         if "generator" in self.rule.needs:  # Clip-Cov: a seed tensor, so compiled code can draw the same keys
             process = self.accelerator.process_index  # type: ignore[attr-defined]
             generator = rule_generator(self.args.seed, self.state.global_step, self._step, process)
@@ -221,15 +244,63 @@ class RuleTrainerMixin:
         return extras
 
     def record_loss(self, result: GRPOLoss, sampling_logp: Tensor | None = None) -> None:
-        """A training micro-batch's metrics: the rule's, the KL to the reference, the rollout mismatch."""
+        """A training micro-batch's metrics: the rule's, the δ in force, the KL to the reference, the rollout
+        mismatch and the correction's weights."""
         valid = result.batch.mask
         count = int(valid.sum())
         metrics = result.metrics()
+        if self.delta_control is not None:
+            metrics["clip/delta"] = self.delta_control.delta
+            self.delta_control.observe(metrics["kl/kl3_mean"], count)
         if result.kl_ref is not None:
             metrics["kl_ref"] = float(torch.where(valid, result.kl_ref, 0.0).sum() / max(count, 1))
         if sampling_logp is not None:  # π_old's log-probs from the trainer vs the rollout engine's
             metrics.update(rollout_mismatch(sampling_logp, result.batch.old_logp, valid))
+            metrics.update(self.loss_settings.correction.metrics(result.batch.old_logp, sampling_logp, valid))
         self._step_stats.add(metrics, count)
+
+    def check_sampling_logp(self, sampling_logp: Tensor | None) -> None:
+        """A rollout correction without the engine's log-probs is an error, never a silent no-op."""
+        correction = self.loss_settings.correction
+        if correction.active and sampling_logp is None and self.model.training:  # type: ignore[attr-defined]
+            raise RuntimeError(
+                f"rollout.correction={correction.kind}, but this batch carries no log-probs from the rollout "
+                "engine (rollout.engine must be vllm, and the engine must return the sampled tokens' log-probs)"
+            )
+
+    # ------------------------------------------------------------------------------ adaptive δ
+    def train(self, resume_from_checkpoint: str | bool | None = None, *args: Any, **kwargs: Any) -> Any:
+        """Before training: δ restored from the checkpoint resumed from, and the step hook that moves δ."""
+        if self.delta_control is not None:
+            if resume_from_checkpoint:
+                self._load_delta(resume_from_checkpoint)
+            callbacks = self.callback_handler.callbacks  # type: ignore[attr-defined]
+            if not any(isinstance(callback, DeltaStep) for callback in callbacks):
+                self.add_callback(DeltaStep(self))  # type: ignore[attr-defined]
+        return super().train(resume_from_checkpoint, *args, **kwargs)  # type: ignore[misc]
+
+    def end_delta_step(self) -> None:
+        self.delta_control.end_step(self.state.global_step, self._all_reduce)  # type: ignore[union-attr,attr-defined]
+
+    def _save_checkpoint(self, model: Any, trial: Any) -> None:
+        super()._save_checkpoint(model, trial)  # type: ignore[misc]
+        if self.delta_control is not None and self.args.should_save:  # type: ignore[attr-defined]
+            from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+            folder = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"  # type: ignore[attr-defined]
+            path = Path(self._get_output_dir(trial=trial)) / folder / DELTA_STATE_FILE  # type: ignore[attr-defined]
+            rundir.write_json(path, self.delta_control.state_dict())
+
+    def _load_delta(self, checkpoint: str | bool) -> None:
+        if checkpoint is True:
+            from transformers.trainer_utils import get_last_checkpoint
+
+            checkpoint = get_last_checkpoint(self.args.output_dir)  # type: ignore[attr-defined]
+        path = Path(str(checkpoint)) / DELTA_STATE_FILE
+        if path.exists():
+            self.delta_control.load_state_dict(rundir.read_json(path))  # type: ignore[union-attr]
+        elif self.delta_control.adapts:  # type: ignore[union-attr]
+            raise FileNotFoundError(f"{path} is missing: the δ of this adaptive-δ run cannot be restored")
 
     def record_entropy(self, entropies: Tensor, mask: Tensor) -> None:
         valid = mask.bool()
@@ -251,3 +322,13 @@ class RuleTrainerMixin:
         pooled = tensor.to(self.accelerator.device)  # type: ignore[attr-defined]
         dist.all_reduce(pooled, op={"sum": dist.ReduceOp.SUM, "min": dist.ReduceOp.MIN, "max": dist.ReduceOp.MAX}[op])
         return pooled.cpu()
+
+
+class DeltaStep(TrainerCallback):
+    """After each optimizer step (before its metrics are logged and its checkpoint saved): the next step's δ."""
+
+    def __init__(self, trainer: RuleTrainerMixin) -> None:
+        self.trainer = trainer
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **_: Any) -> None:
+        self.trainer.end_delta_step()

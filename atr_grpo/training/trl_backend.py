@@ -2,7 +2,8 @@
 
 TRL keeps generation (HF `generate`, or vLLM with rollout.engine=vllm), rewards, advantages, the rollout
 buffer and π_old's log-probs; `_compute_loss` is replaced so that the loss is the one composition both
-paths share, and every rule logs the same `clip/*`, `ratio/*`, `kl/*`, `entropy` and `rollout/*` metrics.
+paths share (the rollout correction included, from vLLM's log-probs of the sampled tokens), and every rule logs
+the same `clip/*`, `ratio/*`, `kl/*`, `entropy` and `rollout/*` metrics.
 """
 
 from __future__ import annotations
@@ -14,18 +15,21 @@ import torch
 from trl import GRPOConfig, GRPOTrainer
 
 from atr_grpo.clipping import ClipRule
+from atr_grpo.clipping.adaptive_delta import DeltaControl
 from atr_grpo.compat import install_trl_logprob_fallback
 from atr_grpo.config import TrainConfig
 from atr_grpo.losses import LossSettings, grpo_loss
-from atr_grpo.training.rule_trainer import RuleTrainerMixin, grpo_arg_values, loss_settings
+from atr_grpo.training.rule_trainer import RuleTrainerMixin, delta_control, grpo_arg_values, loss_settings
 
 
 class RuleGRPOTrainer(RuleTrainerMixin, GRPOTrainer):
     """GRPOTrainer whose per-token loss is `rule`, aggregated and regularised as `settings` say."""
 
-    def __init__(self, *args: Any, rule: ClipRule, settings: LossSettings, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, rule: ClipRule, settings: LossSettings, delta: DeltaControl | None = None, **kwargs: Any
+    ) -> None:
         install_trl_logprob_fallback()  # TRL's fused log-prob kernel needs a Triton driver; a no-op where it has one
-        self._setup_rule(rule, settings)
+        self._setup_rule(rule, settings, delta)
         super().__init__(*args, **kwargs)
 
     def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
@@ -43,9 +47,8 @@ class RuleGRPOTrainer(RuleTrainerMixin, GRPOTrainer):
         has_old = inputs.get("old_per_token_logps") is not None
         old_logp = inputs["old_per_token_logps"] if has_old else logp.detach()
         training = self.model.training
-        correction = None
-        if self.use_vllm and self.vllm_importance_sampling_correction:
-            correction = inputs["importance_sampling_ratio"]
+        sampling_logp = inputs.get("sampling_per_token_logps")  # the rollout engine's (vLLM only)
+        self.check_sampling_logp(sampling_logp)
         result = grpo_loss(
             self.rule,
             logp,
@@ -54,13 +57,13 @@ class RuleGRPOTrainer(RuleTrainerMixin, GRPOTrainer):
             mask,
             self.loss_settings,
             ref_logp=inputs.get("ref_per_token_logps"),
-            correction_weight=correction,
+            sampling_logp=sampling_logp,
             # TRL scales for gradient accumulation inside the loss (loss_is_scaled_for_ga)
             gradient_accumulation_steps=self.current_gradient_accumulation_steps if training else 1,
             extras=self.rule_extras(model, input_ids, attention_mask, logits_to_keep, logp, has_old),
         )
         if training:
-            self.record_loss(result, inputs.get("sampling_per_token_logps"))
+            self.record_loss(result, sampling_logp)
             self.record_entropy(entropies, mask)
         return result.loss
 
@@ -83,5 +86,6 @@ def build_trl_trainer(cfg: TrainConfig, rule: ClipRule, adapter: Path | None, ru
         processing_class=tokenizer,
         rule=rule,
         settings=loss_settings(cfg),
+        delta=delta_control(cfg),
     )
     return trainer, tokenizer

@@ -7,7 +7,8 @@ and `torch.compile(fullgraph=True)`. All three names are globals of that generat
 goes in by replacing them there (`install_rule`):
 
 - `grpo_compute_loss`  → `make_grpo_compute_loss(rule, settings)`: `losses.grpo_loss`, the composition the
-  TRL path calls too, on the tensors zoo hands it;
+  TRL path calls too, on the tensors zoo hands it (the rollout correction's weight from zoo's
+  `sampling_per_token_logps`, the δ in force as a tensor extra);
 - `grpo_accumulated_loss` → a wrapper that adds the rule's extras (`encode_extras`: per-token extras travel
   in a layout-independent compact form) and, afterwards, records the step's metrics from the exact tensors
   the compiled loss saw (`RuleTrainerMixin.record_loss`, as on the TRL path);
@@ -87,7 +88,9 @@ def make_grpo_compute_loss(rule: ClipRule, settings: LossSettings) -> Callable[.
 
     Returns `(loss, completion_length, mean_kl, delta, flat_is_ratio, coef_1, mask)` like zoo's. The loss is
     already normalised (Dr.GRPO constant, ÷ gradient-accumulation steps): Unsloth's backward returns the
-    gradient computed here and ignores the upstream one. Pure tensor code: it runs under
+    gradient computed here and ignores the upstream one. With the rollout engine's log-probs, `delta` is
+    |log π_old − log π_rollout| and `flat_is_ratio` the correction weight ρ (1 without a correction), both `[B, T]`
+    and 0 on padding, which Unsloth logs as `sampling/*`. Pure tensor code: it runs under
     `torch.func.grad_and_value` and a fullgraph compile.
     """
 
@@ -113,6 +116,7 @@ def make_grpo_compute_loss(rule: ClipRule, settings: LossSettings) -> Callable[.
             mask,
             settings,
             ref_logp=ref,
+            sampling_logp=sampling_per_token_logps,
             gradient_accumulation_steps=kwargs.get("current_gradient_accumulation_steps", 1),
             extras=decode_extras(kwargs, valid),
         )
@@ -121,8 +125,12 @@ def make_grpo_compute_loss(rule: ClipRule, settings: LossSettings) -> Callable[.
             mean_kl = (result.kl_ref * maskf).sum() / maskf.sum().clamp(min=1.0)
         coef_1 = torch.exp(result.batch.log_ratio.clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)).detach()
         completion_length = maskf.sum(1).mean()
-        empty = maskf.new_zeros(0)  # zoo's vLLM importance-sampling outputs: that correction is not used here
-        return result.loss, completion_length, mean_kl, empty, empty, coef_1, maskf
+        if sampling_per_token_logps is None:  # no rollout log-probs: zoo expects empty tensors here
+            empty = maskf.new_zeros(0)
+            return result.loss, completion_length, mean_kl, empty, empty, coef_1, maskf
+        gap = torch.nan_to_num((result.batch.old_logp - sampling_per_token_logps).abs(), nan=0.0) * maskf
+        weight = maskf if result.correction_weight is None else result.correction_weight.expand_as(maskf) * maskf
+        return result.loss, completion_length, mean_kl, gap.detach(), weight.detach(), coef_1, maskf
 
     return grpo_compute_loss
 
@@ -163,6 +171,7 @@ def recorded_loss(rule: ClipRule, settings: LossSettings, record: dict[str, Any]
             mask,
             settings,
             ref_logp=record["_ref_logps"],
+            sampling_logp=record["_sampling_per_token_logps"],
             extras=decode_extras(record["extra_kwargs"], valid),
         )
 
@@ -176,6 +185,7 @@ def make_accumulated_loss(original: Callable[..., tuple], recorder: _Recorder) -
             return original(trainer, *args, **kwargs)
         bound = inspect.signature(original).bind_partial(trainer, *args, **kwargs).arguments
         bound.update(bound.pop("kwargs", {}))
+        trainer.check_sampling_logp(bound.get("sampling_per_token_logps"))
         completion_mask = bound["completion_mask"]
         if bound.get("tool_mask") is not None:
             completion_mask = completion_mask * bound["tool_mask"]

@@ -77,6 +77,22 @@ def check_trainer_settings(trainer: Any, wanted: dict[str, Any]) -> None:
             raise RuntimeError(f"the Unsloth trainer changed {key} from {wanted[key]!r} to {found!r}{hint}")
 
 
+def sampling_logprob_values(cfg: TrainConfig) -> dict[str, Any]:
+    """TRL's importance-sampling switches for Unsloth's trainer: with vLLM rollouts they must be on, since Unsloth
+    keeps the engine's log-probs of the sampled tokens for the loss only then. The loss that would apply TRL's
+    correction is replaced by ours (`unsloth_loss`), which weighs with `rollout.correction` instead; mode and
+    thresholds mirror it so that Unsloth's own `sampling/*` metrics read our weight the right way."""
+    correction = cfg.rollout.rollout_correction()
+    if cfg.rollout.engine != "vllm":
+        return {"vllm_importance_sampling_correction": False}
+    return {
+        "vllm_importance_sampling_correction": True,
+        "vllm_importance_sampling_mode": f"{correction.level}_{'mask' if correction.kind == 'mis' else 'truncate'}",
+        "vllm_importance_sampling_clip_min": correction.low,
+        "vllm_importance_sampling_clip_max": correction.high,
+    }
+
+
 def check_environment() -> None:
     set_vars = [name for name in UNSUPPORTED_ENV if os.environ.get(name)]
     if set_vars:
@@ -150,8 +166,8 @@ class UnslothRuleTrainerMixin:
     """In front of `RuleTrainerMixin` and Unsloth's generated `GRPOTrainer`: the rule's constructor, and
     the entropy, which zoo computes only for `get_high_entropy_mask` (every token is kept: the loss is unchanged)."""
 
-    def __init__(self, *args: Any, rule: ClipRule, settings: Any, **kwargs: Any) -> None:
-        self._setup_rule(rule, settings)  # type: ignore[attr-defined]
+    def __init__(self, *args: Any, rule: ClipRule, settings: Any, delta: Any = None, **kwargs: Any) -> None:
+        self._setup_rule(rule, settings, delta)  # type: ignore[attr-defined]
         super().__init__(*args, **kwargs)
 
     def get_high_entropy_mask(self, entropies: Tensor, mask: Tensor, threshold: float) -> Tensor:
@@ -163,11 +179,6 @@ class UnslothRuleTrainerMixin:
 def build_unsloth_trainer(cfg: TrainConfig, rule: ClipRule, adapter: Path | None, run_dir: Path) -> tuple[Any, Any]:
     """Unsloth's generated GRPOTrainer with the rule installed, the same settings as the TRL path."""
     check_environment()
-    if cfg.trainer.vllm_importance_sampling_correction:
-        raise ConfigError(
-            "invalid config: trainer.vllm_importance_sampling_correction must be false with trainer.backend=unsloth "
-            "(the rule's loss replaces Unsloth's, which is where that correction lives)"
-        )
     model, tokenizer = load_unsloth_model(cfg, adapter)  # imports unsloth first: it patches trl
 
     import trl
@@ -175,7 +186,7 @@ def build_unsloth_trainer(cfg: TrainConfig, rule: ClipRule, adapter: Path | None
     from atr_grpo import rundir
     from atr_grpo.data.datasets import filter_long_prompts, grpo_dataset
     from atr_grpo.rewards import math_verify_reward
-    from atr_grpo.training.rule_trainer import RuleTrainerMixin, grpo_arg_values, loss_settings
+    from atr_grpo.training.rule_trainer import RuleTrainerMixin, delta_control, grpo_arg_values, loss_settings
     from atr_grpo.training.unsloth_loss import install_rule
 
     namespace = trl.GRPOTrainer.compute_loss.__globals__
@@ -184,6 +195,7 @@ def build_unsloth_trainer(cfg: TrainConfig, rule: ClipRule, adapter: Path | None
 
     wanted = grpo_arg_values(cfg, run_dir / rundir.CHECKPOINT_DIR)  # with vLLM, Unsloth reuses model.vllm_engine
     wanted.update(
+        **sampling_logprob_values(cfg),
         unsloth_num_chunks=-1,
         # any quantile < 1 makes zoo compute per-token entropies; `get_high_entropy_mask` records them and
         # keeps every token, so the loss is unchanged
@@ -205,6 +217,7 @@ def build_unsloth_trainer(cfg: TrainConfig, rule: ClipRule, adapter: Path | None
         processing_class=tokenizer,
         rule=rule,
         settings=settings,
+        delta=delta_control(cfg),
     )
     check_trainer_settings(trainer, wanted)
     install_rule(namespace, rule, settings)  # for the life of the process: one run per process
