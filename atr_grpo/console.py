@@ -96,10 +96,13 @@ def _warnings_above(bar: Any) -> Iterator[None]:
 class StageProgress:
     """The console line of one stage of `total` units, `initial` of them done before (a resumed run).
 
-    `update(n, metrics)` moves it to `n` units done (None: one more) and shows the latest value of each key of
-    `shown` (metric key → label) found in `metrics`; a value stays shown until a newer one comes. `terminal`
-    (default: whether `stream` is one) chooses a redrawn bar or plain lines. Use it as a context manager, or
-    call `close`.
+    `update(n, metrics)` moves it to `n` units done (None: one more) and takes the values of the keys of `shown`
+    (metric key → label) found in `metrics`. A line shows each value's mean over the units since the previous
+    line (a tenth of the stage, or a heartbeat): one GRPO step's reward is noisy, and with reused rollouts every
+    other step is on-policy, where clip/frac and KL3 are 0. A value not logged since then keeps its previous
+    mean. With `latest=True` a line shows the latest values instead (an evaluation: each is a result of its
+    own). A terminal's bar shows the same values, over the same spans, as they accumulate. `terminal` (default:
+    whether `stream` is one) chooses the bar or plain lines. Use it as a context manager, or call `close`.
     """
 
     def __init__(
@@ -108,18 +111,21 @@ class StageProgress:
         total: int,
         *,
         shown: Mapping[str, str] | None = None,
+        latest: bool = False,
         initial: int = 0,
         unit: str = "step",
         stream: TextIO | None = None,
         terminal: bool | None = None,
     ) -> None:
         self.desc, self.total, self.initial, self.unit = desc, max(int(total), 1), int(initial), unit
-        self.shown = dict(shown or {})
+        self.shown, self.latest = dict(shown or {}), latest
         self.stream = sys.stderr if stream is None else stream
         self.terminal = console_is_terminal(self.stream) if terminal is None else terminal
-        self.n = self.printed_n = self.initial
-        self.values: dict[str, float] = {}
-        self.started = self.printed_at = time.monotonic()
+        self.n = self.line_n = self.initial
+        self.started = self.line_at = time.monotonic()
+        self._sums: dict[str, float] = {}  # label → sum and count of its values since the previous line
+        self._counts: dict[str, int] = {}
+        self._earlier: dict[str, float] = {}  # label → its value on the previous line
         self.closed = False
         self._restore = ExitStack()
         self.bar: Any = None
@@ -134,7 +140,7 @@ class StageProgress:
             self._restore.enter_context(logging_redirect_tqdm([logging.root, logging.getLogger("transformers")]))
             self._restore.enter_context(_warnings_above(self.bar))
         else:
-            self._print_line()
+            print(self.line(), file=self.stream, flush=True)
 
     def __enter__(self) -> StageProgress:
         return self
@@ -142,23 +148,43 @@ class StageProgress:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
+    @property
+    def values(self) -> dict[str, float]:
+        """What the line shows now: label → the mean since the previous line, or the previous line's value."""
+        labels = [label for label in self.shown.values() if label in self._counts or label in self._earlier]
+        return {
+            label: self._sums[label] / self._counts[label] if label in self._counts else self._earlier[label]
+            for label in labels
+        }
+
     def update(self, n: int | None = None, metrics: Mapping[str, Any] | None = None) -> None:
-        """Move to `n` units done (None: one more) and keep the shown values found in `metrics`."""
+        """Move to `n` units done (None: one more) and take the shown values found in `metrics`."""
         for key, label in self.shown.items():
             value = (metrics or {}).get(key)
             if isinstance(value, (int, float)) and not isinstance(value, bool):
-                self.values[label] = float(value)
+                kept = 0 if self.latest else 1
+                self._sums[label] = kept * self._sums.get(label, 0.0) + float(value)
+                self._counts[label] = kept * self._counts.get(label, 0) + 1
         previous, self.n = self.n, self.n + 1 if n is None else int(n)
+        due = self._line_due()
         if self.bar is not None:
             self.bar.set_postfix_str(format_values(self.values), refresh=False)
             self.bar.update(self.n - previous)
-        elif self._line_due():
-            self._print_line()
+        elif due:
+            print(self.line(), file=self.stream, flush=True)
+        if due:
+            self._next_line()
 
     def _line_due(self) -> bool:
         tenth = lambda n: n * PLAIN_LINES_PER_STAGE // self.total
-        moved = self.n != self.printed_n
-        return moved and (tenth(self.n) > tenth(self.printed_n) or time.monotonic() - self.printed_at >= HEARTBEAT_S)
+        moved = self.n != self.line_n
+        return moved and (tenth(self.n) > tenth(self.line_n) or time.monotonic() - self.line_at >= HEARTBEAT_S)
+
+    def _next_line(self) -> None:
+        self._earlier.update(self.values)
+        self._sums.clear()
+        self._counts.clear()
+        self.line_n, self.line_at = self.n, time.monotonic()
 
     def line(self) -> str:
         """The stage's state as one plain line: what a terminal's bar shows, without the bar."""
@@ -175,10 +201,6 @@ class StageProgress:
             initial=self.initial,
         )
 
-    def _print_line(self) -> None:
-        print(self.line(), file=self.stream, flush=True)
-        self.printed_n, self.printed_at = self.n, time.monotonic()
-
     def close(self) -> None:
         """End the stage: the bar stays on screen in its final state, or the last plain line is printed."""
         if self.closed:
@@ -187,5 +209,5 @@ class StageProgress:
         if self.bar is not None:
             self.bar.close()
             self._restore.close()
-        elif self.n != self.printed_n:
-            self._print_line()
+        elif self.n != self.line_n:
+            print(self.line(), file=self.stream, flush=True)

@@ -13,17 +13,26 @@ from transformers import DefaultFlowCallback, PrinterCallback, ProgressCallback,
 from transformers.trainer_callback import CallbackHandler, TrainerControl, TrainerState
 
 from atr_grpo import console
-from atr_grpo.console import GRPO_SHOWN, LOSS_SHOWN, StageProgress
+from atr_grpo.console import GRPO_SHOWN, LOSS_SHOWN, StageProgress, evaluation_shown
 from atr_grpo.training.progress import TrainerProgress, attach_progress
 
 
 def grpo_logs(step: int) -> dict[str, float]:
-    """What a GRPO step logs; the reward only on generation steps (odd ones with rollout=reuse2)."""
+    """What a GRPO step logs with rollout=reuse2: odd steps generate (the reward is logged) and are on-policy
+    (nothing is clipped, KL3 is 0); even steps reuse the rollout."""
+    stale = step % 2 == 0
     logs = {"loss": 0.01 * step, "grad_norm": 1.5, "learning_rate": 3e-4, "entropy": 2.0 - 0.01 * step}
-    logs.update({"clip/frac": 0.001 * step, "kl/kl3_mean": 1e-5 * step, "ratio/max": 1.2})
-    if step % 2 == 1:
+    logs.update({"clip/frac": 0.001 * step * stale, "kl/kl3_mean": 1e-5 * step * stale, "ratio/max": 1.2})
+    if not stale:
         logs["reward"] = 0.01 * step
     return logs
+
+
+def span_values(steps) -> str:
+    """A line's values over `steps`: each shown metric's mean over the steps that logged it."""
+    logs = [grpo_logs(step) for step in steps]
+    mean = lambda key: sum(row[key] for row in logs if key in row) / sum(key in row for row in logs)
+    return ", ".join(f"{label} {mean(key):.3g}" for key, label in GRPO_SHOWN.items())
 
 
 def fake_training(tmp_path, max_steps, logging_steps=1, start_step=0, world_zero=True, logs=grpo_logs):
@@ -58,17 +67,39 @@ def test_attach_progress_replaces_the_trainers_log_printing(tmp_path):
 
 def test_a_grpo_run_prints_one_line_per_tenth_with_reward_entropy_clip_and_kl3(tmp_path, capsys):
     """Off a terminal, 20 logged steps print the first line and one per tenth (11 lines, on stderr), each with the
-    values of the step it reports; no raw log dict is printed anywhere."""
+    mean reward, entropy, clip/frac and KL3 of the steps since the previous line; no raw log dict is printed."""
     fake_training(tmp_path, max_steps=20)
     out, err = capsys.readouterr()
     assert out == "" and "{" not in err
     lines = err.splitlines()
     assert len(lines) == 11 and all(line.startswith("GRPO: ") for line in lines)
-    assert "  0% 0/20" in lines[0]
-    assert "100% 20/20" in lines[-1]
-    # step 20 logged entropy 1.8, clip/frac 0.02, KL3 2e-4; its last reward was step 19's 0.19
-    assert lines[-1].endswith("reward 0.19, entropy 1.8, clip/frac 0.02, KL3 0.0002")
-    assert " 10% 2/20" in lines[1] and lines[1].endswith("reward 0.01, entropy 1.98, clip/frac 0.002, KL3 2e-05")
+    assert "  0% 0/20" in lines[0] and lines[0].endswith("?step/s]")  # nothing logged yet: no values
+    for tenth, line in enumerate(lines[1:], start=1):
+        assert f"{10 * tenth:3d}% {2 * tenth}/20 " in line
+        assert line.endswith(span_values([2 * tenth - 1, 2 * tenth])), line
+    assert span_values([19, 20]) == "reward 0.19, entropy 1.81, clip/frac 0.01, KL3 0.0001"  # not 0 on-policy
+
+
+def test_a_value_is_averaged_over_its_span_and_kept_where_none_was_logged():
+    """Reward 0.2 then 0.4 within a tenth shows 0.3; a tenth that logs no reward shows that 0.3 again."""
+    stream = io.StringIO()
+    with StageProgress("GRPO", 20, shown=GRPO_SHOWN, stream=stream, terminal=False) as progress:
+        progress.update(1, {"reward": 0.2})
+        progress.update(2, {"reward": 0.4})
+        progress.update(3, {"entropy": 1.0})
+        progress.update(4, {"entropy": 2.0})
+    lines = stream.getvalue().splitlines()
+    assert lines[1].endswith("reward 0.3") and lines[2].endswith("reward 0.3, entropy 1.5")
+
+
+def test_an_evaluation_line_shows_the_latest_result_not_a_mean():
+    """latest=True (one result per adapter): a line spanning two adapters shows the second one's Mean@k."""
+    stream = io.StringIO()
+    shown = evaluation_shown(8)
+    with StageProgress("evaluation", 20, shown=shown, latest=True, stream=stream, terminal=False) as progress:
+        progress.update(metrics={"eval/average/mean@8": 0.1, "eval/average/pass@8": 0.5})
+        progress.update(metrics={"eval/average/mean@8": 0.3, "eval/average/pass@8": 0.7})
+    assert stream.getvalue().splitlines()[1].endswith("mean@8 0.3, pass@8 0.7")
 
 
 def test_steps_between_logs_still_move_the_line(tmp_path, capsys):

@@ -163,7 +163,8 @@ def evaluate_saved_adapters(cfg: TrainConfig, run_dir: Path) -> EvaluationState 
     benchmarks = engines.load_benchmarks(ev, cfg.data)
     engine = None
     log.info("evaluation stage: steps %s with %s", state.pending, backend)
-    progress = StageProgress("evaluation", len(state.pending), shown=evaluation_shown(ev.k), unit="adapter")
+    shown = evaluation_shown(ev.k)
+    progress = StageProgress("evaluation", len(state.pending), shown=shown, latest=True, unit="adapter")
     for step in state.pending:
         try:
             if backend == "vllm":
