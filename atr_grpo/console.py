@@ -56,8 +56,9 @@ def configure_logging() -> None:
 def quiet_libraries() -> None:
     """Silence what libraries print by default where we call them, keeping their warnings.
 
-    - vLLM engines log warnings only (VLLM_LOGGING_LEVEL=WARNING unless set; read when vLLM is first imported,
-      and inherited by stage processes): its INFO lines repeat the engine's whole configuration.
+    - vLLM logs warnings only (VLLM_LOGGING_LEVEL=WARNING unless set, inherited by stage processes): its INFO
+      lines repeat an engine's whole configuration. Until vLLM sets up its own logger (when an engine starts),
+      its records reach ours, so the `vllm` logger gets that level too.
     - No progress bars of datasets' `map`/`filter` (SFT tokenization, the prompt-length filter) or of
       transformers' weight loading: a stage is one line, and off a terminal every redraw of such a bar is
       written to the log. Hub downloads keep theirs.
@@ -65,7 +66,7 @@ def quiet_libraries() -> None:
     import datasets
     import transformers
 
-    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    logging.getLogger("vllm").setLevel(os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING").upper())
     datasets.disable_progress_bars()
     transformers.utils.logging.disable_progress_bar()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import logging
+import os
 import re
 import warnings
 
@@ -217,3 +218,31 @@ def test_tiny_model_pretraining_prints_one_line_with_its_loss(capsys):
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 4 and all(line.startswith("tiny model pretraining: ") for line in lines)
     assert "100% 3/3" in lines[-1] and lines[-1].endswith(f"loss {losses[-1]:.3g}")
+
+
+@pytest.mark.parametrize("asked, level", [(None, logging.WARNING), ("info", logging.INFO)])
+def test_quiet_libraries_keeps_vllm_to_warnings_unless_asked_and_turns_library_bars_off(
+    monkeypatch, caplog, asked, level
+):
+    """Without VLLM_LOGGING_LEVEL, vLLM's records below WARNING are dropped even where ours are shown at DEBUG (a
+    level the user set is kept), and datasets' and transformers' progress bars are off."""
+    import datasets
+    import transformers
+
+    caplog.set_level(logging.DEBUG)  # the root logger lets everything through
+
+    monkeypatch.setenv("VLLM_LOGGING_LEVEL", asked or "")
+    if asked is None:
+        monkeypatch.delenv("VLLM_LOGGING_LEVEL")
+    vllm_logger = logging.getLogger("vllm")
+    previous = vllm_logger.level
+    try:
+        console.quiet_libraries()
+        assert os.environ["VLLM_LOGGING_LEVEL"].upper() == logging.getLevelName(level)
+        assert logging.getLogger("vllm.engine").getEffectiveLevel() == level
+        assert not datasets.utils.logging.is_progress_bar_enabled()
+        assert not transformers.utils.logging.is_progress_bar_enabled()
+    finally:
+        vllm_logger.setLevel(previous)
+        datasets.enable_progress_bars()
+        transformers.utils.logging.enable_progress_bar()
