@@ -8,7 +8,6 @@ eval/summary.jsonl. A repeated demo gets a new run directory, so no earlier run 
 
 from __future__ import annotations
 
-import logging
 import sys
 import time
 from pathlib import Path
@@ -77,9 +76,10 @@ def main(argv: list[str] | None = None) -> int:
     from omegaconf import OmegaConf
 
     from atr_grpo.config import ConfigError, to_object
+    from atr_grpo.console import configure_logging
     from atr_grpo.training.pipeline import EXIT_EVALUATIONS_INCOMPLETE, RunDirError, run_pipeline
 
-    logging.basicConfig(level=logging.INFO, format="[%(asctime)s %(name)s] %(message)s", datefmt="%H:%M:%S")
+    configure_logging()
     overrides = list(sys.argv[1:] if argv is None else argv)
     started = time.time()
     cfg = compose_demo(overrides)

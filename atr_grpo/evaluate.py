@@ -29,6 +29,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from atr_grpo import rundir
 from atr_grpo.config import ConfigError, EvaluateConfig, register_configs, to_object
+from atr_grpo.console import console_is_terminal, quiet_libraries
 from atr_grpo.evaluation import engines
 from atr_grpo.hydra_app import run_app
 
@@ -46,7 +47,7 @@ def build_generator(cfg: EvaluateConfig, backend: str, benchmarks: list[Any]) ->
     engines.check_capacity(cfg.eval, cfg.model, longest, backend)
     if backend == "hf":
         model, tokenizer = load_model_and_tokenizer(cfg.model, adapter_path=cfg.adapter)
-        return HFGenerator(model, tokenizer, batch_size=cfg.eval.batch_size), tokenizer
+        return HFGenerator(model, tokenizer, cfg.eval.batch_size, show_progress=console_is_terminal()), tokenizer
     return engines.vllm_generator(cfg.model, cfg.eval, longest, adapter=cfg.adapter), tokenizer
 
 
@@ -72,6 +73,7 @@ def evaluate(cfg: EvaluateConfig) -> dict[str, float]:
         grader_timeout=ev.grader_timeout,
         force=cfg.force,
         metadata={"model": cfg.model.name, "adapter": cfg.adapter},
+        show_progress=console_is_terminal(),  # bars redraw in place: on a terminal only
     )
 
 
@@ -94,6 +96,7 @@ def main(cfg: DictConfig) -> None:
     except (ConfigError, OmegaConfBaseException) as err:
         print(err, file=sys.stderr)
         sys.exit(2)
+    quiet_libraries()
     config_path = Path(eval_cfg.out_dir) / rundir.CONFIG_FILE
     if not config_path.exists():  # a standalone evaluation folder: record what produced it (a run's is kept)
         rundir.write_text(config_path, OmegaConf.to_yaml(cfg, resolve=True), overwrite=False)

@@ -109,6 +109,8 @@ def pretrain_tiny(model: Any, tokenizer: Any, cfg: TinyModelConfig) -> list[floa
     Deliberately short: the base model should know arithmetic only in part (like a pretrained LLM knows
     math in part), so that the SFT stage has a format to teach and GRPO has accuracy to gain.
     """
+    from atr_grpo.console import LOSS_SHOWN, StageProgress
+
     if cfg.pretrain_steps <= 0:
         return []
     rng = random.Random(cfg.init_seed)
@@ -116,17 +118,17 @@ def pretrain_tiny(model: Any, tokenizer: Any, cfg: TinyModelConfig) -> list[floa
     padding_side, tokenizer.padding_side = tokenizer.padding_side, "right"
     losses = []
     model.train()
-    for step in range(cfg.pretrain_steps):
-        texts = [_pretraining_document(rng, cfg) for _ in range(cfg.pretrain_batch_size)]
-        batch = tokenizer(texts, return_tensors="pt", padding=True)
-        labels = batch.input_ids.masked_fill(batch.attention_mask == 0, -100)
-        loss = model(**batch, labels=labels).loss
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        losses.append(loss.item())
-        if step % 100 == 0 or step == cfg.pretrain_steps - 1:
-            log.info("tiny model pretraining: step %d/%d, loss %.3f", step + 1, cfg.pretrain_steps, losses[-1])
+    with StageProgress("tiny model pretraining", cfg.pretrain_steps, shown=LOSS_SHOWN) as progress:
+        for _ in range(cfg.pretrain_steps):
+            texts = [_pretraining_document(rng, cfg) for _ in range(cfg.pretrain_batch_size)]
+            batch = tokenizer(texts, return_tensors="pt", padding=True)
+            labels = batch.input_ids.masked_fill(batch.attention_mask == 0, -100)
+            loss = model(**batch, labels=labels).loss
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            losses.append(loss.item())
+            progress.update(metrics={"loss": losses[-1]})
     tokenizer.padding_side = padding_side
     model.eval()
     return losses

@@ -16,6 +16,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from atr_grpo.config import ConfigError, register_configs, to_object
+from atr_grpo.console import quiet_libraries
 from atr_grpo.hydra_app import run_app
 
 register_configs()
@@ -29,6 +30,8 @@ def main(cfg: DictConfig) -> None:
         print(err, file=sys.stderr)
         sys.exit(2)
     from atr_grpo.training.pipeline import EXIT_EVALUATIONS_INCOMPLETE, RunDirError, run_pipeline
+
+    quiet_libraries()
 
     try:
         outcome = run_pipeline(train_cfg, OmegaConf.to_yaml(cfg, resolve=True))

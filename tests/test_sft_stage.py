@@ -53,3 +53,18 @@ def test_sft_refuses_to_train_where_unsloth_was_imported(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "unsloth", types.ModuleType("unsloth"))
     with pytest.raises(RuntimeError, match="has not imported unsloth"):
         train_sft(train_config(["experiment=smoke"]), tmp_path)
+
+
+def test_sft_prints_its_progress_line_not_log_dicts(tmp_path, tiny_model_dir, capfd):
+    """The SFT stage's console is one stage line ending at its last step with the last logged loss; the
+    Trainer's `{'loss': ...}` dicts are not printed, and the losses are all in sft_info.json."""
+    from atr_grpo.training.sft import train_sft
+
+    overrides = ["sft.max_examples=160", "sft.num_epochs=1"]  # 10 steps of 16: one logged loss, at step 10
+    train_sft(train_config(["experiment=smoke", *overrides]), tmp_path)
+    out, err = capfd.readouterr()
+    assert "{'" not in out + err
+    lines = [line for line in err.splitlines() if line.startswith("SFT: ")]
+    info = json.loads((tmp_path / "sft_info.json").read_text())
+    (logged,) = [row for row in info["log_history"] if "loss" in row]
+    assert info["steps"] == 10 and "100% 10/10" in lines[-1] and lines[-1].endswith(f"loss {logged['loss']:.3g}")

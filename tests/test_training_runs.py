@@ -37,16 +37,26 @@ def in_repo(monkeypatch, tiny_model_dir):
 
 
 @pytest.fixture(scope="module")
-def atr_run(tmp_path_factory, tiny_model_dir):
-    """One full smoke run with ATR and evaluation at steps 0, 2 and 4."""
+def atr_smoke(tmp_path_factory, tiny_model_dir):
+    """One full smoke run with ATR and evaluation at steps 0, 2 and 4: its run directory and what it printed."""
+    import contextlib
+    import io
     import os
 
     old = os.getcwd()
     os.chdir(REPO)
+    printed = io.StringIO()
     try:
-        return smoke(tmp_path_factory.mktemp("atr") / "run")
+        with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
+            run_dir = smoke(tmp_path_factory.mktemp("atr") / "run")
     finally:
         os.chdir(old)
+    return run_dir, printed.getvalue()
+
+
+@pytest.fixture(scope="module")
+def atr_run(atr_smoke):
+    return atr_smoke[0]
 
 
 def test_smoke_run_writes_every_run_file(atr_run):
@@ -68,6 +78,19 @@ def test_smoke_run_writes_every_run_file(atr_run):
     assert (atr_run / "final_adapter" / "adapter_model.safetensors").exists()
     checkpoints = sorted(p.name for p in (atr_run / rundir.CHECKPOINT_DIR).glob("checkpoint-*"))
     assert checkpoints == ["checkpoint-2", "checkpoint-4"]
+
+
+def test_the_console_shows_the_grpo_stage_line_and_no_log_dicts(atr_smoke):
+    """The run prints its GRPO stage as one line per step (4 steps: each a tenth or more) ending at 4/4 with the
+    last logged reward, entropy, clip/frac and KL3 of metrics.jsonl, and none of the Trainer's raw log dicts."""
+    run_dir, printed = atr_smoke
+    assert "{'" not in printed
+    lines = [line for line in printed.splitlines() if line.startswith("GRPO: ")]
+    assert len(lines) == 5 and "100% 4/4" in lines[-1]
+    rows = metrics(run_dir)
+    last, rewarded = rows[-1], [r for r in rows if "reward" in r][-1]
+    shown = f"reward {rewarded['reward']:.3g}, entropy {last['entropy']:.3g}, clip/frac {last['clip/frac']:.3g}"
+    assert lines[-1].endswith(f"{shown}, KL3 {last['kl/kl3_mean']:.3g}")
 
 
 def test_evaluation_callback_writes_eval_files_at_0_2_4(atr_run):

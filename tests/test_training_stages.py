@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import re
 import subprocess
 import sys
 
@@ -45,11 +46,17 @@ def metrics(run_dir):
 
 @needs_vllm
 def test_evaluation_after_training_with_vllm_evaluates_every_scheduled_step(tmp_path, smoke_sft_adapter):
-    """eval.when=after: GRPO in one process, then one vLLM engine for the adapters of steps 0, 2 and 4."""
+    """eval.when=after: GRPO in one process, then one vLLM engine for the adapters of steps 0, 2 and 4. Each stage
+    prints its progress line (off a terminal: plain lines), with no raw log dict and no vLLM INFO line."""
     run_dir = tmp_path / "run"
     result = train_cli(run_dir, "eval.when=after", "eval.backend=vllm")
     assert result.returncode == 0, result.stderr[-4000:]
     assert "3 of 3 scheduled evaluations done" in result.stdout
+    printed = result.stdout + result.stderr
+    assert "{'" not in printed and not re.search(r"pid=\d+\) INFO ", printed)
+    stage_lines = [line for line in result.stderr.splitlines() if line.startswith(("GRPO: ", "evaluation: "))]
+    assert "GRPO: 100% 4/4" in stage_lines[-2] and "evaluation: 100% 3/3" in stage_lines[-1]
+    assert re.search(r"mean@4 [\d.]+, pass@4 [\d.]+$", stage_lines[-1])
     rows = summary(run_dir)
     assert [(r["step"], r["benchmark"], r["backend"]) for r in rows] == [(s, "arithmetic", "vllm") for s in (0, 2, 4)]
     assert [r["adapter_step"] for r in rows] == [0, 2, 4]

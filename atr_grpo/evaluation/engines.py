@@ -157,6 +157,7 @@ def vllm_generator(
 ) -> Any:
     """A vLLM engine of its own, sized for the longest prompt + eval.max_tokens (no sample is cut by the
     context instead of max_tokens)."""
+    from atr_grpo.console import console_is_terminal
     from atr_grpo.evaluation.backends import VLLMGenerator
     from atr_grpo.models import resolve_model_path
 
@@ -168,4 +169,5 @@ def vllm_generator(
         max_lora_rank=max_lora_rank,
         gpu_memory_utilization=eval_cfg.gpu_memory_utilization,
         dtype=model.dtype,
+        show_progress=console_is_terminal(),  # vLLM's bars redraw in place: on a terminal only
     )

@@ -27,6 +27,7 @@ import torch
 
 from atr_grpo import distributed
 from atr_grpo.config import ConfigError, TrainConfig
+from atr_grpo.console import StageProgress, console_is_terminal, evaluation_shown
 from atr_grpo.evaluation import engines
 from atr_grpo.evaluation.callback import EvaluationCallback
 from atr_grpo.evaluation.schedule import (
@@ -117,7 +118,7 @@ def _run(cfg: TrainConfig, generator: Any, tokenizer: Any, benchmarks: list[Any]
             grader_workers=ev.grader_workers,
             grader_timeout=ev.grader_timeout,
             metadata=_metadata(cfg, step),
-            show_progress=False,
+            show_progress=console_is_terminal(),  # transient bars (generation, grading) on a terminal only
         )
 
 
@@ -137,7 +138,7 @@ def build_eval_callback(
         if live_backend(cfg, training_backend) == "unsloth_vllm":
             generator: Any = UnslothVLLMGenerator(trainer.model, run_dir / "eval_lora")
         else:
-            generator = HFGenerator(trainer.model, tokenizer, ev.batch_size, show_progress=False)
+            generator = HFGenerator(trainer.model, tokenizer, ev.batch_size, show_progress=console_is_terminal())
         return _run(cfg, generator, tokenizer, benchmarks, run_dir, step)
 
     def done(step: int) -> None:
@@ -177,6 +178,8 @@ def evaluate_saved_adapters(cfg: TrainConfig, run_dir: Path) -> EvaluationState 
     benchmarks = engines.load_benchmarks(ev, cfg.data)
     engine = None
     log.info("evaluation stage: steps %s with %s", state.pending, backend)
+    shown = evaluation_shown(ev.k)
+    progress = StageProgress("evaluation", len(state.pending), shown=shown, latest=True, unit="adapter")
     for step in state.pending:
         try:
             if backend == "vllm":
@@ -188,12 +191,15 @@ def evaluate_saved_adapters(cfg: TrainConfig, run_dir: Path) -> EvaluationState 
                 from atr_grpo.evaluation import HFGenerator
 
                 model, _ = load_model_and_tokenizer(cfg.model, adapter_path=adapters[step])
-                generator = HFGenerator(model, tokenizer, ev.batch_size, show_progress=False)
-            _run(cfg, generator, tokenizer, benchmarks, run_dir, step)
+                generator = HFGenerator(model, tokenizer, ev.batch_size, show_progress=progress.terminal)
+            metrics = _run(cfg, generator, tokenizer, benchmarks, run_dir, step)
         except Exception as err:  # recorded, and the next step is still evaluated
             record_failure(run_dir, step, "after", err)
             log.error("evaluation stage: step %d failed", step, exc_info=err)
+            progress.update()
             continue
+        progress.update(metrics=metrics)
         if not ev.keep_adapters:
             remove_adapter(run_dir, step)
+    progress.close()
     return run_evaluation_state(run_dir, config)  # type: ignore[arg-type]

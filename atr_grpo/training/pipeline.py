@@ -316,8 +316,10 @@ def train_grpo(cfg: TrainConfig, state: RunState, callbacks: Sequence[Any] = ())
         import unsloth  # noqa: F401  (first: it patches transformers and rewrites trl's GRPOTrainer)
     from transformers import set_seed
 
+    from atr_grpo.console import GRPO_SHOWN
     from atr_grpo.training.evaluations import build_eval_callback, save_trainable
     from atr_grpo.training.logging import MetricsCallback, RunLogger, truncate_metrics
+    from atr_grpo.training.progress import attach_progress
     from atr_grpo.training.sft import ensure_sft_adapter
 
     rule = build_rule(cfg.clipping.name, **cfg.clipping.params())
@@ -345,6 +347,7 @@ def train_grpo(cfg: TrainConfig, state: RunState, callbacks: Sequence[Any] = ())
             trainer, tokenizer = build_trl_trainer(cfg, rule, adapter, state.run_dir)
         if logger is not None:
             trainer.add_callback(MetricsCallback(logger))
+            attach_progress(trainer, "GRPO", GRPO_SHOWN)  # one console line instead of a printed dict per step
         if cfg.eval.enabled:
             trainer.add_callback(build_eval_callback(cfg, trainer, tokenizer, state.run_dir, logger, backend))
         for callback in callbacks:

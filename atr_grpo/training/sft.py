@@ -97,6 +97,8 @@ def train_sft(cfg: TrainConfig, out_dir: Path) -> None:
         raise RuntimeError("the SFT stage must run in a process that has not imported unsloth (stages sft)")
 
     from atr_grpo.compat import install_trl_logprob_fallback
+    from atr_grpo.console import LOSS_SHOWN
+    from atr_grpo.training.progress import attach_progress
 
     install_trl_logprob_fallback()  # TRL's fused LM head needs Triton; a no-op where it is present
     sft, cuda = cfg.sft, torch.cuda.is_available()
@@ -127,6 +129,7 @@ def train_sft(cfg: TrainConfig, out_dir: Path) -> None:
         dataloader_num_workers=0,
     )
     trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer)
+    attach_progress(trainer, "SFT", LOSS_SHOWN)  # every logged loss is kept in sft_info.json's log_history
     result = trainer.train()
     model.save_pretrained(str(out_dir))
     shutil.rmtree(out_dir / "trainer", ignore_errors=True)

@@ -14,7 +14,6 @@ MASTER_PORT, ...), so under `torchrun` it never joins, or waits for, the launche
 
 from __future__ import annotations
 
-import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -42,10 +41,12 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 2 or args[0] not in STAGES:
         print(f"usage: python -m atr_grpo.training.stages {{{','.join(STAGES)}}} PATH", file=sys.stderr)
         return 2
-    logging.basicConfig(level=logging.INFO, format="[%(asctime)s %(name)s] %(message)s", datefmt="%H:%M:%S")
-    stage, path = args[0], Path(args[1])
     from atr_grpo import rundir
     from atr_grpo.config import config_from_yaml
+    from atr_grpo.console import configure_logging
+
+    configure_logging()
+    stage, path = args[0], Path(args[1])
 
     if stage == "sft":
         from atr_grpo.training.sft import train_sft
