@@ -1,0 +1,79 @@
+"""The committed CPU mini-reproduction (`make reproduce-mini`, results/mini/) is what its run files say.
+
+The tables in results/mini/tables/ are rebuilt from the committed run files in results/mini/runs/ and must be
+identical byte for byte (the bootstrap is seeded); `compare` and `regrade` work on those runs as committed.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+from conftest import REPO
+
+from atr_grpo import results
+
+MINI = REPO / "results" / "mini"
+RUNS = MINI / "runs"
+METHODS = ("clip", "clip_higher", "dual_clip", "dcpo", "clip_cov", "sapo", "atr")  # Table 2's rows
+SEEDS = (0, 1, 2)
+
+
+def _files(folder):
+    return sorted(path.relative_to(folder).as_posix() for path in folder.rglob("*") if path.is_file())
+
+
+def _kept(folder):
+    """The files under `folder` that git keeps (tracked, or new and not ignored): a run's weights stay local."""
+    listing = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "--", "."],
+                             cwd=folder, capture_output=True, text=True, check=True)  # fmt: skip
+    return sorted(listing.stdout.split())
+
+
+def test_the_committed_runs_are_the_plans_runs_without_weights():
+    names = sorted(path.name for path in RUNS.iterdir() if path.is_dir())
+    expected = [f"mini__{m}__s{s}" for m in METHODS for s in SEEDS]
+    expected += [f"mini__atr-delta{d}__s{s}" for d in ("0.05", "0.06", "0.08", "0.09") for s in SEEDS]
+    assert names == sorted(expected)
+    for run in names:
+        files = _kept(RUNS / run)
+        assert {"config.yaml", "env.json", "metrics.jsonl", "eval/summary.jsonl"} <= set(files), run
+        steps = [json.loads(line)["step"] for line in (RUNS / run / "eval" / "summary.jsonl").open()]
+        assert steps == [0, 48, 96, 144, 192], run
+        assert [f for f in files if f.startswith("eval/step_")] == [
+            f"eval/step_{step:06d}/arithmetic.jsonl.gz" for step in steps
+        ], run  # every sample kept, compressed, for `regrade`
+        assert not [f for f in files if f.endswith((".safetensors", ".bin", ".pt", ".pth"))], run
+
+
+def test_the_committed_tables_rebuild_byte_for_byte(tmp_path):
+    out = tmp_path / "tables"
+    assert results.main(["all", "--runs", str(RUNS), "--experiment", "mini", "--out", str(out)]) == 0
+    committed = _files(MINI / "tables")
+    assert {"table2.csv", "table2.md", "table3.csv", "delta.csv", "clip_binding.csv"} <= set(committed)
+    assert _files(out) == committed
+    for name in committed:
+        assert (out / name).read_bytes() == (MINI / "tables" / name).read_bytes(), name
+
+
+def test_compare_pairs_atr_with_clip_on_the_committed_runs(capsys):
+    assert results.main(["compare", "atr", "clip", "--runs", str(RUNS), "--experiment", "mini",
+                         "--metric", "mean@8"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert out.startswith("## atr − clip: mini, tiny (seeds 0, 1, 2; evaluation steps 192)")
+    row = next(line for line in out.splitlines() if line.startswith("| arithmetic | mean@8 |"))
+    cells = [cell.strip() for cell in row.strip("|").split("|")]
+    atr, clip, difference = float(cells[2]), float(cells[3]), float(cells[4])
+    low, high = (float(x) for x in cells[5].strip("[]").split(","))
+    assert abs(atr - clip - difference) < 0.011  # the cells are rounded to 0.01
+    assert low <= difference <= high and 0 < float(cells[6]) <= 1
+    per_seed = [float(x) for x in cells[9].split(",")]
+    assert len(per_seed) == 3 and abs(sum(per_seed) / 3 - difference) < 0.011
+
+
+def test_regrade_of_unchanged_code_changes_no_verdict(tmp_path, capsys):
+    run = tmp_path / "runs" / "mini__atr__s0"
+    shutil.copytree(RUNS / "mini__atr__s0", run)
+    assert results.main(["regrade", "--runs", str(tmp_path / "runs"), "--no-progress", "--workers", "1"]) == 0
+    assert "0 of 5120 verdicts changed in 1 runs" in capsys.readouterr().out
