@@ -112,7 +112,8 @@ passk-curve: install ## Figure 4: evaluate the final ATR checkpoint with n = 128
 reproduce-mini: install ## CPU mini-reproduction: Table 2's 7 methods + ATR's delta sweep x 3 seeds on the tiny task
 	@$(LAUNCH) mini $(ARGS)
 	$(PY) -m atr_grpo.results all --runs results/mini/runs --experiment mini --out results/mini/tables
-	$(PY) -m atr_grpo.results figures --runs results/mini/runs --experiment mini --out results/mini/figures
+	$(PY) -m atr_grpo.results figures --runs results/mini/runs --experiment mini --out results/mini/figures \
+		--methods clip,clip_higher,dual_clip,dcpo,clip_cov,sapo,atr
 	$(PY) -m atr_grpo.results pack --runs results/mini/runs
 
 tables: install ## Rebuild results/tables/ from the run directories under RUNS
