@@ -33,8 +33,8 @@ from atr_grpo.reporting.tables import PAPER_DIR, Table, claim_outputs  # noqa: E
 def _save(fig: plt.Figure, out_dir: Path, name: str) -> list[Path]:
     paths = claim_outputs(out_dir, [f"{name}.png", f"{name}.pdf"])
     fig.tight_layout()
-    for path in paths:
-        fig.savefig(path, dpi=150)
+    for path in paths:  # no creation date in a PDF: a rebuild from the same runs is byte-identical
+        fig.savefig(path, dpi=150, metadata={"CreationDate": None} if path.suffix == ".pdf" else None)
     plt.close(fig)
     return paths
 
