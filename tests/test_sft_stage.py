@@ -68,3 +68,20 @@ def test_sft_prints_its_progress_line_not_log_dicts(tmp_path, tiny_model_dir, ca
     info = json.loads((tmp_path / "sft_info.json").read_text())
     (logged,) = [row for row in info["log_history"] if "loss" in row]
     assert info["steps"] == 10 and "100% 10/10" in lines[-1] and lines[-1].endswith(f"loss {logged['loss']:.3g}")
+
+
+def test_sft_trains_the_same_adapter_whatever_the_random_state(tmp_path, tiny_model_dir):
+    """Every method and seed of a model starts GRPO from this adapter, and a fresh machine trains it again: the
+    LoRA initialisation must come from `sft.seed`, not from whatever the process drew before."""
+    import torch
+
+    from atr_grpo.training.sft import train_sft
+
+    cfg = train_config(["experiment=smoke", "sft.max_examples=32", "sft.num_epochs=1"])
+    weights = []
+    for index, earlier_draws in enumerate((0, 7)):
+        torch.manual_seed(1234 + index)
+        torch.rand(earlier_draws)
+        train_sft(cfg, tmp_path / str(index))
+        weights.append((tmp_path / str(index) / "adapter_model.safetensors").read_bytes())
+    assert weights[0] == weights[1]

@@ -158,9 +158,9 @@ def run_evaluation(
         write_samples(path, records)
         rundir.append_jsonl(rundir.summary_path(run_dir), row)  # the commit record, written last
         mean, passed = row[f"mean@{k}"], row[f"pass@{k}"]
-        counts, seconds = row["status_counts"], row["time_s"]
-        message = "step %d, %s: mean@%d %.4f, pass@%d %.4f, %s (%.0f s)"
-        log.info(message, step, benchmark.name, k, mean, k, passed, counts, seconds)
+        counts = ", ".join(f"{status} {n}" for status, n in row["status_counts"].items())
+        message = "step %d, %s: mean@%d %.4f, pass@%d %.4f; samples: %s (%.0f s)"
+        log.info(message, step, benchmark.name, k, mean, k, passed, counts, row["time_s"])
         rows[benchmark.name] = row
     return flat_metrics(rows, k)
 

@@ -33,6 +33,9 @@ from atr_grpo.training.stages import RUN_CONFIG, run_stage
 log = logging.getLogger(__name__)
 
 ADAPTER_MARKER = "adapter_config.json"
+# Bumped when the same config starts to train a different adapter, so that no older cached one is reused.
+# 2: the LoRA weights are initialised after seeding (before, their initialisation was unseeded).
+SFT_RECIPE = 2
 
 
 def sft_fingerprint(cfg: TrainConfig) -> dict[str, Any]:
@@ -43,6 +46,7 @@ def sft_fingerprint(cfg: TrainConfig) -> dict[str, Any]:
         "sft": sft,
         "prompt": asdict(cfg.prompt),
         "trainer": sft_trainer_identity(),
+        "recipe": SFT_RECIPE,
     }
     if cfg.model.tiny is not None:  # the locally built base changes with its recipe, not only its config
         key["tiny_base"] = tiny_fingerprint(cfg.model.tiny)
@@ -90,6 +94,7 @@ def train_sft(cfg: TrainConfig, out_dir: Path) -> None:
     """Train a fresh LoRA adapter on the format data with TRL's SFTTrainer and save it to `out_dir`."""
     import sys
 
+    from transformers import set_seed
     from trl import SFTConfig as TRLSFTConfig
     from trl import SFTTrainer
 
@@ -103,6 +108,7 @@ def train_sft(cfg: TrainConfig, out_dir: Path) -> None:
     install_trl_logprob_fallback()  # TRL's fused LM head needs Triton; a no-op where it is present
     sft, cuda = cfg.sft, torch.cuda.is_available()
     started = time.time()
+    set_seed(sft.seed)  # before the LoRA weights are initialised: the Trainer seeds only once the model exists
     model, tokenizer = load_model_and_tokenizer(cfg.model, for_training=True)
     dataset = sft_dataset(sft, cfg.data, cfg.prompt, tokenizer, cfg.model.max_seq_length)
     dataset = dataset.add_column(
