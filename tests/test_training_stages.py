@@ -55,7 +55,9 @@ def test_evaluation_after_training_with_vllm_evaluates_every_scheduled_step(tmp_
     printed = result.stdout + result.stderr
     assert "{'" not in printed and not re.search(r"pid=\d+\) INFO ", printed)
     stage_lines = [line for line in result.stderr.splitlines() if line.startswith(("GRPO: ", "evaluation: "))]
-    assert "GRPO: 100% 4/4" in stage_lines[-2] and "evaluation: 100% 3/3" in stage_lines[-1]
+    grpo = [i for i, line in enumerate(stage_lines) if line.startswith("GRPO: ")]
+    assert "GRPO: 100% 4/4" in stage_lines[grpo[-1]] and "evaluation: 100% 3/3" in stage_lines[-1]
+    assert all(line.startswith("evaluation: ") for line in stage_lines[grpo[-1] + 1 :])  # the stages in order
     assert re.search(r"mean@4 [\d.]+, pass@4 [\d.]+$", stage_lines[-1])
     rows = summary(run_dir)
     assert [(r["step"], r["benchmark"], r["backend"]) for r in rows] == [(s, "arithmetic", "vllm") for s in (0, 2, 4)]
@@ -137,8 +139,9 @@ def test_vllm_rollouts_train_bind_off_policy_and_log_the_engine_mismatch(tmp_pat
         assert mean < 0.05 and 0 <= row["rollout/ratio_out_of_band_frac"] < 0.05, row
     for row in rows[0::2]:
         assert row["ratio/min"] == row["ratio/max"] == 1.0 and row["clip/frac"] == 0.0
-    for row in rows[1::2]:
-        assert row["clip/frac"] > 0 and row["ratio/max"] > 1.05
+    reused = rows[1::2]
+    assert all(max(r["ratio/max"] - 1, 1 - r["ratio/min"]) > 0.05 for r in reused), reused  # off-policy
+    assert any(r["clip/frac"] > 0 for r in reused), reused  # ε 0.05 binds (on tokens whose advantage is not 0)
 
 
 @needs_vllm
