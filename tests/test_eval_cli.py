@@ -1,11 +1,11 @@
 """`python -m atr_grpo.evaluate` on the tiny CPU model: a base model and an adapter, contracts §3 files."""
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from conftest import needs_vllm
 
 from atr_grpo import rundir
 
@@ -95,7 +95,7 @@ def test_an_adapter_is_evaluated_and_a_rerun_is_skipped(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="`make install` installs vLLM")
+@needs_vllm
 def test_the_vllm_backend_writes_what_the_hf_backend_writes(tmp_path, smoke_sft_adapter):
     """`python -m atr_grpo.evaluate model=tiny eval=arithmetic eval.backend=vllm adapter=DIR out_dir=DIR` on CPU:
     the same files, problems, samples, fields and prompt as with eval.backend=hf; only the backend differs."""

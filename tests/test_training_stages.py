@@ -5,7 +5,6 @@ rollout/trainer mismatch logged every step, and the rollout correction weighing 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import re
@@ -13,7 +12,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, compose
+from conftest import REPO, compose, needs_vllm
 from omegaconf import OmegaConf
 
 from atr_grpo import rundir
@@ -23,7 +22,6 @@ from atr_grpo.training import evaluations
 from atr_grpo.training.pipeline import EXIT_EVALUATIONS_INCOMPLETE, run_outcome, run_training
 
 pytestmark = pytest.mark.slow
-needs_vllm = pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="`make install` installs vLLM")
 
 
 def train_cli(run_dir, *overrides):

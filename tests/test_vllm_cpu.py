@@ -4,14 +4,12 @@ greedy completions that agree with HF `generate`'s."""
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
-from conftest import train_config
+from conftest import needs_vllm, train_config
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is installed by `make install`"),
+    needs_vllm,
 ]
 
 # agreement of greedy completions below which the two backends must be investigated (issue: ~95 %)
