@@ -347,7 +347,7 @@ def train_grpo(cfg: TrainConfig, state: RunState, callbacks: Sequence[Any] = ())
             trainer, tokenizer = build_trl_trainer(cfg, rule, adapter, state.run_dir)
         if logger is not None:
             trainer.add_callback(MetricsCallback(logger))
-            attach_progress(trainer, "GRPO", GRPO_SHOWN)  # one console line instead of a printed dict per step
+        attach_progress(trainer, "GRPO", GRPO_SHOWN)  # every process: only rank 0 draws the line, none prints dicts
         if cfg.eval.enabled:
             trainer.add_callback(build_eval_callback(cfg, trainer, tokenizer, state.run_dir, logger, backend))
         for callback in callbacks:
