@@ -62,25 +62,34 @@ def aggregate(
     return (masked.sum(-1) / weights.sum(-1).clamp(min=1.0)).mean()
 
 
+def length_weighting(rule: ClipRule | type[ClipRule], mode: str) -> str | None:
+    """What changes when `rule`, defined per sequence, is aggregated by `mode`: None, or a sentence saying that a
+    token sum weighs each sequence by its length (TRL warns the same for `importance_sampling_level="sequence"`
+    with `dr_grpo`). Each front end adds the setting that restores the source's objective."""
+    native = rule.native_aggregation
+    if native is None or native in TOKEN_SUMS or mode not in TOKEN_SUMS:
+        return None
+    return (
+        f"clipping rule {rule.name!r} is defined per sequence with {native} aggregation; {mode} sums over tokens, "
+        "so each sequence's loss is weighted by its length"
+    )
+
+
 def resolve_aggregation(configured: str, rule: ClipRule | type[ClipRule]) -> tuple[str, str | None]:
     """The aggregation to use for `rule` when `configured` (one of AGGREGATION_CHOICES) is asked for, and a
-    one-line notice for the user (None when there is nothing to say).
+    one-line notice for the user (None when there is nothing to say: see `length_weighting`).
 
     `native` is the rule's `native_aggregation` (GSPO, GMPO: `seq_mean`), or DEFAULT_AGGREGATION for a rule that
-    declares none. The notice says when a rule defined per sequence is aggregated by a token sum (TRL warns the
-    same for `importance_sampling_level="sequence"` with `dr_grpo`): each sequence then weighs by its length.
+    declares none.
     """
     if configured not in AGGREGATION_CHOICES:
         raise ValueError(f"unknown loss aggregation {configured!r}; allowed: {', '.join(AGGREGATION_CHOICES)}")
     native = rule.native_aggregation
     mode = (native or DEFAULT_AGGREGATION) if configured == "native" else configured
-    if native is None or native in TOKEN_SUMS or mode not in TOKEN_SUMS:
+    notice = length_weighting(rule, mode)
+    if notice is None:
         return mode, None
-    return mode, (
-        f"clipping rule {rule.name!r} is defined per sequence with {native} aggregation; {mode} sums over tokens, "
-        f"so each sequence's loss is weighted by its length (set trainer.loss_agg=native or {native} for the "
-        "source's objective)"
-    )
+    return mode, f"{notice} (set trainer.loss_agg=native or {native} for the source's objective)"
 
 
 def kl_penalty(

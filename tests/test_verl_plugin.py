@@ -4,6 +4,8 @@ Parameters reach a rule from verl's config and are validated by the rule, with t
 verl's aggregation modes map to ours or are refused; rules whose extras verl cannot supply are refused.
 """
 
+import warnings
+
 import pytest
 import torch
 
@@ -125,13 +127,21 @@ def test_dr_grpo_needs_a_constant_normaliser():
         plugin.check_aggregation(build_rule("atr"), "seq-mean-token-sum-norm", loss_scale_factor=None)
 
 
-def test_rule_with_a_native_aggregation_accepts_only_that_mode():
-    """A sequence-level rule that declares `native_aggregation` runs only under the verl mode that equals it."""
-    sequence_rule = build_rule("atr")
-    sequence_rule.native_aggregation = "seq_mean"
-    assert plugin.check_aggregation(sequence_rule, "seq-mean-token-mean", None) == "seq_mean"
-    with pytest.raises(ValueError, match=r"'seq_mean' aggregation.*set actor_rollout_ref\.actor\.loss_agg_mode="):
-        plugin.check_aggregation(sequence_rule, "token-mean", None)
-    sequence_rule.native_aggregation = "geo_mean"
-    with pytest.raises(ValueError, match="verl has no such mode"):
-        plugin.check_aggregation(sequence_rule, "seq-mean-token-mean", None)
+def test_sequence_rule_under_a_token_sum_runs_with_one_warning(monkeypatch):
+    """GSPO (defined with seq_mean) runs under every mapped verl mode, as in our trainer; under the two token sums
+    verl users are told once per mode, naming the key and the mode of GSPO's own objective."""
+    monkeypatch.setattr(plugin, "_WARNED", set())
+    rule = build_rule("gspo")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert plugin.check_aggregation(rule, "seq-mean-token-mean", None) == "seq_mean"
+        assert plugin.check_aggregation(build_rule("atr"), "token-mean", None) == "token_mean"
+    with pytest.warns(UserWarning) as caught:
+        assert plugin.check_aggregation(rule, "token-mean", None) == "token_mean"
+        assert plugin.check_aggregation(rule, "token-mean", None) == "token_mean"
+        assert plugin.check_aggregation(rule, "seq-mean-token-sum-norm", 1536) == "dr_grpo"
+    messages = [str(w.message) for w in caught]
+    assert len(messages) == 2, messages
+    assert "'gspo' is defined per sequence with seq_mean aggregation" in messages[0]
+    assert "actor_rollout_ref.actor.loss_agg_mode='token-mean'; set seq-mean-token-mean" in messages[0]
+    assert "loss_agg_mode='seq-mean-token-sum-norm'" in messages[1]

@@ -18,7 +18,8 @@ micro-batching normalise exactly as for verl's built-in losses. Three of verl's 
     seq-mean-token-mean      ≡ seq_mean     mean over the mini-batch's sequences of Σ_t ℓ / |o_i|
     seq-mean-token-sum-norm  ≡ dr_grpo      Σ ℓ / (B · L) with L = actor.loss_scale_factor, which must be set
 
-`token-sum` and `seq-mean-token-sum` have no counterpart here and are refused. Extras: Clip-Cov's `generator` is
+`token-sum` and `seq-mean-token-sum` have no counterpart here and are refused; a sequence-level rule under a
+token sum runs with a warning (`check_aggregation`). Extras: Clip-Cov's `generator` is
 a per-process torch.Generator seeded from `actor.data_loader_seed` and the data-parallel rank, advanced by every
 call; `full_kl` needs π_old's whole next-token distribution, which verl's policy-loss API does not carry, so
 `atr_grpo.full_kl` is refused.
@@ -40,6 +41,7 @@ import torch
 from torch import Tensor
 
 from atr_grpo.clipping import RULES, ClipRule, build_rule
+from atr_grpo.losses import length_weighting
 
 LOSS_PREFIX = "atr_grpo."
 ACTOR_KEY = "actor_rollout_ref.actor"
@@ -134,7 +136,9 @@ def rule_from_config(loss_mode: str, policy_loss: Any) -> ClipRule:
 
 
 def check_aggregation(rule: ClipRule, loss_agg_mode: str, loss_scale_factor: int | None) -> str:
-    """Our aggregation for verl's `loss_agg_mode`; ValueError naming the key where there is none."""
+    """Our aggregation for verl's `loss_agg_mode`; ValueError naming the key where there is none. A sequence-level
+    rule under a token-sum mode runs, as in our trainer, with a warning (once per rule and mode) that names the
+    verl mode of the rule's own objective."""
     ours = VERL_AGGREGATIONS.get(loss_agg_mode)
     if ours is None:
         allowed = ", ".join(f"{verl} (= {mine})" for verl, mine in VERL_AGGREGATIONS.items())
@@ -142,13 +146,13 @@ def check_aggregation(rule: ClipRule, loss_agg_mode: str, loss_scale_factor: int
             f"{ACTOR_KEY}.loss_agg_mode={loss_agg_mode!r} has no counterpart among atr_grpo's aggregations; "
             f"allowed with atr_grpo losses: {allowed}"
         )
-    native = getattr(rule, "native_aggregation", None)
-    if native is not None and native != ours:
-        verl_modes = [verl for verl, mine in VERL_AGGREGATIONS.items() if mine == native]
-        fix = f"set {ACTOR_KEY}.loss_agg_mode={verl_modes[0]}" if verl_modes else "verl has no such mode"
-        raise ValueError(
-            f"clipping rule {rule.name!r} is defined with {native!r} aggregation, but {ACTOR_KEY}.loss_agg_mode="
-            f"{loss_agg_mode!r} is {ours!r}: {fix}"
+    notice = length_weighting(rule, ours)
+    if notice is not None and (rule.name, loss_agg_mode) not in _WARNED:
+        _WARNED.add((rule.name, loss_agg_mode))
+        native_mode = next(verl for verl, mine in VERL_AGGREGATIONS.items() if mine == rule.native_aggregation)
+        warnings.warn(
+            f"{notice} ({ACTOR_KEY}.loss_agg_mode={loss_agg_mode!r}; set {native_mode} for the source's objective)",
+            stacklevel=3,
         )
     if ours == "dr_grpo" and loss_scale_factor is None:
         raise ValueError(
@@ -161,7 +165,7 @@ def check_aggregation(rule: ClipRule, loss_agg_mode: str, loss_scale_factor: int
 
 # ------------------------------------------------------------------------------------------- the loss
 _GENERATORS: dict[str, torch.Generator] = {}
-_WARNED: set[str] = set()
+_WARNED: set[str | tuple[str, str]] = set()  # loss modes and (rule, aggregation) pairs already warned about
 
 
 def _rank() -> int:
