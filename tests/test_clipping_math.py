@@ -22,7 +22,7 @@ from atr_grpo.clipping import (
     lambert_w,
     make_batch,
 )
-from atr_grpo.clipping.cov import hashed_keys, hashed_uniform, lowest_ranked, token_covariance, with_position
+from atr_grpo.clipping.cov import hash_ranks, hashed_keys, hashed_uniform, lowest_ranked
 from atr_grpo.clipping.ratio import ppo_clip_terms
 
 DELTAS = [0.01, 0.03, 0.05, 0.07, 0.09, 0.2, 0.5, 1.0]
@@ -374,10 +374,19 @@ def reference_hash(seed, mask):
     return (x ^ (x >> 16)).double() / 2.0**32
 
 
+def reference_covariance(batch):
+    """The first implementation's per-token covariance: centred cross-products over the valid tokens, 0 elsewhere."""
+    valid = batch.mask
+    count = valid.sum().clamp(min=1)
+    logp = batch.logp.detach()
+    centred = (logp - logp.sum() / count) * (batch.advantages - batch.advantages.sum() / count)
+    return torch.where(valid, centred, 0.0)
+
+
 def reference_cov_rule(rule, logp, old, advantages, mask, random_keys=None, key_seed=None):
     """Clip-Cov / KL-Cov's per-token loss as first implemented (sort-based selection, float keys)."""
     batch = make_batch(logp, old, advantages, mask)
-    cov = token_covariance(batch)
+    cov = reference_covariance(batch)
     quota = torch.clamp(torch.floor(rule.ratio * batch.mask.sum()), min=1)
     if rule.name == "kl_cov":
         selected = sort_based_selection(-cov, batch.mask, quota)
@@ -421,15 +430,17 @@ def test_top_k_selection_equals_the_sort_based_selection():
 
 
 def test_clip_cov_keys_are_the_first_implementations_hash():
-    """The in-place hash gives the same keys as the first implementation, and `with_position` keeps their order
+    """The 32-bit in-place hash gives the same keys as the first implementation, and `hash_ranks` keeps their order
     while breaking ties by position."""
     mask = torch.rand(7, 300, generator=torch.Generator().manual_seed(1)) > 0.3
     for seed in (0, 1, 2**31 - 2):
         keys = hashed_keys(torch.tensor(seed), mask)
         assert torch.equal(hashed_uniform(torch.tensor(seed), mask), reference_hash(seed, mask))
         assert torch.equal(keys.double() / 2.0**32, reference_hash(seed, mask))
-        combined = with_position(keys).flatten()
-        assert torch.equal(torch.argsort(combined), torch.argsort(keys.flatten(), stable=True))
+        ranks = hash_ranks(torch.tensor(seed), mask)
+        assert torch.equal(ranks >> 31, keys)
+        assert torch.equal(ranks & (2**31 - 1), torch.arange(mask.numel()).view_as(mask))
+        assert torch.equal(torch.argsort(ranks.flatten()), torch.argsort(keys.flatten(), stable=True))
 
 
 @pytest.mark.parametrize("name", ["clip_cov", "kl_cov"])

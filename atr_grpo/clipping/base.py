@@ -190,7 +190,8 @@ def rule_metrics(batch: TokenBatch, terms: RuleTerms) -> dict[str, float]:
             "kl/kl3_mean": torch.where(valid, torch.expm1(log_ratio) - log_ratio, 0.0).sum() / count,
         }
         for key, value in terms.extra.items():
-            stats[key] = (torch.where(valid, value.float(), 0.0)).sum() / count
+            on_valid = value & valid if value.dtype == torch.bool else torch.where(valid, value.float(), 0.0)
+            stats[key] = on_valid.sum() / count
         values = torch.stack([v.float() for v in stats.values()]).tolist()
     return dict(zip(stats.keys(), values))
 

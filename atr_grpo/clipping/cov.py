@@ -9,7 +9,7 @@ rule (one micro-batch, as in the public code's per-GPU approximation):
 - KL-Cov adds coef·|log w| to the `max(⌊r·N⌋, 1)` tokens of largest Cov_t, with no ratio clip at all
   (its gradient vanishes at w = 1, so it does nothing on-policy).
 
-Selections are pure tensor code (one partial top-k under a bound known from the shape, the quota as a tensor),
+Selections are pure tensor code (partial top-ks under a bound known from the shape, the quota as a tensor),
 so they run inside compiled losses, and they pick exactly what a stable sort of the whole batch would (ties by
 position). Clip-Cov's randomness is a hash of a seed (drawn from a `torch.Generator` when called) and of each
 token's index among the valid tokens (`hashed_keys`), so the TRL and Unsloth paths select the same tokens.
@@ -36,31 +36,33 @@ from atr_grpo.clipping.base import (
 from atr_grpo.clipping.ratio import ClipRangeRule, ppo_clip_terms
 
 
-def token_covariance(batch: TokenBatch) -> Tensor:
-    """`[B, T]` centred cross-products over valid tokens (0 elsewhere), without gradient."""
-    valid = batch.mask
-    count = valid.sum().clamp(min=1)
+def centred_products(batch: TokenBatch, count: Tensor) -> Tensor:
+    """`[B, T]` (log π_t - mean log π)·(A_t - mean A) with means over the `count` valid tokens, without gradient.
+    Meaningful on valid tokens only: each caller masks it with what it selects from."""
+    count = count.clamp(min=1)
     logp = batch.logp.detach()  # make_batch has set logp and advantages to 0 on invalid tokens: plain sums
-    centred = (logp - logp.sum() / count) * (batch.advantages - batch.advantages.sum() / count)
-    return torch.where(valid, centred, 0.0)
+    return (logp - logp.sum() / count) * (batch.advantages - batch.advantages.sum() / count)
 
 
 def lowest_ranked(keys: Tensor, eligible: Tensor, quota: Tensor, max_quota: int, distinct: bool = False) -> Tensor:
     """Boolean `[B, T]`: the `quota` eligible entries with the smallest keys, ties broken by position (row-major).
 
-    `quota` is a 0-d tensor (it depends on the mask) and `max_quota` a Python bound on it from the shape: one
-    partial top-k finds the quota-th smallest key (the threshold), every key below it is taken, and the remaining
-    places go to the first entries (in position order) whose key equals it. This is exactly the selection of a
-    stable sort of all keys, without sorting the batch. `distinct=True` promises that no two keys are equal,
-    which skips the tie handling.
+    `quota` is a 0-d tensor (it depends on the mask) and `max_quota` a Python bound on it from the shape, so that
+    the selection is pure tensor code. This is exactly the selection of a stable sort of all keys, without sorting
+    the batch. `distinct=True` promises that no two eligible keys are equal and that all are below the dtype's
+    largest value (`hash_ranks` are): then two small top-ks (per row, then over the rows' winners) find
+    the entries, and no pass over the batch compares keys. Otherwise one top-k finds the quota-th smallest key
+    (the threshold), every key below it is taken, and the remaining places go to the first entries (in position
+    order) whose key equals it.
     """
     last = torch.inf if keys.is_floating_point() else torch.iinfo(keys.dtype).max
-    flat = torch.where(eligible, keys, last).flatten()
+    masked = torch.where(eligible, keys, last)
+    if distinct:
+        return _smallest_distinct(masked, last, quota, max_quota)
+    flat = masked.flatten()
     k = min(flat.numel(), max_quota)
     smallest = torch.topk(flat, k, largest=False, sorted=True).values
     threshold = smallest.gather(0, (quota.long() - 1).clamp(0, k - 1).reshape(1))  # too few eligible: `last`
-    if distinct:
-        return eligible & (keys <= threshold)
     below = eligible & (keys < threshold)
     tied = eligible & (keys == threshold)
     places_left = quota - below.sum()
@@ -68,7 +70,45 @@ def lowest_ranked(keys: Tensor, eligible: Tensor, quota: Tensor, max_quota: int,
     return below | (tied & (tie_rank <= places_left))
 
 
+def _smallest_distinct(masked: Tensor, last: float, quota: Tensor, max_quota: int) -> Tensor:
+    """`lowest_ranked` for distinct keys (ineligible entries already set to the largest value): each row's
+    `max_quota` smallest, then the `quota` smallest of those, marked by position (the winners of a row top-k
+    contain the batch's `max_quota` smallest). Entries past the eligible ones hold `last` and are dropped."""
+    rows = masked.reshape(-1, masked.shape[-1])
+    row_values, row_index = torch.topk(rows, min(rows.shape[1], max_quota), dim=1, largest=False, sorted=False)
+    offsets = torch.arange(rows.shape[0], device=rows.device).unsqueeze(1) * rows.shape[1]
+    k = min(row_values.numel(), max_quota)
+    values, order = torch.topk(row_values.flatten(), k, largest=False, sorted=True)
+    positions = (row_index + offsets).flatten()[order]
+    take = (torch.arange(k, device=rows.device) < quota) & (values < last)
+    chosen = torch.zeros(masked.numel(), dtype=torch.bool, device=rows.device)
+    return chosen.scatter_(0, positions, take).view_as(masked)
+
+
 _MASK32 = 0xFFFFFFFF
+
+
+def _as_int32(value: int) -> int:
+    """A constant in [0, 2³²) as the int32 with the same bits (int32 products wrap modulo 2³²)."""
+    return value - (1 << 32) if value >= 1 << 31 else value
+
+
+def _murmur32(seed: Tensor, mask: Tensor) -> Tensor:
+    """`[B, T]` int32 whose bits are murmur3's 32-bit finaliser of seed·0x9E3779B1 + row·0x85EBCA77 +
+    index·0xC2B2AE3D (mod 2³²), index = the token's index among its row's valid tokens. int32 arithmetic wraps like
+    the finaliser's unsigned words; `>>` on int32 extends the sign, so each shift is masked to its logical value."""
+    x = torch.cumsum(mask, dim=1, dtype=torch.int32)  # index among the row's valid tokens, plus one
+    x *= _as_int32(0xC2B2AE3D)
+    rows = torch.arange(mask.shape[0], device=mask.device, dtype=torch.int32)
+    # per row: row·C_row + seed·C_seed - C_index (the - C_index turns the index + 1 above into the index)
+    x += (rows * _as_int32(0x85EBCA77) + (seed.int() * _as_int32(0x9E3779B1) - _as_int32(0xC2B2AE3D))).unsqueeze(1)
+    for shift, multiplier in ((16, 0x85EBCA6B), (13, 0xC2B2AE35), (16, None)):
+        shifted = x >> shift
+        shifted &= (1 << (32 - shift)) - 1
+        x ^= shifted
+        if multiplier is not None:
+            x *= _as_int32(multiplier)
+    return x
 
 
 def hashed_keys(seed: Tensor, mask: Tensor) -> Tensor:
@@ -77,25 +117,19 @@ def hashed_keys(seed: Tensor, mask: Tensor) -> Tensor:
     A counter-based hash (murmur3's 32-bit finaliser) instead of a random-number generator: pure integer
     tensor ops, so it runs inside torch.compile, and keyed by each token's position among the valid tokens,
     so it is the same whether a batch is left- or right-padded (Unsloth repacks padding before its loss).
-    The ops are in place on one buffer: this runs on every token of every Clip-Cov call.
+    It runs on every token of every Clip-Cov call, so it works on 32-bit words in place (`_murmur32`).
     """
-    x = torch.cumsum(mask, dim=1, dtype=torch.int64).sub_(1).mul_(0xC2B2AE3D)  # index among the row's valid tokens
-    x += torch.arange(mask.shape[0], device=mask.device).unsqueeze(1) * 0x85EBCA77 + seed.long() * 0x9E3779B1
-    x &= _MASK32
-    for shift, multiplier in ((16, 0x85EBCA6B), (13, 0xC2B2AE35)):
-        x ^= x >> shift
-        x *= multiplier
-        x &= _MASK32
-    x ^= x >> 16
-    return x
+    return _murmur32(seed, mask).long() & _MASK32
 
 
-def with_position(keys: Tensor) -> Tensor:
-    """Keys in [0, 2³²) combined with their row-major position into distinct int64 keys of the same order, ties
-    broken by position: key · 2³¹ + position (positions < 2³¹)."""
-    combined = keys << 31
-    combined |= torch.arange(keys.numel(), device=keys.device).view_as(keys)
-    return combined
+def hash_ranks(seed: Tensor, mask: Tensor) -> Tensor:
+    """`[B, T]` distinct int64 keys ordered as (`hashed_keys`, row-major position), the stable sort of the hashed
+    keys: key · 2³¹ + position (positions < 2³¹), built in place on one buffer."""
+    ranks = _murmur32(seed, mask).long()
+    ranks &= _MASK32
+    ranks <<= 31
+    ranks |= torch.arange(ranks.numel(), device=ranks.device).view_as(ranks)
+    return ranks
 
 
 def hashed_uniform(seed: Tensor, mask: Tensor) -> Tensor:
@@ -108,10 +142,10 @@ def key_seed_from(generator: torch.Generator) -> Tensor:
     return torch.randint(0, 2**31 - 1, (), generator=generator, device=generator.device)
 
 
-def token_quota(batch: TokenBatch, fraction: float) -> tuple[Tensor, int]:
-    """max(⌊fraction · N⌋, 1) as a tensor (N = number of valid tokens), and a bound on it from the shape alone."""
-    quota = torch.clamp(torch.floor(fraction * batch.mask.sum()), min=1)
-    return quota, int(fraction * batch.mask.numel()) + 2  # + 2: float rounding of fraction · N
+def token_quota(count: Tensor, size: int, fraction: float) -> tuple[Tensor, int]:
+    """max(⌊fraction · N⌋, 1) as a tensor (N = `count`, the number of valid tokens), and a bound on it from the
+    batch's `size` (number of entries) alone."""
+    return torch.clamp(torch.floor(fraction * count), min=1), int(fraction * size) + 2  # + 2: float rounding
 
 
 @register
@@ -159,12 +193,14 @@ class ClipCov(ClipRangeRule):
     ) -> RuleTerms:
         distinct = random_keys is None
         if distinct:  # hashed_uniform's order, made distinct by the position (a stable sort's tie-break)
-            random_keys = with_position(hashed_keys(key_seed.to(batch.mask.device), batch.mask))
+            random_keys = hash_ranks(key_seed.to(batch.mask.device), batch.mask)
         clipped = ppo_clip_terms(batch, 1 - self.eps_low, 1 + self.eps_high)
-        cov = token_covariance(batch)
+        count = batch.mask.sum()
+        cov = centred_products(batch, count)  # masked by `candidates`
         ppo_frozen = clipped.frozen_low | clipped.frozen_high
         candidates = batch.mask & ~ppo_frozen & (cov > self.cov_lb) & (cov < self.cov_ub)
-        detached = lowest_ranked(random_keys, candidates, *token_quota(batch, self.ratio), distinct)
+        quota = token_quota(count, batch.mask.numel(), self.ratio)
+        detached = lowest_ranked(random_keys, candidates, *quota, distinct)
         return RuleTerms(
             loss=torch.where(detached, 0.0, clipped.loss),
             frozen_low=clipped.frozen_low,
@@ -189,8 +225,9 @@ class KLCov(ClipRule):
 
     def terms(self, batch: TokenBatch, **_: Any) -> RuleTerms:
         ratio = ratio_from_log(batch.log_ratio)
-        cov = token_covariance(batch)
-        selected = lowest_ranked(-cov, batch.mask, *token_quota(batch, self.ratio))
+        count = batch.mask.sum()
+        cov = centred_products(batch, count)  # masked by `lowest_ranked`
+        selected = lowest_ranked(-cov, batch.mask, *token_quota(count, batch.mask.numel(), self.ratio))
         penalty = torch.where(selected, self.coef * batch.log_ratio.abs(), 0.0)
         never = torch.zeros_like(batch.mask)
         return RuleTerms(
