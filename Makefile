@@ -45,8 +45,8 @@ format: install ## Apply ruff's formatter and safe fixes
 test: lint ## Lint, then the whole CPU test suite, end-to-end runs included (what CI runs; GPU tests skip)
 	$(PY) -m pytest -q
 
-test-fast: install ## The inner loop: unit tests without the end-to-end runs (-m "not slow and not gpu"), no lint
-	$(PY) -m pytest -q -m "not slow and not gpu"
+test-fast: install ## The inner loop: tests not marked slow or gpu, on two workers (pytest-xdist), no lint
+	$(PY) -m pytest -q -m "not slow and not gpu" -n 2
 
 demo: install ## CPU demo: tiny model, SFT format stage -> GRPO (ATR) -> Mean@8/Pass@8 before and after
 	$(PY) -m atr_grpo.demo

@@ -34,6 +34,30 @@ needs_vllm = pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason
 CONF = REPO / "conf"
 
 
+def slow_beyond(values, fast, ids=None):
+    """Parameters for `pytest.mark.parametrize`: the values in `fast` run in every suite, the others are marked
+    `slow` (`make test` runs them, `make test-fast` leaves them out). For the costly checks that repeat one
+    mechanism over a registry or a list of cases: the inner loop keeps one case of each kind."""
+    ids = ids or [None] * len(values)
+    return [
+        pytest.param(value, id=id_, marks=() if value in fast else pytest.mark.slow) for value, id_ in zip(values, ids)
+    ]
+
+
+def rules_of_each_kind():
+    """The rules that reach a loss differently: the first of each family, and every rule with extras or its own
+    aggregation (and ATR, the paper's rule)."""
+    from atr_grpo.clipping import RULES
+
+    kinds = {"atr"}
+    families = set()
+    for name, rule in sorted(RULES.items()):
+        if rule.family not in families or rule.needs or rule.native_aggregation:
+            kinds.add(name)
+            families.add(rule.family)
+    return kinds
+
+
 def compose(overrides: list[str] | None = None, config_name: str = "train", **kwargs):
     """The composed DictConfig for `overrides`, as `python -m atr_grpo.train ...` would see it."""
     from atr_grpo import hydra_app

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -627,7 +628,15 @@ def test_the_on_policy_warning_follows_the_acts_on_policy_trait():
 
     from atr_grpo.training.pipeline import warn_if_on_policy
 
+    def with_rule(cfg, name):  # every rule's config composes (test_config); here only the rule's name matters
+        return SimpleNamespace(
+            clipping=SimpleNamespace(name=name),
+            trainer=cfg.trainer,
+            optimizer_steps_per_rollout=cfg.optimizer_steps_per_rollout,
+        )
+
+    on_policy, reuse2 = (train_config([f"rollout={rollout}"]) for rollout in ("on_policy", "reuse2"))
+    assert warn_if_on_policy(on_policy) is not None and warn_if_on_policy(reuse2) is None  # atr, the default
     for name, rule in RULES.items():
-        cfg = train_config([f"clipping={name}", "rollout=on_policy"])
-        assert (warn_if_on_policy(cfg) is None) == rule.acts_on_policy, name
-        assert warn_if_on_policy(train_config([f"clipping={name}", "rollout=reuse2"])) is None
+        assert (warn_if_on_policy(with_rule(on_policy, name)) is None) == rule.acts_on_policy, name
+        assert warn_if_on_policy(with_rule(reuse2, name)) is None

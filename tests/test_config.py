@@ -246,7 +246,13 @@ CLI_ERRORS = [
 ]
 
 
-@pytest.mark.parametrize("args,words", CLI_ERRORS, ids=[" ".join(a) for a, _ in CLI_ERRORS])
+@pytest.mark.parametrize(  # each case starts Python: test-fast keeps the first
+    "args,words",
+    [
+        pytest.param(*case, id=" ".join(case[0]), marks=pytest.mark.slow if i else ())
+        for i, case in enumerate(CLI_ERRORS)
+    ],
+)
 def test_the_cli_reports_bad_input_and_exits_2_without_a_traceback(args, words, tmp_path):
     """Exit status 2 and the message, before a run starts: Hydra has made the run directory by the time a
     value is checked, but no run file is written."""

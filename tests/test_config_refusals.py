@@ -24,9 +24,15 @@ def train_cli(*overrides):
     ("overrides", "message"),
     [
         (["clipping=atr", "+clipping.eps=0.2"], "'clipping.eps' is not a key of clipping; allowed keys: name, delta"),
-        (["data=dapo_math", "data.path=/nonexistent.parquet"], "data.path must be null when data.source='hub'"),
-        (["data.source=file", "data.path=/nonexistent.parquet"], "data.path must be an existing file"),
-        (["rollout.engine=vllm", "trainer.temperature=2.5"], "trainer.temperature must be <= 2.0"),
+        # each case starts Python: test-fast keeps the first
+        *(
+            pytest.param(*case, marks=pytest.mark.slow)
+            for case in [
+                (["data=dapo_math", "data.path=/nonexistent.parquet"], "data.path must be null when data.source='hub'"),
+                (["data.source=file", "data.path=/nonexistent.parquet"], "data.path must be an existing file"),
+                (["rollout.engine=vllm", "trainer.temperature=2.5"], "trainer.temperature must be <= 2.0"),
+            ]
+        ),
     ],
 )
 def test_the_train_entry_point_refuses_with_status_2_and_no_traceback(overrides, message):

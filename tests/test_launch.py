@@ -64,6 +64,7 @@ def test_table3_and_ablation_counts():
     assert dry_run("passk_curve") == [[sys.executable, "-m", "atr_grpo.evaluate", "experiment=passk_curve"]]
 
 
+@pytest.mark.slow
 def test_rivals_dry_run_lists_7_methods_by_3_seeds_and_every_run_composes():
     """ATR vs GSPO, CISPO, DPPO-TV, DPPO-KL, atr_seq and adaptive ATR on Qwen3-1.7B, seeds 0-2: 21 commands, each a
     config that composes with the paper's protocol, and 21 distinct run directories."""

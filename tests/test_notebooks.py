@@ -36,6 +36,7 @@ def test_notebooks_are_committed_without_outputs(name):
             assert cell.outputs == [] and cell.execution_count is None
 
 
+@pytest.mark.slow
 def test_theory_notebook_runs(tmp_path):
     notebook = execute("theory.ipynb", tmp_path)
     assert (tmp_path / "results" / "figures" / "figure1_kl3_bounds.png").exists()

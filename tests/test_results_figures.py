@@ -53,6 +53,7 @@ def test_figure1_draws_the_registrys_intervals():
     assert curves["dppo_kl"][1][0] == pytest.approx(7.81, abs=0.01) and curves["dppo_tv"][0][1] == pytest.approx(0.7)
 
 
+@pytest.mark.slow
 def test_figures_command_writes_every_figure(tree, tmp_path, capsys):
     out = tmp_path / "figures"
     assert main(["figures", "--runs", str(tree), "--out", str(out)]) == 0

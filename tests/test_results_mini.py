@@ -10,6 +10,7 @@ import json
 import shutil
 import subprocess
 
+import pytest
 from conftest import REPO
 
 from atr_grpo import results
@@ -47,6 +48,7 @@ def test_the_committed_runs_are_the_plans_runs_without_weights():
         assert not [f for f in files if f.endswith((".safetensors", ".bin", ".pt", ".pth"))], run
 
 
+@pytest.mark.slow
 def test_the_committed_tables_rebuild_byte_for_byte(tmp_path):
     out = tmp_path / "tables"
     assert results.main(["all", "--runs", str(RUNS), "--experiment", "mini", "--out", str(out)]) == 0
@@ -72,6 +74,7 @@ def test_compare_pairs_atr_with_clip_on_the_committed_runs(capsys):
     assert len(per_seed) == 3 and abs(sum(per_seed) / 3 - difference) < 0.011
 
 
+@pytest.mark.slow
 def test_regrade_of_unchanged_code_changes_no_verdict(tmp_path, capsys):
     run = tmp_path / "runs" / "mini__atr__s0"
     shutil.copytree(RUNS / "mini__atr__s0", run)

@@ -16,6 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from conftest import rules_of_each_kind, slow_beyond
 
 from atr_grpo.clipping import RULES, build_rule
 from atr_grpo.clipping.cov import key_seed_from
@@ -141,7 +142,7 @@ def test_compact_layout_round_trip():
     assert torch.equal(expand_compact(compact, mask), full_kl * mask)
 
 
-@pytest.mark.parametrize("name", sorted(RULES))
+@pytest.mark.parametrize("name", slow_beyond(sorted(RULES), rules_of_each_kind()))
 def test_compiled_unsloth_loss_equals_trl_path(zoo, name):
     """Every rule: same loss and gradient inside UnslothEfficientGRPO (compiled, fullgraph) as on the TRL path."""
     from torch._dynamo.utils import counters
@@ -161,7 +162,7 @@ def test_compiled_unsloth_loss_equals_trl_path(zoo, name):
     assert zoo.grpo_compute_loss.__module__ == "unsloth_zoo.rl_replacements"  # restored on exit
 
 
-@pytest.mark.parametrize("name", sorted(RULES))
+@pytest.mark.parametrize("name", slow_beyond(sorted(RULES), rules_of_each_kind()))
 def test_left_packed_layout_gives_the_same_loss(zoo, name):
     """Unsloth left-packs padding; token selections (Clip-Cov's hashed keys, the full-KL extra) follow the tokens."""
     rule = build_rule(name)
