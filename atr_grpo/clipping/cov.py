@@ -195,7 +195,7 @@ class ClipCov(ClipRangeRule):
         if distinct:  # hashed_uniform's order, made distinct by the position (a stable sort's tie-break)
             random_keys = hash_ranks(key_seed.to(batch.mask.device), batch.mask)
         clipped = ppo_clip_terms(batch, 1 - self.eps_low, 1 + self.eps_high)
-        count = batch.mask.sum()
+        count = torch.count_nonzero(batch.mask)  # no int64 copy of the mask, as a bool sum makes
         cov = centred_products(batch, count)  # masked by `candidates`
         ppo_frozen = clipped.frozen_low | clipped.frozen_high
         candidates = batch.mask & ~ppo_frozen & (cov > self.cov_lb) & (cov < self.cov_ub)
@@ -225,7 +225,7 @@ class KLCov(ClipRule):
 
     def terms(self, batch: TokenBatch, **_: Any) -> RuleTerms:
         ratio = ratio_from_log(batch.log_ratio)
-        count = batch.mask.sum()
+        count = torch.count_nonzero(batch.mask)
         cov = centred_products(batch, count)  # masked by `lowest_ranked`
         selected = lowest_ranked(-cov, batch.mask, *token_quota(count, batch.mask.numel(), self.ratio))
         penalty = torch.where(selected, self.coef * batch.log_ratio.abs(), 0.0)
