@@ -34,14 +34,11 @@ needs_vllm = pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason
 CONF = REPO / "conf"
 
 
-def slow_beyond(values, fast, ids=None):
+def slow_beyond(values, fast):
     """Parameters for `pytest.mark.parametrize`: the values in `fast` run in every suite, the others are marked
     `slow` (`make test` runs them, `make test-fast` leaves them out). For the costly checks that repeat one
     mechanism over a registry or a list of cases: the inner loop keeps one case of each kind."""
-    ids = ids or [None] * len(values)
-    return [
-        pytest.param(value, id=id_, marks=() if value in fast else pytest.mark.slow) for value, id_ in zip(values, ids)
-    ]
+    return [pytest.param(value, marks=() if value in fast else pytest.mark.slow) for value in values]
 
 
 def rules_of_each_kind():

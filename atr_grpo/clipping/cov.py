@@ -70,7 +70,7 @@ def lowest_ranked(keys: Tensor, eligible: Tensor, quota: Tensor, max_quota: int,
     return below | (tied & (tie_rank <= places_left))
 
 
-def _smallest_distinct(masked: Tensor, last: float, quota: Tensor, max_quota: int) -> Tensor:
+def _smallest_distinct(masked: Tensor, last: float | int, quota: Tensor, max_quota: int) -> Tensor:
     """`lowest_ranked` for distinct keys (ineligible entries already set to the largest value): each row's
     `max_quota` smallest, then the `quota` smallest of those, marked by position (the winners of a row top-k
     contain the batch's `max_quota` smallest). Entries past the eligible ones hold `last` and are dropped."""
@@ -124,21 +124,15 @@ def hashed_keys(seed: Tensor, mask: Tensor) -> Tensor:
 
 def hash_ranks(seed: Tensor, mask: Tensor) -> Tensor:
     """`[B, T]` distinct int64 keys ordered as (`hashed_keys`, row-major position), the stable sort of the hashed
-    keys: key · 2³¹ + position (positions < 2³¹), built in place on one buffer."""
-    ranks = _murmur32(seed, mask).long()
-    ranks &= _MASK32
+    keys: key · 2³¹ + position (positions < 2³¹), built in place on the keys' buffer."""
+    ranks = hashed_keys(seed, mask)
     ranks <<= 31
     ranks |= torch.arange(ranks.numel(), device=ranks.device).view_as(ranks)
     return ranks
 
 
-def hashed_uniform(seed: Tensor, mask: Tensor) -> Tensor:
-    """`hashed_keys` as float64 numbers in [0, 1) (exact: the same order as the keys)."""
-    return hashed_keys(seed, mask).double() / 2.0**32
-
-
 def key_seed_from(generator: torch.Generator) -> Tensor:
-    """The 0-d seed of `hashed_uniform`, drawn from a generator (how a seeded call becomes a tensor input)."""
+    """The 0-d seed of `hashed_keys`, drawn from a generator (how a seeded call becomes a tensor input)."""
     return torch.randint(0, 2**31 - 1, (), generator=generator, device=generator.device)
 
 
@@ -192,7 +186,7 @@ class ClipCov(ClipRangeRule):
         self, batch: TokenBatch, random_keys: Tensor | None = None, key_seed: Tensor | None = None, **_: Any
     ) -> RuleTerms:
         distinct = random_keys is None
-        if distinct:  # hashed_uniform's order, made distinct by the position (a stable sort's tie-break)
+        if distinct:  # the hashed keys' order, made distinct by the position (a stable sort's tie-break)
             random_keys = hash_ranks(key_seed.to(batch.mask.device), batch.mask)
         clipped = ppo_clip_terms(batch, 1 - self.eps_low, 1 + self.eps_high)
         count = torch.count_nonzero(batch.mask)  # no int64 copy of the mask, as a bool sum makes
