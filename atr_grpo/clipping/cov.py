@@ -119,7 +119,9 @@ def hashed_keys(seed: Tensor, mask: Tensor) -> Tensor:
     so it is the same whether a batch is left- or right-padded (Unsloth repacks padding before its loss).
     It runs on every token of every Clip-Cov call, so it works on 32-bit words in place (`_murmur32`).
     """
-    return _murmur32(seed, mask).long() & _MASK32
+    keys = _murmur32(seed, mask).long()
+    keys &= _MASK32
+    return keys
 
 
 def hash_ranks(seed: Tensor, mask: Tensor) -> Tensor:
