@@ -1,13 +1,28 @@
-"""Grading: golden cases (math-verify 0.9.0), the final-box rule, truncation, timeouts and the worker pool."""
+"""Grading: golden cases (math-verify 0.9.0), how golds are read, the final-box rule, <think>, truncation, timeouts and
+the worker pool."""
 
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
-from atr_grpo.evaluation import GoldParseError, grade, grade_many, grade_sample, grade_samples, last_boxed
-from atr_grpo.evaluation.grader import status_counts
+from atr_grpo import rundir
+from atr_grpo.data.arithmetic import OPERATIONS, make_splits
+from atr_grpo.evaluation import (
+    GoldParseError,
+    grade,
+    grade_many,
+    grade_sample,
+    grade_samples,
+    last_boxed,
+    load_benchmark,
+)
+from atr_grpo.evaluation.grader import parse_gold, status_counts
 from atr_grpo.evaluation.pool import run_with_deadline
+
+FIXTURES = Path(__file__).parent / "fixtures" / "eval"
+MINI_RUNS = Path(__file__).parent.parent / "results" / "mini" / "runs"
 
 # (completion, gold, expected verdict)
 GOLDEN = [
@@ -75,6 +90,145 @@ def test_grade_many_agrees_with_grade_in_order():
     pairs = [(c, g) for c, g, _ in GOLDEN]
     expected = [grade(c, g) for c, g in pairs]
     assert grade_many(pairs, workers=2) == expected == [e for _, _, e in GOLDEN]
+
+
+# A gold without LaTeX markup is read as what it is: a number only when it is a bare number or fraction, else
+# an expression, tuple, interval, complex number, list or clock time, never a number mined out of it.
+GOLD_READING = [
+    # expressions: `2x+3` is not the number 2
+    ("\\boxed{2x+3}", "2x+3", True),
+    ("\\boxed{3+2x}", "2x+3", True),
+    ("\\boxed{2}", "2x+3", False),
+    ("\\boxed{2x+4}", "2x+3", False),
+    ("\\boxed{x^2+1}", "x^2+1", True),
+    ("\\boxed{x^2}", "x^2+1", False),
+    # tuples and intervals: `(3, -1)` is not -1
+    ("\\boxed{(3, -1)}", "(3, -1)", True),
+    ("\\boxed{\\left(3,-1\\right)}", "(3, -1)", True),
+    ("\\boxed{-1}", "(3, -1)", False),
+    ("\\boxed{(-1, 3)}", "(3, -1)", False),
+    ("\\boxed{[1,3)}", "[1, 3)", True),
+    ("\\boxed{(1,3)}", "[1, 3)", False),
+    ("\\boxed{3}", "[1, 3)", False),
+    # complex numbers
+    ("\\boxed{6-5i}", "6 - 5i", True),
+    ("\\boxed{-5i+6}", "6 - 5i", True),
+    ("\\boxed{6+5i}", "6 - 5i", False),
+    ("\\boxed{5}", "6 - 5i", False),
+    # lists: the order does not matter, every element does
+    ("\\boxed{5, 7}", "5, 7", True),
+    ("\\boxed{7,5}", "5, 7", True),
+    ("\\boxed{\\{5, 7\\}}", "5, 7", True),
+    ("\\boxed{7}", "5, 7", False),
+    ("\\boxed{5}", "5, 7", False),
+    ("\\boxed{1,2,3}", "1,2,3", True),
+    ("\\boxed{3}", "1,2,3", False),
+    # clock times: only a time equals a time (LaTeX alone reads 9:30 as the ratio 3/10, and 12:00 as 12/0)
+    ("\\boxed{12:00}", "12:00", True),
+    ("\\boxed{\\text{12:00 p.m.}}", "12:00", True),
+    ("\\boxed{12}", "12:00", False),
+    ("\\boxed{12:30}", "12:00", False),
+    ("\\boxed{5:00}", "12:00", False),
+    ("\\boxed{9:30}", "09:30", True),
+    ("\\boxed{\\frac{3}{10}}", "9:30", False),
+    ("\\boxed{9:30 \\text{ p.m.}}", "21:30", True),
+    ("\\boxed{9:30\\text{ a.m.}}", "9:30 a.m.", True),
+    ("\\boxed{9:30 pm}", "9:30 a.m.", False),
+    ("\\boxed{9:30 \\text{ p.m.}}", "9:30", False),  # a time without a.m./p.m. is taken as written
+    # thousands: commas and thin spaces, in gold and box
+    ("\\boxed{1000}", "1\\,000", True),
+    ("\\boxed{1\\,000}", "1000", True),
+    ("\\boxed{1\\,000\\,000}", "1000000", True),
+    ("\\boxed{1{,}000}", "1\\,000", True),
+    ("\\boxed{0}", "1\\,000", False),
+    ("\\boxed{1}", "1\\,000", False),
+    ("\\boxed{7,425,000}", "7425000", True),
+    ("\\boxed{7425000}", "7,425,000", True),
+    ("\\boxed{7425}", "7,425,000", False),
+    ("\\boxed{(1,\\,2)}", "(1, 2)", True),  # a thin space after a comma is no thousands separator
+    # bare numbers, fractions and percentages read as before
+    ("\\boxed{0.4}", ".4", True),
+    ("\\boxed{-\\frac{10}{9}}", "-10/9", True),
+    ("\\boxed{\\frac{10}{9}}", "-10/9", False),
+    ("\\boxed{28\\%}", "28%", True),
+    ("\\boxed{0.28}", "28%", True),
+    ("\\boxed{5}", "+5", True),
+    ("\\boxed{-5}", "+5", False),
+]
+
+
+@pytest.mark.parametrize(("completion", "gold", "expected"), GOLD_READING)
+def test_golds_are_read_as_what_they_are(completion, gold, expected):
+    assert grade(completion, gold) is expected
+
+
+@pytest.mark.parametrize(
+    ("gold", "reading"),
+    [("2x+3", "2*x + 3"), ("(3, -1)", "(3, -1)"), ("5, 7", "{5, 7}"), ("[1, 3)", "Interval.Ropen(1, 3)"),
+     ("12:00", "12:00"), ("9:30 p.m.", "21:30"), ("1\\,000", "1000"), ("1,000", "1000"), ("-3/4", "-3/4")],
+)  # fmt: skip
+def test_parse_gold_reads_the_whole_gold(gold, reading):
+    assert str(parse_gold(gold)[0]) == reading
+
+
+def test_a_gold_that_is_no_number_and_no_latex_fails_loudly():
+    """`3 sqrt(2)` was read as 3 by the expression extractor; it is now refused where benchmarks are loaded."""
+    with pytest.raises(GoldParseError, match="3 sqrt"):
+        parse_gold("3 sqrt(2)")
+
+
+THINKING = [
+    # (completion, status without credit inside <think>, status with it)
+    ("<think>so it is \\boxed{7}</think>The answer is \\boxed{7}.", "correct", "correct"),
+    ("<think>so it is \\boxed{7}</think>The answer is 7.", "no_answer", "correct"),
+    ("<think>so it is \\boxed{7}", "no_answer", "correct"),  # never stopped thinking: no answer given
+    ("so it is \\boxed{7}</think>Done.", "no_answer", "correct"),  # the template opened <think> in the prompt
+    ("<think>maybe \\boxed{5}</think>\\boxed{7}", "correct", "correct"),
+    ("<think>a</think><think>b \\boxed{7}</think>\\boxed{5}", "wrong", "wrong"),
+    ("<think>a \\boxed{7}</think> b <think>c</think> d", "no_answer", "correct"),  # answered after the last one
+    ("No thinking at all: \\boxed{7}", "correct", "correct"),
+]
+
+
+@pytest.mark.parametrize(("completion", "without", "with_credit"), THINKING)
+def test_a_box_inside_think_counts_only_when_asked(completion, without, with_credit):
+    assert grade_sample(completion, "7").status == without
+    assert grade_sample(completion, "7", credit_inside_think=True).status == with_credit
+    assert grade(completion, "7") is (without == "correct")
+    assert grade(completion, "7", credit_inside_think=True) is (with_credit == "correct")
+
+
+def test_the_think_setting_reaches_the_worker_processes():
+    items = [(c, "7", "stop") for c, _, _ in THINKING]
+    for credit, column in ((False, 1), (True, 2)):
+        pooled = grade_samples(items, workers=2, credit_inside_think=credit)
+        assert [r.status for r in pooled] == [case[column] for case in THINKING]
+    assert grade_many([(THINKING[1][0], "7")], workers=0) == [False]
+    assert grade_many([(THINKING[1][0], "7")], workers=0, credit_inside_think=True) == [True]
+
+
+def test_a_truncated_thought_records_no_box_without_credit():
+    """`extracted` is the box of the answer part: the one that would have been graded."""
+    assert grade_sample("<think>so \\boxed{7} but", "7", "length").extracted is None
+    assert grade_sample("<think>so \\boxed{7} but", "7", "length", credit_inside_think=True).extracted == "7"
+
+
+def shipped_golds():
+    """Every gold this repository ships: the fixture benchmarks, the arithmetic task and the committed mini runs."""
+    golds = set()
+    for name in ("amc23", "aime24", "aime25"):
+        golds |= {p.gold for p in load_benchmark(name, FIXTURES / f"{name}.jsonl", strict=False).problems}
+    train, evals = make_splits(2000, 64, 20, list(OPERATIONS), seed=0)
+    golds |= {p.answer for p in train + evals}
+    for path in MINI_RUNS.glob("*/eval/step_*/*.jsonl*"):
+        golds |= {str(record["gold"]) for record in rundir.read_jsonl(path)}
+    return sorted(golds)
+
+
+def test_every_shipped_gold_grades_itself_correct():
+    golds = shipped_golds()
+    assert len(golds) > 100 and {"84", "-1", "24"} <= set(golds)
+    assert [g for g in golds if not grade(f"The final answer is $\\boxed{{{g}}}$.", g)] == []
 
 
 @pytest.mark.parametrize(

@@ -10,14 +10,21 @@ The rules, chosen so that no harness convention can silently change a score:
 - **The box is parsed with math-verify's LaTeX extractor** (which drops `\\text{...}` units, `\\!`, `$`,
   `\\dfrac`, ...), falling back to its plain-expression extractor. Only the box is given to math-verify,
   so its habit of joining nearby boxes into a set (`{5, 7}`) cannot happen here.
-- **The gold is parsed as an expression first** (`33`, `033`, `27.0`, `-1`, `1/2`), then as LaTeX;
-  golds with LaTeX markup (`\\frac{1}{2}`, `2^{10}`, `3\\sqrt{2}`) go to LaTeX first, because the
-  expression extractor would pick out a number inside them. They are compared with
-  `verify(gold, prediction)` (gold first: the function is not symmetric). A gold that parses to
-  nothing raises `GoldParseError`.
+- **Only the answer part of a completion counts.** A completion with a `</think>` is answered after its last
+  `</think>`; one that opens `<think>` and never closes it gave no answer. So a box that appears only inside
+  the thinking scores 0, as in TRL's reasoning-accuracy reward (`credit_inside_think=True`, the config's
+  `eval.credit_inside_think`, grades the whole text instead). A completion without think tags is all answer.
+- **The gold is read as what it is.** A plain-text gold that is a bare number (`33`, `033`, `27.0`, `-1`,
+  `1,000`, `50%`, `.5`) or fraction (`1/2`) goes through math-verify's expression extractor; any other gold
+  (`2x+3`, `(3, -1)`, `6 - 5i`, `5, 7`, `[1, 3)`, `\\frac{1}{2}`, `3\\sqrt{2}`) is parsed whole as LaTeX,
+  never mined for a number in it (the expression extractor would read `2x+3` as 2). A clock time (`12:00`,
+  `9:30 p.m.`) is read as a time and only a time equals it (LaTeX would read `9:30` as the ratio 3/10). A
+  thin-space thousands separator (`1\\,000`) is joined, in gold and box alike. They are compared with
+  `verify(gold, prediction)` (gold first: the function is not symmetric). A gold that parses to nothing
+  raises `GoldParseError`.
 - **A truncated sample (finish_reason "length") is never correct**, even if it holds a box: an
-  unfinished answer is not a final answer (and the model may have been about to revise it). Its last
-  box is still recorded in `extracted` for inspection.
+  unfinished answer is not a final answer (and the model may have been about to revise it). The last
+  box of its answer part is still recorded in `extracted` for inspection.
 - **Every answer runs under a time limit.** math-verify's own limits use `signal.alarm`, which fails
   outside a process's main thread and is cancelled by nested use; we switch them off and arm one
   interval timer around the whole answer instead. Its exception derives from `BaseException`, so the
@@ -31,6 +38,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import re
 import signal
 import threading
 import time
@@ -59,7 +67,7 @@ class GradingTimeout(BaseException):
 class GradeResult:
     status: str  # one of STATUSES
     correct: bool
-    extracted: str | None  # the final box's content (also for truncated samples), None without a box
+    extracted: str | None  # the answer part's final box (also for truncated samples), None without a box
 
 
 # ------------------------------------------------------------------------------------------ extraction
@@ -97,6 +105,20 @@ def last_boxed(text: str) -> str | None:
     return None
 
 
+_THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
+
+
+def answer_part(completion: str, credit_inside_think: bool = False) -> str:
+    """The text that may hold the final answer: after the last `</think>`; nothing when `<think>` never
+    closes (the model was still thinking); all of it without think tags, or with `credit_inside_think`."""
+    if credit_inside_think:
+        return completion
+    close = completion.rfind(_THINK_CLOSE)
+    if close != -1:
+        return completion[close + len(_THINK_CLOSE) :]
+    return "" if _THINK_OPEN in completion else completion
+
+
 def _clean_box(content: str) -> str:
     """Strip what a model puts around the value inside the box: spaces, `$...$`, a final full stop."""
     answer = content.strip()
@@ -128,33 +150,73 @@ def _parse(text: str, config: list) -> list:
     return parse(text, extraction_config=config, fallback_mode="no_fallback", parsing_timeout=None)
 
 
-_LATEX_MARKS = ("\\", "{", "}", "$")
+# `1\,000`: a thin space between digit groups (only before exactly three digits, so `(1,\,2)` is untouched)
+_THIN_SPACE_THOUSANDS = re.compile(r"(?<=\d)\\,(?=\d{3}(?!\d))")
+# what math-verify's expression extractor reads whole: an integer or decimal, with a sign, thousands
+# separators (`1,000` or `1 000`, groups of exactly three digits) and a percent sign; or a fraction `a/b`
+_BARE_NUMBER = re.compile(
+    r"[+-]?(?:\d{1,3}(?:,\d{3})+|\d{1,3}(?: \d{3})+|\d+)(?:\.\d+)?\s*%?|[+-]?\.\d+\s*%?|[+-]?\d+\s*/\s*\d+"
+)
+# a clock time once LaTeX wrappers are gone: `12:00`, `9:30 p.m.`, `09:30am`
+_CLOCK = re.compile(r"(\d{1,2}):([0-5]\d)\s*(?:([ap])\.?\s*m\.?)?")
+_CLOCK_NOISE = re.compile(r"\\(?:text|textrm|mathrm|mbox)\b|\\[,;! ]|[{}$~]")
+
+
+def join_thin_space_thousands(text: str) -> str:
+    r"""`1\,000` → `1000` (and `1\,000\,000`); other thin spaces stay."""
+    return _THIN_SPACE_THOUSANDS.sub("", text)
+
+
+def clock_time(text: str) -> str | None:
+    """`H:MM` (a 12-hour time with a.m./p.m. on the 24-hour clock) when `text` is a clock time, else None.
+
+    `9:30 p.m.` and `21:30` read the same; a time without a.m./p.m. is taken as written (`9:30` ≠ `9:30 p.m.`).
+    """
+    match = _CLOCK.fullmatch(_CLOCK_NOISE.sub("", text).strip().lower())
+    if match is None:
+        return None
+    hour, minute, half = int(match[1]), match[2], match[3]
+    if half is None:
+        return f"{hour}:{minute}" if hour <= 24 else None
+    if not 1 <= hour <= 12:
+        return None
+    return f"{hour % 12 + (12 if half == 'p' else 0)}:{minute}"
 
 
 @functools.lru_cache(maxsize=8192)
 def parse_gold(gold: str) -> tuple:
-    """The parsed gold: a plain expression (`33`, `033`, `27.0`, `-1`, `1/2`) through math-verify's
-    expression extractor, LaTeX (`\\frac{1}{2}`, `2^{10}`, `3\\sqrt{2}`) through its LaTeX extractor.
+    """The parsed gold, read as what it is (see the module docstring): a clock time as its `H:MM` string, a
+    bare number or fraction through math-verify's expression extractor, anything else whole as LaTeX.
 
-    The expression extractor goes first (math-verify's advice for plain numbers) but only for golds
-    without LaTeX markup: it finds *an* expression in a text, so on `3\\sqrt{2}` it would return 3.
+    Only a bare number goes to the expression extractor: it finds *a* number in a text, so it would read
+    `2x+3` as 2, `(3, -1)` as -1 and `3\\sqrt{2}` as 3.
     """
     _, _, expr, latex = _math_verify()
-    text = str(gold).strip()
+    text = join_thin_space_thousands(str(gold).strip())
     as_latex = text if "\\boxed" in text else f"${text}$"
-    if not text:
+    clock = clock_time(text) if text else None
+    if clock is not None:
+        parsed: list = [clock]
+    elif not text:
         parsed = []
-    elif any(mark in text for mark in _LATEX_MARKS):
-        parsed = _parse(as_latex, latex) or _parse(text, expr)
-    else:
+    elif _BARE_NUMBER.fullmatch(text):
         parsed = _parse(text, expr) or _parse(as_latex, latex)
+    else:
+        parsed = _parse(as_latex, latex)
     if not parsed:
         raise GoldParseError(f"gold answer {gold!r} does not parse with math-verify")
     return tuple(parsed)
 
 
-def parse_prediction(answer: str) -> list:
-    """The parsed content of a box: LaTeX extraction (with its normalisations), else a plain expression."""
+def parse_prediction(answer: str, gold: Sequence = ()) -> list:
+    """The parsed content of a box: LaTeX extraction (with its normalisations), else a plain expression.
+
+    Against a clock-time gold (`parse_gold` gives a string) the box is read as a time, and is nothing else.
+    """
+    answer = join_thin_space_thousands(answer)
+    if gold and isinstance(gold[0], str):
+        clock = clock_time(answer)
+        return [] if clock is None else [clock]
     _, _, expr, latex = _math_verify()
     parsed = _parse(f"\\boxed{{{answer}}}", latex)
     return parsed or _parse(answer, expr)
@@ -198,12 +260,16 @@ def time_limit(seconds: float | None) -> Iterator[None]:
 
 # ------------------------------------------------------------------------------------------ grading
 def grade_sample(
-    completion: str, gold: str, finish_reason: str | None = "stop", timeout: float | None = DEFAULT_TIMEOUT
+    completion: str,
+    gold: str,
+    finish_reason: str | None = "stop",
+    timeout: float | None = DEFAULT_TIMEOUT,
+    credit_inside_think: bool = False,
 ) -> GradeResult:
     """Grade one sample: correct, wrong, no_answer, truncated or timeout (see the module docstring)."""
     if finish_reason not in (*FINISH_REASONS, None):
         raise ValueError(f"finish_reason must be one of {FINISH_REASONS} (or None), got {finish_reason!r}")
-    box = last_boxed(completion)
+    box = last_boxed(answer_part(completion, credit_inside_think))
     if finish_reason == "length":
         return GradeResult("truncated", False, box)
     if box is None:
@@ -215,20 +281,20 @@ def grade_sample(
     try:
         with time_limit(timeout):
             gold_parsed = list(parse_gold(gold))
-            predicted = parse_prediction(answer)
+            predicted = parse_prediction(answer, gold_parsed)
             correct = bool(predicted) and bool(verify(gold_parsed, predicted, timeout_seconds=None))
     except GradingTimeout:
         return GradeResult("timeout", False, box)
     return GradeResult("correct" if correct else "wrong", correct, box)
 
 
-def grade(completion: str, gold: str) -> bool:
-    """True when the completion's final `\\boxed{}` is math-verify-equivalent to `gold`.
+def grade(completion: str, gold: str, credit_inside_think: bool = False) -> bool:
+    """True when the final `\\boxed{}` of the completion's answer part is math-verify-equivalent to `gold`.
 
     In-process, under a signal timer in the main thread (no timer in other threads); use `grade_many`
     for batches and for a hard wall-time bound.
     """
-    return grade_sample(completion, gold, "stop").correct
+    return grade_sample(completion, gold, "stop", credit_inside_think=credit_inside_think).correct
 
 
 def usable_cpus() -> int:
@@ -243,6 +309,7 @@ def grade_samples(
     workers: int | None = None,
     timeout: float = DEFAULT_TIMEOUT,
     progress: object | None = None,
+    credit_inside_think: bool = False,
 ) -> list[GradeResult]:
     """Grade (completion, gold, finish_reason) triples, in order, in `workers` processes.
 
@@ -250,10 +317,11 @@ def grade_samples(
     Each answer has `timeout` seconds inside its worker; a worker still busy well after that (a C-level
     call ignoring the signal) is killed and replaced, and its answer counts as "timeout".
     progress: an object with `update(int)` (e.g. a tqdm bar), called as answers complete.
+    credit_inside_think: grade a box inside `<think>...</think>` too (see the module docstring).
     """
     from atr_grpo.evaluation.pool import run_with_deadline
 
-    jobs = [(str(c), str(g), f, timeout) for c, g, f in items]
+    jobs = [(str(c), str(g), f, timeout, credit_inside_think) for c, g, f in items]
     workers = usable_cpus() if workers is None else workers
     if workers <= 0 or not jobs:
         results = []
@@ -262,7 +330,7 @@ def grade_samples(
             if progress is not None:
                 progress.update(1)  # type: ignore[attr-defined]
         return results
-    _grade_job(("\\boxed{1}", "1", "stop", timeout))  # import and warm math-verify once, before forking
+    _grade_job(("\\boxed{1}", "1", "stop", timeout, False))  # import and warm math-verify once, before forking
     return run_with_deadline(
         _grade_job,
         jobs,
@@ -278,20 +346,26 @@ def outer_deadline(timeout: float) -> float:
     return 2.0 * timeout + 1.0
 
 
-def _grade_job(job: tuple[str, str, str | None, float]) -> GradeResult:
-    completion, gold, finish_reason, timeout = job
-    return grade_sample(completion, gold, finish_reason, timeout)
+_Job = tuple[str, str, str | None, float, bool]  # completion, gold, finish_reason, timeout, credit_inside_think
 
 
-def _failed_job(job: tuple[str, str, str | None, float], reason: str) -> GradeResult:
+def _grade_job(job: _Job) -> GradeResult:
+    completion, gold, finish_reason, timeout, credit_inside_think = job
+    return grade_sample(completion, gold, finish_reason, timeout, credit_inside_think)
+
+
+def _failed_job(job: _Job, reason: str) -> GradeResult:
     """A worker that was killed at the deadline or died: the answer could not be graded in time."""
     log.warning("grading %s: counted as timeout (gold %r)", reason, job[1])
-    return GradeResult("timeout", False, last_boxed(job[0]))
+    return GradeResult("timeout", False, last_boxed(answer_part(job[0], job[4])))
 
 
-def grade_many(pairs: Sequence[tuple[str, str]], workers: int | None = None) -> list[bool]:
+def grade_many(
+    pairs: Sequence[tuple[str, str]], workers: int | None = None, credit_inside_think: bool = False
+) -> list[bool]:
     """`grade` over (completion, gold) pairs in worker processes; a timeout is wrong."""
-    return [result.correct for result in grade_samples([(c, g, "stop") for c, g in pairs], workers=workers)]
+    items = [(c, g, "stop") for c, g in pairs]
+    return [r.correct for r in grade_samples(items, workers=workers, credit_inside_think=credit_inside_think)]
 
 
 def status_counts(results: Sequence[GradeResult]) -> dict[str, int]:
