@@ -384,6 +384,9 @@ class EvalConfig:
     max_problems: int | None = None
     grader_workers: int | None = None  # None: one per CPU core
     grader_timeout: float = 5.0  # seconds per answer; a timeout counts as wrong
+    # grade a box inside <think>...</think> too; default: only the answer after the thinking counts (as TRL's
+    # reasoning reward and DAPO's). Applies to the training reward and to every evaluation alike
+    credit_inside_think: bool = False
     # standalone vLLM engine (python -m atr_grpo.evaluate); inside training the colocated engine is used
     gpu_memory_utilization: float = 0.9
     max_model_len: int | None = None  # None: the longest prompt + eval.max_tokens
@@ -409,6 +412,12 @@ class EvalConfig:
         for name, path in self.paths.items():
             _exists(f"eval.paths.{name}", path)
         _positive("eval.grader_timeout", self.grader_timeout)
+        _check(
+            isinstance(self.credit_inside_think, bool),
+            "eval.credit_inside_think",
+            "true or false",
+            self.credit_inside_think,
+        )
         _check(
             0 < self.gpu_memory_utilization < 1, "eval.gpu_memory_utilization", "in (0, 1)", self.gpu_memory_utilization
         )

@@ -71,6 +71,7 @@ def evaluate(cfg: EvaluateConfig) -> dict[str, float]:
         k=ev.k,
         grader_workers=ev.grader_workers,
         grader_timeout=ev.grader_timeout,
+        credit_inside_think=ev.credit_inside_think,
         force=cfg.force,
         metadata={"model": cfg.model.name, "adapter": cfg.adapter},
         show_progress=console_is_terminal(),  # bars redraw in place: on a terminal only

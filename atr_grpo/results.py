@@ -189,7 +189,7 @@ def regrade_main(argv: list[str]) -> int:
     for run in runs:
         warn = lambda line: print(f"warning: {line}", file=sys.stderr)  # noqa: E731
         found = regrade.regrade_run(run.path, identity, opts.workers, opts.timeout, opts.examples,
-                                    not opts.no_progress, warn)  # fmt: skip
+                                    not opts.no_progress, warn, run.credit_inside_think)  # fmt: skip
         for line in regrade.format_changes(found):
             print(line)
         total += sum(c.samples for c in found)

@@ -44,9 +44,13 @@ def evaluate_benchmark(
     enable_thinking: bool = False,
     grader_workers: int | None = None,
     grader_timeout: float = DEFAULT_TIMEOUT,
+    credit_inside_think: bool = False,
     show_progress: bool = True,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Sample and grade one benchmark; returns (per-sample records, summary fields without step/benchmark)."""
+    """Sample and grade one benchmark; returns (per-sample records, summary fields without step/benchmark).
+
+    credit_inside_think: grade a box inside `<think>...</think>` too (eval.credit_inside_think; see the grader).
+    """
     from tqdm.auto import tqdm
 
     problems = benchmark.problems
@@ -56,7 +60,9 @@ def evaluate_benchmark(
     generated = time.time()
     jobs = [(s.text, p.gold, s.finish_reason) for p, row in zip(problems, samples) for s in row]
     with tqdm(total=len(jobs), desc=f"grade {benchmark.name}", disable=not show_progress, leave=False) as bar:
-        results = grade_samples(jobs, workers=grader_workers, timeout=grader_timeout, progress=bar)
+        results = grade_samples(
+            jobs, workers=grader_workers, timeout=grader_timeout, progress=bar, credit_inside_think=credit_inside_think
+        )
     grades = iter(results)
 
     records, matrix = [], []
@@ -97,6 +103,7 @@ def evaluate_benchmark(
         "seed": sampling.seed,
         "backend": getattr(generator, "name", type(generator).__name__),
         "grader": _grader_version(),
+        "credit_inside_think": credit_inside_think,
         "generate_s": round(generated - started, 2),
         "grade_s": round(time.time() - generated, 2),
         "time_s": round(time.time() - started, 2),
@@ -117,6 +124,7 @@ def run_evaluation(
     k: int = 8,
     grader_workers: int | None = None,
     grader_timeout: float = DEFAULT_TIMEOUT,
+    credit_inside_think: bool = False,
     force: bool = False,
     metadata: dict[str, Any] | None = None,
     show_progress: bool = True,
@@ -152,6 +160,7 @@ def run_evaluation(
             enable_thinking=enable_thinking,
             grader_workers=grader_workers,
             grader_timeout=grader_timeout,
+            credit_inside_think=credit_inside_think,
             show_progress=show_progress,
         )
         row = {"step": step, "benchmark": benchmark.name, **summary, **(metadata or {})}

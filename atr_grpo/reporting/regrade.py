@@ -11,6 +11,8 @@ latex2sympy2_extended and sympy and the bytes of `evaluation/grader.py`), so unc
 and a second regrade only grades what is new: evaluations added since, or replaced ones (each summary line
 records the sha256 of the per-sample file it graded). As in eval/, the verdict file is written completely
 before its summary line, which is the commit record; a verdict file without one is moved aside, not reused.
+Each run is regraded with the `eval.credit_inside_think` its config.yaml records (false when absent, as for
+runs from before the setting existed), and each summary line records it.
 """
 
 from __future__ import annotations
@@ -124,8 +126,12 @@ def _pending(run_dir: Path, tag: str, warn: Callable[[str], None]) -> tuple[list
 
 def regrade_run(run_dir: str | Path, identity: dict[str, Any], workers: int | None = None,
                 timeout: float = grader.DEFAULT_TIMEOUT, examples: int = 3, show_progress: bool = True,
-                warn: Callable[[str], None] = print) -> list[BenchmarkChanges]:  # fmt: skip
-    """Regrade every evaluation of the run that this grader has not graded yet; returns what changed."""
+                warn: Callable[[str], None] = print,
+                credit_inside_think: bool = False) -> list[BenchmarkChanges]:  # fmt: skip
+    """Regrade every evaluation of the run that this grader has not graded yet; returns what changed.
+
+    credit_inside_think: the run's `eval.credit_inside_think` (a box inside `<think>...</think>` counts).
+    """
     from tqdm.auto import tqdm
 
     run_dir, tag = Path(run_dir), identity["tag"]
@@ -138,13 +144,15 @@ def regrade_run(run_dir: str | Path, identity: dict[str, Any], workers: int | No
         jobs = [(str(r["completion"]), str(r["gold"]), r.get("finish_reason")) for rows in originals.values()
                 for r in rows]  # fmt: skip
         with tqdm(total=len(jobs), desc=f"regrade {run_dir.name}", disable=not show_progress, leave=False) as bar:
-            results = iter(grader.grade_samples(jobs, workers=workers, timeout=timeout, progress=bar))
+            results = iter(grader.grade_samples(jobs, workers=workers, timeout=timeout, progress=bar,
+                                                credit_inside_think=credit_inside_think))  # fmt: skip
         report: dict[str, BenchmarkChanges] = {}
         for step, bench, source, digest in todo:
             changes = report.setdefault(bench, BenchmarkChanges(run_dir, bench))
             before_rows = originals[(step, bench)]
             after = [next(results) for _ in before_rows]
-            _write_evaluation(run_dir, tag, step, bench, source, digest, before_rows, after, changes, examples)
+            _write_evaluation(run_dir, tag, step, bench, source, digest, before_rows, after, changes, examples,
+                              credit_inside_think)  # fmt: skip
         for (step, bench), row in sorted(reused.items()):
             changes = report.setdefault(bench, BenchmarkChanges(run_dir, bench, reused=True))
             changes.steps.append(step)
@@ -158,7 +166,7 @@ def regrade_run(run_dir: str | Path, identity: dict[str, Any], workers: int | No
 
 def _write_evaluation(run_dir: Path, tag: str, step: int, bench: str, source: Path, digest: str,
                       before_rows: list[dict[str, Any]], after: list[grader.GradeResult], changes: BenchmarkChanges,
-                      examples: int) -> None:  # fmt: skip
+                      examples: int, credit_inside_think: bool) -> None:  # fmt: skip
     """The verdict file, the changes and, last, the summary line of one regraded evaluation."""
     records, changed_lines, by_problem = [], [], defaultdict(dict)
     n_changed = n_status = 0
@@ -186,7 +194,8 @@ def _write_evaluation(run_dir: Path, tag: str, step: int, bench: str, source: Pa
     line = {"step": step, "benchmark": bench, "num_problems": len(matrix), "n": len(matrix[0]) if matrix else 0,
             **(summarize(matrix) if matrix else {}), "status_counts": grader.status_counts(after),
             "samples": len(after), "changed": n_changed, "status_changed": n_status, "grader": tag,
-            "grader_before": original.get("grader"), "source": str(source.relative_to(run_dir)),
+            "grader_before": original.get("grader"), "credit_inside_think": credit_inside_think,
+            "source": str(source.relative_to(run_dir)),
             "source_sha256": digest, "git_commit": rundir.git_commit(),
             "regraded_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}  # fmt: skip
     rundir.append_jsonl(summary_path(run_dir, tag), line)

@@ -64,6 +64,11 @@ class Run:
         return (self.experiment, self.model, self.method, self.seed)
 
     @property
+    def credit_inside_think(self) -> bool:
+        """The run's eval.credit_inside_think (False for runs from before the setting, which is its default)."""
+        return self._section("eval").get("credit_inside_think") is True
+
+    @property
     def clipping(self) -> dict[str, Any]:
         return self._section("clipping")
 

@@ -117,6 +117,7 @@ def _run(cfg: TrainConfig, generator: Any, tokenizer: Any, benchmarks: list[Any]
             k=ev.k,
             grader_workers=ev.grader_workers,
             grader_timeout=ev.grader_timeout,
+            credit_inside_think=ev.credit_inside_think,
             metadata=_metadata(cfg, step),
             show_progress=console_is_terminal(),  # transient bars (generation, grading) on a terminal only
         )

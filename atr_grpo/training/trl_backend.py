@@ -73,14 +73,14 @@ def build_trl_trainer(cfg: TrainConfig, rule: ClipRule, adapter: Path | None, ru
     from atr_grpo import rundir
     from atr_grpo.data.datasets import filter_long_prompts, grpo_dataset
     from atr_grpo.models import load_model_and_tokenizer
-    from atr_grpo.rewards import math_verify_reward
+    from atr_grpo.rewards import reward_function
 
     model, tokenizer = load_model_and_tokenizer(cfg.model, adapter_path=adapter, for_training=True)
     dataset = grpo_dataset(cfg.data, cfg.prompt)
     dataset = filter_long_prompts(dataset, tokenizer, cfg.trainer.max_prompt_length, cfg.prompt.enable_thinking)
     trainer = RuleGRPOTrainer(
         model=model,
-        reward_funcs=[math_verify_reward],
+        reward_funcs=[reward_function(cfg.eval)],
         args=GRPOConfig(**grpo_arg_values(cfg, run_dir / rundir.CHECKPOINT_DIR)),
         train_dataset=dataset,
         processing_class=tokenizer,

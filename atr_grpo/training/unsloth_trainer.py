@@ -185,7 +185,7 @@ def build_unsloth_trainer(cfg: TrainConfig, rule: ClipRule, adapter: Path | None
 
     from atr_grpo import rundir
     from atr_grpo.data.datasets import filter_long_prompts, grpo_dataset
-    from atr_grpo.rewards import math_verify_reward
+    from atr_grpo.rewards import reward_function
     from atr_grpo.training.rule_trainer import RuleTrainerMixin, delta_control, grpo_arg_values, loss_settings
     from atr_grpo.training.unsloth_loss import install_rule
 
@@ -211,7 +211,7 @@ def build_unsloth_trainer(cfg: TrainConfig, rule: ClipRule, adapter: Path | None
     settings = loss_settings(cfg)
     trainer = trainer_class(
         model=model,
-        reward_funcs=[math_verify_reward],
+        reward_funcs=[reward_function(cfg.eval)],
         args=args,
         train_dataset=dataset,
         processing_class=tokenizer,
