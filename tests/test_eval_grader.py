@@ -102,6 +102,9 @@ GOLD_READING = [
     ("\\boxed{2x+4}", "2x+3", False),
     ("\\boxed{x^2+1}", "x^2+1", True),
     ("\\boxed{x^2}", "x^2+1", False),
+    ("\\boxed{y=2x+3}", "y = 2x + 3", True),
+    ("\\boxed{2x+3}", "y = 2x + 3", True),
+    ("\\boxed{2}", "y = 2x + 3", False),
     # tuples and intervals: `(3, -1)` is not -1
     ("\\boxed{(3, -1)}", "(3, -1)", True),
     ("\\boxed{\\left(3,-1\\right)}", "(3, -1)", True),
@@ -154,6 +157,9 @@ GOLD_READING = [
     ("\\boxed{0.28}", "28%", True),
     ("\\boxed{5}", "+5", True),
     ("\\boxed{-5}", "+5", False),
+    ("\\boxed{10\\%}", "10\\%", True),
+    ("\\boxed{10}", "10\\%", True),
+    ("\\boxed{11}", "10\\%", False),
 ]
 
 

@@ -153,13 +153,15 @@ def _parse(text: str, config: list) -> list:
 # `1\,000`: a thin space between digit groups (only before exactly three digits, so `(1,\,2)` is untouched)
 _THIN_SPACE_THOUSANDS = re.compile(r"(?<=\d)\\,(?=\d{3}(?!\d))")
 # what math-verify's expression extractor reads whole: an integer or decimal, with a sign, thousands
-# separators (`1,000` or `1 000`, groups of exactly three digits) and a percent sign; or a fraction `a/b`
+# separators (`1,000` or `1 000`, groups of exactly three digits) and a percent sign (`%`, or LaTeX's `\%`,
+# which it reads as the bare number, as before); or a fraction `a/b`
 _BARE_NUMBER = re.compile(
-    r"[+-]?(?:\d{1,3}(?:,\d{3})+|\d{1,3}(?: \d{3})+|\d+)(?:\.\d+)?\s*%?|[+-]?\.\d+\s*%?|[+-]?\d+\s*/\s*\d+"
+    r"[+-]?(?:\d{1,3}(?:,\d{3})+|\d{1,3}(?: \d{3})+|\d+)(?:\.\d+)?\s*(?:\\?%)?|[+-]?\.\d+\s*(?:\\?%)?"
+    r"|[+-]?\d+\s*/\s*\d+"
 )
 # a clock time once LaTeX wrappers are gone: `12:00`, `9:30 p.m.`, `09:30am`
 _CLOCK = re.compile(r"(\d{1,2}):([0-5]\d)\s*(?:([ap])\.?\s*m\.?)?")
-_CLOCK_NOISE = re.compile(r"\\(?:text|textrm|mathrm|mbox)\b|\\[,;! ]|[{}$~]")
+_CLOCK_NOISE = re.compile(r"\\(?:text|textrm|textbf|mathrm|mbox)\b|\\[,;! ]|[{}$~]")
 
 
 def join_thin_space_thousands(text: str) -> str:
