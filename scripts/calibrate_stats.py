@@ -34,11 +34,15 @@ def main() -> None:
     opts = parser.parse_args()
     resampling = Resampling(opts.resamples, confidence=1 - opts.alpha)
     started = time.perf_counter()
-    print(f"{opts.datasets:,} simulated experiments per row and effect (Beta(0.5, 2) problems, 8 samples, Mean@8), "
-          f"alpha {opts.alpha:g}; power at a true A − B of {opts.effect:g} SD of the per-seed differences\n")
+    print(
+        f"{opts.datasets:,} simulated experiments per row and effect (Beta(0.5, 2) problems, 8 samples, Mean@8), "
+        f"alpha {opts.alpha:g}; power at a true A − B of {opts.effect:g} SD of the per-seed differences\n"
+    )
     cell = " cell CI coverage |" if opts.cell_coverage else ""
-    print(f"| run effects | problems | seeds | run SD (pt) | SD of differences (pt) | false marks (†) | power (†) "
-          f"| paired t: false / power | t-interval coverage | problem-level test: false |{cell}")
+    print(
+        f"| run effects | problems | seeds | run SD (pt) | SD of differences (pt) | false marks (†) | power (†) "
+        f"| paired t: false / power | t-interval coverage | problem-level test: false |{cell}"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|---|---:|---:|" + "---:|" * opts.cell_coverage)
     for name in REGIMES:
         for problems in PROBLEMS:

@@ -10,7 +10,8 @@ decides whether a test about the methods can be trusted:
 - `collapse`: the probability that a run collapses, its logits moved by `collapse_shift` (a heavy tail).
 Each problem then gets n samples, correct with its probability; its score is its Mean@n or unbiased Pass@n
 (`evaluation.metrics`). Method A adds a logit shift chosen so that the true A − B is `effect` standard
-deviations of the per-seed differences of identical methods (`effect_shift`). The truth is the population's
+deviations of the per-seed differences A − B with that shift in place (`effect_shift`), the SD that the
+minimum detectable effect is computed from. The truth is the population's
 expected score, over problems and run effects, by Monte Carlo.
 
 `calibrate` applies the tables' statistics to many such experiments at once (numpy over a leading axis):
@@ -43,7 +44,7 @@ class Scenario:
     run_sd: float = 0.0  # logit shift per run
     collapse: float = 0.0  # probability that a run collapses
     collapse_shift: float = -3.0  # the logit shift of a collapsed run
-    effect: float = 0.0  # true A − B in SDs of the per-seed differences of identical methods (0: identical)
+    effect: float = 0.0  # true A − B in SDs of the per-seed differences (0: identical methods)
     metric: str = "mean"  # "mean" or "pass"
 
     @property
@@ -102,8 +103,8 @@ def simulate(scenario: Scenario, datasets: int, rng: np.random.Generator,
     table = _score_of_count(scenario)
     sides = []
     for side_shift in (shift, 0.0):
-        correct = rng.binomial(scenario.samples, _expit(logits + shared + _run_effects(scenario, shape, rng) + side_shift))
-        sides.append(table[correct])
+        run_logits = logits + shared + _run_effects(scenario, shape, rng) + side_shift
+        sides.append(table[rng.binomial(scenario.samples, _expit(run_logits))])
     return sides[0], sides[1]
 
 
@@ -116,24 +117,31 @@ def _population(scenario: Scenario, rng: np.random.Generator) -> np.ndarray:
 
 def true_difference(scenario: Scenario, shift: float, population: np.ndarray) -> float:
     """The population value of A − B when A's logits are shifted by `shift`."""
-    return float((_expected_score(scenario, _expit(population + shift)) - _expected_score(scenario,
-                                                                                         _expit(population))).mean())
+    shifted, unshifted = _expit(population + shift), _expit(population)
+    return float((_expected_score(scenario, shifted) - _expected_score(scenario, unshifted)).mean())
 
 
-def spread_of_differences(scenario: Scenario, rng: np.random.Generator) -> float:
-    """The SD of the per-seed differences A − B of identical methods (within an experiment, pooled)."""
-    a, b = simulate(replace(scenario, seeds=10), SPREAD_DATASETS, rng)
+def spread_of_differences(scenario: Scenario, shift: float, seed: int) -> float:
+    """The SD of the per-seed differences A − B within an experiment (pooled over SPREAD_DATASETS experiments of
+    10 seeds), A shifted by `shift`; the same random numbers for every shift, so that it varies smoothly."""
+    a, b = simulate(replace(scenario, seeds=10), SPREAD_DATASETS, np.random.default_rng(seed), shift)
     return float(np.sqrt(np.mean(np.var((a - b).mean(axis=-1), axis=-1, ddof=1))))
 
 
-def effect_shift(scenario: Scenario, target: float, population: np.ndarray) -> float:
-    """The logit shift of A whose true A − B is `target` (bisection; the difference grows with the shift)."""
+def effect_shift(scenario: Scenario, population: np.ndarray, seed: int) -> float:
+    """The logit shift of A whose true A − B is `scenario.effect` SDs of the per-seed differences (bisection:
+    the true difference grows with the shift faster than the SD does)."""
+
+    def gap(shift: float) -> float:
+        spread = spread_of_differences(scenario, shift, seed)
+        return true_difference(scenario, shift, population) - scenario.effect * spread
+
     low, high = 0.0, 8.0
-    if true_difference(scenario, high, population) < target:
-        raise ValueError(f"effect {scenario.effect} SD ({target:.3f}) is beyond what a logit shift of {high} gives")
-    for _ in range(50):
+    if gap(high) < 0:
+        raise ValueError(f"an effect of {scenario.effect} SD is beyond what a logit shift of {high} gives")
+    for _ in range(30):
         middle = (low + high) / 2
-        low, high = (middle, high) if true_difference(scenario, middle, population) < target else (low, middle)
+        low, high = (middle, high) if gap(middle) < 0 else (low, middle)
     return (low + high) / 2
 
 
@@ -145,7 +153,7 @@ class Calibration:
     difference_coverage: float  # of the t-interval over the seed differences around the true A − B
     coverage: float  # of A's cell interval (crossed bootstrap) around A's true value; nan unless asked
     run_sd: float  # SD of one method's runs in points (within an experiment)
-    difference_sd: float  # SD of the per-seed differences of identical methods, in points
+    difference_sd: float  # SD of the per-seed differences A − B within an experiment, in points
     true_difference: float  # in points
     datasets: int
 
@@ -159,8 +167,8 @@ def calibrate(scenario: Scenario, datasets: int, resampling: stats.Resampling, a
     """Simulate `datasets` experiments of `scenario` and apply the tables' statistics to each."""
     rng = np.random.default_rng(seed)
     population = _population(scenario, rng)
-    spread = spread_of_differences(scenario, rng)
-    shift = effect_shift(scenario, scenario.effect * spread, population) if scenario.effect else 0.0
+    shift = effect_shift(scenario, population, seed) if scenario.effect else 0.0
+    spread = spread_of_differences(scenario, shift, seed)
     a, b = simulate(scenario, datasets, rng, shift)
     truth = true_difference(scenario, shift, population)
     per_seed = stats.seed_means([a - b])  # [datasets, S]

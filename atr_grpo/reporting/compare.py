@@ -65,8 +65,9 @@ def holm_against(reference: str, tested: str, methods: dict[str, list[Run]], p_t
         except cells.ScoreError as err:
             left_out.append(f"{method} ({err})")
             continue
-        family[method] = cells.seed_pvalue(differences, resampling,
-                                           cells.comparison_key(experiment, model, method, reference, metric, key))
+        family[method] = cells.seed_pvalue(
+            differences, resampling, cells.comparison_key(experiment, model, method, reference, metric, key)
+        )
     adjusted = dict(zip(family, stats.holm(list(family.values()))))
     return adjusted[tested], sorted(family), left_out
 

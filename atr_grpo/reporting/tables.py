@@ -334,10 +334,12 @@ def seeds_table(runs: list[Run], resampling: stats.Resampling | None = None, alp
             row.update(diff_per_seed=" ".join(f"{x:+.2f}" for x in diff.per_seed), p_t_vs_clip=diff.p_t,
                        p_improve=diff.improvement, p_improve_low=diff.improvement_low,
                        p_improve_high=diff.improvement_high)  # fmt: skip
-    notes += ["runs: each run's final value in seed order; iqm: rliable's interquartile mean of the runs (the mean "
-              "when there are fewer than 4); p_improve: rliable's probability of improvement P(method > clip) over "
-              "every pair of runs (½ for ties), averaged over the benchmarks, with a bootstrap interval over the "
-              "runs of each method; p_t_vs_clip: the paired t-test over the seed differences (diff_per_seed)"]
+    notes += [
+        "runs: each run's final value in seed order; iqm: rliable's interquartile mean of the runs (the mean "
+        "when there are fewer than 4); p_improve: rliable's probability of improvement P(method > clip) over "
+        "every pair of runs (½ for ties), averaged over the benchmarks, with a bootstrap interval over the "
+        "runs of each method; p_t_vs_clip: the paired t-test over the seed differences (diff_per_seed)"
+    ]
     formats = dict.fromkeys([*P_COLUMNS, "p_t_vs_clip"], P_FORMAT)
     return Table("seeds", SEED_COLUMNS, _sort_rows(rows, "table2"), missing, notes, formats, alpha,
                  display=_seeds_display)  # fmt: skip
