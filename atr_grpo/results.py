@@ -1,4 +1,4 @@
-"""`python -m atr_grpo.results {table2,table3,delta,passk,binding,all,figures} --runs DIR --out DIR`
+"""`python -m atr_grpo.results {table2,table3,seeds,delta,passk,clip_binding,all,figures} --runs DIR --out DIR`
 `python -m atr_grpo.results compare A B --runs DIR [--benchmark B] [--metric mean@8]`
 `python -m atr_grpo.results regrade --runs DIR`
 `python -m atr_grpo.results pack --runs DIR`
@@ -6,14 +6,16 @@
 Reads only the run directories under --runs (found by their config.yaml) and writes the paper's tables as
 CSV, Markdown and LaTeX, plus `<table>_vs_paper.md` where the paper publishes the numbers
 (results/paper/), or its figures as PNG and PDF. Each table takes the runs of one experiment:
-  table2 → table2, table3 → table3, delta → ablate_delta (Figure 3), passk → passk_curve (Figure 4);
+  table2 → table2, table3 → table3, seeds (each run's value, IQM and the seed-level tests against clip) →
+  table3, delta → ablate_delta (Figure 3), passk → passk_curve (Figure 4);
   binding (clip_binding: does the rule act or react to noise) → every run; figures 2 and the clipping
   curves → table2. --experiment takes another (e.g. `demo` on a CPU).
 `all` builds every table whose runs exist and names the others. Runs with missing evaluations are listed
 in the outputs and on stderr, never silently dropped. Only files this command wrote are ever overwritten.
-Tables 2 and 3 carry bootstrap intervals and paired tests against `clip` (--resamples, --alpha); --grader TAG
-reads the verdicts of `regrade` instead of the original ones. `compare` prints method A − method B, paired on
-problems and seeds; `regrade` re-scores every saved sample with the current grader into eval/regrade/<tag>/;
+Tables 2 and 3 carry bootstrap intervals and seed-level tests against `clip` (--resamples, --alpha); --grader TAG
+reads the verdicts of `regrade` instead of the original ones. `compare` prints method A − method B, the run
+(seed) as the unit, with the same numbers as the tables; `regrade` re-scores every saved sample with the current
+grader into eval/regrade/<tag>/;
 `pack` compresses the per-sample files (`<bench>.jsonl` → `.jsonl.gz`, lossless, checked; readers take both).
 """
 
@@ -29,8 +31,8 @@ from atr_grpo.reporting import binding, compare, figures, pack, regrade, stats, 
 from atr_grpo.reporting.runs import Run, drop_repeats, find_runs
 
 # each table's experiment; None = every run
-TABLES = {"table2": "table2", "table3": "table3", "delta": "ablate_delta", "passk": "passk_curve",
-          "clip_binding": None}  # fmt: skip
+TABLES = {"table2": "table2", "table3": "table3", "seeds": "table3", "delta": "ablate_delta",
+          "passk": "passk_curve", "clip_binding": None}  # fmt: skip
 COMMANDS = (*TABLES, "all", "figures", "compare", "regrade", "pack")
 
 
@@ -63,6 +65,8 @@ def build_table(name: str, runs: list[Run], runs_dir: Path, out_dir: Path, exper
         table = tables.table2(chosen, resampling, alpha)
     elif name == "table3":
         table = tables.table3(chosen, ddof=ddof, resampling=resampling, alpha=alpha)
+    elif name == "seeds":
+        table = tables.seeds_table(chosen, resampling, alpha)
     elif name == "clip_binding":
         table = binding.binding_table(chosen)
         if not table.rows:

@@ -6,8 +6,8 @@ The tree is written to a temporary folder: 2 models × 7 methods (14 runs with -
 --seeds 3 gives Table 3's pooling), evaluated on amc23 (40 problems), aime24 and aime25 (30 each) with 8 samples
 every 50 steps up to 500, per-sample files (completions of C characters) at step 0 and the last step, the ones
 the table reads. Three timings, each the fastest of --repeat: `read` loads the per-sample files the table needs,
-`statistics` builds table2 with them already loaded (bootstrap intervals, sign-flip tests, Holm), `total` both
-from a fresh read of the tree. The statistics / read ratio says what the intervals add to a rebuild.
+`statistics` builds table2 with them already loaded (bootstrap intervals, seed- and problem-level tests, Holm),
+`total` both from a fresh read of the tree. The statistics / read ratio says what the intervals add to a rebuild.
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ def main() -> None:
         stats_s, table = timed(statistics, opts.repeat)
         total_s, _ = timed(lambda: tables.table2(find_runs(tmp), resampling), opts.repeat)
     cells = sum(1 for r in table.rows if r["ci_low"] == r["ci_low"])  # type: ignore[attr-defined]
-    tests = sum(1 for r in table.rows if r["p_vs_clip"] == r["p_vs_clip"])  # type: ignore[attr-defined]
+    tests = sum(1 for r in table.rows if r["p_seeds_vs_clip"] == r["p_seeds_vs_clip"])  # type: ignore[attr-defined]
     print(f"tree: {len(MODELS) * len(METHODS) * opts.seeds} runs, {size:.0f} MiB of JSONL; table2: {cells} "
           f"intervals, {tests} tests, {opts.resamples:,} resamples each")  # fmt: skip
     print(f"read per-sample files  {read_s:7.2f} s")

@@ -1,8 +1,9 @@
-"""Intervals in tables 2 and 3 and `compare A B`, on run trees with per-sample files whose differences are
-known exactly: the interval is around the reported value with the width of the problems' spread, the paired
-difference and its per-seed values are exact, a uniform gain gets the smallest p the flips can give, identical
-methods get p = 1 and no mark, pairing refuses what does not match (naming it), compressed per-sample files
-read alike, and a rebuild is byte-identical."""
+"""Intervals in tables 2 and 3, the seeds table and `compare A B`, on run trees with per-sample files whose
+differences are known exactly: the interval is around the reported value with the width of the problems' spread,
+the paired difference and its per-seed values are exact, a gain in every seed pair gets the smallest p that
+number of seeds allows (1 with one seed, 0.25 with 3: never marked; 2/1024 with 10: marked), identical methods
+get p = 1 and no mark, `compare` and the tables print the same numbers for the same comparison, pairing refuses
+what does not match (naming it), compressed per-sample files read alike, and a rebuild is byte-identical."""
 
 from __future__ import annotations
 
@@ -62,32 +63,108 @@ def test_table2_interval_is_around_the_final_value_with_the_width_of_the_problem
     assert (high - low) == pytest.approx(100 * 2 * 1.96 * sd / math.sqrt(PROBLEMS), rel=0.12)
 
 
-def test_table2_marks_a_uniform_gain_over_clip(built):
-    """atr has 2 more correct samples of 8 on every problem: +25 points, the interval is exactly that (every
-    problem gains the same), and only the all-same-sign flips are as extreme: p = 1 / (R + 1)."""
+def test_table2_with_one_seed_never_marks_a_gain(built):
+    """atr has 2 more correct samples of 8 on every problem: +25 points. With one seed per method the run is
+    the unit, so there is one difference: no t-interval, p = 1 (its 2 sign patterns are equally extreme), no †.
+    The problem-level test, about these two runs, is at its floor 1 / (R + 1)."""
     rows = read_csv(built / "table2.csv")
     atr = cell(rows, method="atr", benchmark="aime24", metric="mean@8")
-    assert (atr["diff_vs_clip"], atr["diff_ci_low"], atr["diff_ci_high"]) == ("25.00", "25.00", "25.00")
-    assert float(atr["p_vs_clip"]) == pytest.approx(1 / (RESAMPLES + 1), rel=1e-3)
-    assert cell(rows, method="clip", benchmark="aime24", metric="mean@8")["p_vs_clip"] == "nan"  # the baseline
+    assert (atr["diff_vs_clip"], atr["diff_ci_low"], atr["diff_ci_high"], atr["mde_vs_clip"]) == (
+        "25.00",
+        "nan",
+        "nan",
+        "nan",
+    )
+    assert (atr["p_seeds_vs_clip"], atr["p_min_vs_clip"], atr["p_holm_vs_clip"]) == ("1", "1", "1")
+    assert float(atr["p_problems_vs_clip"]) == pytest.approx(1 / (RESAMPLES + 1), rel=1e-3)
+    assert cell(rows, method="clip", benchmark="aime24", metric="mean@8")["p_seeds_vs_clip"] == "nan"  # baseline
     md = (built / "table2.md").read_text()
-    assert "| qwen3-1.7b | atr | **50.00**† (50.00) [" in md
-    assert "differs from clip at α = 0.05" in md and f"{RESAMPLES:,} resamples, seed 0" in md
-    assert r"50.00}$^\dagger$ (50.00) [" in (built / "table2.tex").read_text()
+    assert "| qwen3-1.7b | atr | **50.00** (50.00) [" in md and "†" not in md.split("_† =")[0]
+    assert "with 1 seed (all 2^S sign patterns) the smallest attainable p is 1, so no difference can be marked" in md
+    assert f"{RESAMPLES:,} resamples, seed 0" in md and r"50.00} (50.00) [" in (built / "table2.tex").read_text()
 
 
-def test_table3_interval_pools_the_seeds_and_identical_methods_are_not_marked(built):
+def test_table3_with_three_seeds_gives_the_floor_and_no_mark(built):
+    """The same gain in all 3 seed pairs: p = 2/8 = 0.25, the smallest 3 seeds allow; Holm over the family
+    {atr, kl1} doubles it; the t-interval is the point +25 (no spread); identical methods get p = 1."""
     rows = read_csv(built / "table3.csv")
     clip = cell(rows, method="clip", benchmark="average", metric="mean@8")
     assert (clip["mean"], clip["n_seeds"]) == ("25.00", "3")
     assert float(clip["ci_low"]) < 25.0 < float(clip["ci_high"])
     same = cell(rows, method="kl1", benchmark="amc23", metric="pass@8")
-    assert (same["diff_vs_clip"], same["p_vs_clip"], same["p_holm_vs_clip"]) == ("0.00", "1", "1")
+    assert (same["diff_vs_clip"], same["p_seeds_vs_clip"], same["p_holm_vs_clip"]) == ("0.00", "1", "1")
     atr = cell(rows, method="atr", benchmark="amc23", metric="mean@8")
-    # Holm over {atr, kl1} in this column: the smallest p doubled
-    assert float(atr["p_holm_vs_clip"]) == pytest.approx(2 / (RESAMPLES + 1), rel=1e-3)
+    assert (atr["diff_ci_low"], atr["diff_ci_high"], atr["p_seeds_vs_clip"], atr["p_min_vs_clip"],
+            atr["p_holm_vs_clip"]) == ("25.00", "25.00", "0.25", "0.25", "0.5")  # fmt: skip
     md = (built / "table3.md").read_text()
-    assert "| qwen3-1.7b | kl1 | 25.00 ± 0.00 [" in md and "| qwen3-1.7b | atr | **50.00**† ± 0.00 [" in md
+    assert "| qwen3-1.7b | kl1 | 25.00 ± 0.00 [" in md and "| qwen3-1.7b | atr | **50.00** ± 0.00 [" in md
+    assert "with 3 seeds (all 2^S sign patterns) the smallest attainable p is 0.25, so no difference can be marked" \
+        in md  # fmt: skip
+
+
+def ten_seed_tree(root):
+    """10 seeds: atr gains 1 correct sample of 8 per problem in odd seeds, 2 in even ones (+12.5 / +25 points)."""
+    for seed in range(10):
+        sampled_run(root, "table3", "clip", seed, method_matrices(0, seed))
+        sampled_run(root, "table3", "atr", seed, method_matrices(2 - seed % 2, seed))
+        sampled_run(root, "table3", "kl1", seed, method_matrices(0, seed))
+    return root
+
+
+@pytest.fixture(scope="module")
+def ten_seeds(tmp_path_factory):
+    root = ten_seed_tree(tmp_path_factory.mktemp("ten") / "runs")
+    out = tmp_path_factory.mktemp("ten_tables")
+    for name in ("table3", "seeds"):
+        assert run_cli(name, "--runs", root, "--out", out, "--resamples", RESAMPLES)[0] == 0
+    return root, out
+
+
+def test_ten_seeds_that_all_favour_a_method_are_marked(ten_seeds):
+    """All 10 seed pairs favour atr: p = 2/1024, Holm over {atr, kl1} 4/1024 < 0.05: †. The t-interval is the
+    mean ± t_.975 · SD / √10 of the per-seed differences, the MDE (t_.975 + t_.8) · SD / √10."""
+    _, out = ten_seeds
+    atr = cell(read_csv(out / "table3.csv"), method="atr", benchmark="aime24", metric="mean@8")
+    differences = [25.0 - 12.5 * (seed % 2) for seed in range(10)]
+    mean, sd = sum(differences) / 10, math.sqrt(sum((d - 18.75) ** 2 for d in differences) / 9)
+    assert float(atr["diff_vs_clip"]) == mean == 18.75
+    assert float(atr["diff_ci_high"]) - mean == pytest.approx(2.262157 * sd / math.sqrt(10), abs=0.006)
+    assert float(atr["mde_vs_clip"]) == pytest.approx((2.262157 + 0.883404) * sd / math.sqrt(10), abs=0.006)
+    assert float(atr["p_seeds_vs_clip"]) == float(atr["p_min_vs_clip"]) == pytest.approx(2 / 1024, rel=1e-3)
+    assert float(atr["p_holm_vs_clip"]) == pytest.approx(4 / 1024, rel=1e-3)
+    assert "| qwen3-1.7b | atr | **43.75**† ± " in (out / "table3.md").read_text()
+    seeds = cell(read_csv(out / "seeds.csv"), method="atr", benchmark="aime24", metric="mean@8")
+    assert seeds["diff_per_seed"] == " ".join(f"{d:+.2f}" for d in differences) and seeds["n_seeds"] == "10"
+    assert (seeds["p_improve"], seeds["iqm"]) == ("1.00", "43.75")  # every atr run beats every clip run
+
+
+def _rows_of(text, first_cells):
+    return [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines()
+            if line.startswith("| " + " | ".join(first_cells) + " |")]  # fmt: skip
+
+
+@pytest.mark.parametrize("tree_of", ["three", "ten"])
+def test_compare_and_the_seeds_table_print_the_same_numbers(tree_of, tree, ten_seeds, tmp_path):
+    """One Holm family and one random stream per comparison: every cell `compare atr clip` prints (difference,
+    per seed, t-interval, p, smallest p, Holm p, †, paired t, MDE, IQM, P(A > B) and its interval, the
+    problem-level p) is the seeds table's cell for atr, and table3's CSV has the same p and Holm p."""
+    root = tree if tree_of == "three" else ten_seeds[0]
+    out = tmp_path / "tables"
+    assert run_cli("seeds", "--runs", root, "--out", out, "--resamples", RESAMPLES)[0] == 0
+    assert run_cli("table3", "--runs", root, "--out", out, "--resamples", RESAMPLES)[0] == 0
+    code, printed, _ = run_cli("compare", "atr", "clip", "--runs", root, "--experiment", "table3", "--resamples",
+                               RESAMPLES)  # fmt: skip
+    assert code == 0
+    table = (out / "seeds.md").read_text()
+    for bench in (*BENCHES, "average"):
+        for metric in ("mean@8", "pass@8"):
+            seed_level, robust = _rows_of(printed, [bench, metric])
+            (row,) = _rows_of(table, ["qwen3-1.7b", "atr", bench, metric])
+            assert row[7:16] == seed_level[4:13]  # from the difference to the MDE
+            assert row[16:19] == robust[4:7] and row[6] == robust[2]  # P(A > B), its interval, p (problems); IQM
+            csv_row = cell(read_csv(out / "table3.csv"), method="atr", benchmark=bench, metric=metric)
+            assert f"{float(csv_row['p_holm_vs_clip']):.3g}" == f"{float(seed_level[9]):.3g}"
+            assert seed_level[10] == ("†" if tree_of == "ten" else "")
 
 
 def test_rebuilding_the_tables_is_byte_identical(tree, built, tmp_path):
@@ -104,23 +181,28 @@ def test_another_bootstrap_seed_moves_the_interval_only_slightly(tree, built, tm
     assert float(after["ci_low"]) == pytest.approx(float(before["ci_low"]), abs=1.0)
 
 
-def test_compare_prints_the_paired_difference_per_benchmark_and_seed(tree):
+def test_compare_prints_the_seed_level_difference_per_benchmark_and_seed(tree):
     code, out, err = run_cli("compare", "atr", "clip", "--runs", tree, "--experiment", "table3",
                              "--resamples", RESAMPLES, "--metric", "mean@8")  # fmt: skip
     assert code == 0, err
     assert "## atr − clip: table3, qwen3-1.7b (seeds 0, 1, 2; evaluation steps 100)" in out
-    p, holm = f"{1 / (RESAMPLES + 1):.4g}", f"{4 / (RESAMPLES + 1):.4g}"  # Holm over 4 equal p-values: 4p
-    assert f"| amc23 | mean@8 | 50.00 | 25.00 | +25.00 | [+25.00, +25.00] | {p} | {holm} | † " \
-        "| +25.00, +25.00, +25.00 | 30 |" in out  # fmt: skip
+    # the same gain in the 3 seed pairs: p = 0.25 = the floor; Holm over the family {atr, kl1}: 0.5; no spread
+    assert "| amc23 | mean@8 | 50.00 | 25.00 | +25.00 | +25.00, +25.00, +25.00 | [+25.00, +25.00] | 0.25 | 0.25 " \
+        "| 0.5 |  | 0 | 0.00 |" in out  # fmt: skip
+    assert f"| amc23 | mean@8 | 50.00 | 25.00 | 1.00 | [1.00, 1.00] | < {1 / RESAMPLES:.0e}".replace("e-0", "e-") in out
     assert "| average | mean@8 | 50.00 | 25.00 | +25.00 |" in out and "| 90 |" in out  # 3 benchmarks × 30 problems
-    assert "paired sign-flip permutation test over problems" in out and "adjusted over the 4 comparisons" in out
+    assert "Holm family: 2 method(s) compared with clip in each benchmark × metric column: atr, kl1." in out
+    assert "with 3 seeds (all 2^S sign patterns) the smallest attainable p is 0.25, so no difference can be marked" \
+        in out  # fmt: skip
 
 
 def test_compare_of_identical_methods_finds_nothing(tree):
     code, out, _ = run_cli("compare", "kl1", "clip", "--runs", tree, "--resamples", RESAMPLES,
                            "--benchmark", "aime25", "--metric", "pass@8")  # fmt: skip
     assert code == 0
-    assert "| aime25 | pass@8 | 80.00 | 80.00 | +0.00 | [+0.00, +0.00] | 1 | 1 |  | +0.00, +0.00, +0.00 | 30 |" in out
+    assert "| aime25 | pass@8 | 80.00 | 80.00 | +0.00 | +0.00, +0.00, +0.00 | [+0.00, +0.00] | 1 | 0.25 | 1 |  | 1 " \
+        "| 0.00 |" in out  # fmt: skip
+    assert "| aime25 | pass@8 | 80.00 | 80.00 | 0.50 | [0.50, 0.50] | 1 | 30 |" in out
 
 
 def test_compare_at_an_earlier_step(tree):
@@ -186,6 +268,6 @@ def test_cells_without_per_sample_files_say_so(tmp_path):
     assert "table2__clip__s0__model=qwen3-1.7b: no per-sample file eval/step_000100/amc23.jsonl(.gz)" in err
     rows = read_csv(tmp_path / "out" / "table2.csv")
     assert cell(rows, method="clip", benchmark="amc23", metric="mean@8")["ci_low"] == "nan"
-    assert cell(rows, method="atr", benchmark="amc23", metric="mean@8")["p_vs_clip"] == "nan"  # no baseline scores
+    assert cell(rows, method="atr", benchmark="amc23", metric="mean@8")["p_seeds_vs_clip"] == "nan"  # no baseline
     assert cell(rows, method="atr", benchmark="amc23", metric="mean@8")["ci_low"] != "nan"
     assert set(BENCHES) <= {r["benchmark"] for r in rows}

@@ -1,7 +1,8 @@
 """The committed CPU mini-reproduction (`make reproduce-mini`, results/mini/) is what its run files say.
 
 The tables in results/mini/tables/ are rebuilt from the committed run files in results/mini/runs/ and must be
-identical byte for byte (the bootstrap is seeded); `compare` and `regrade` work on those runs as committed.
+identical byte for byte (the bootstrap is seeded); `compare` and `regrade` work on those runs as committed, and
+`compare atr clip` prints the committed seeds table's numbers.
 """
 
 from __future__ import annotations
@@ -53,25 +54,37 @@ def test_the_committed_tables_rebuild_byte_for_byte(tmp_path):
     out = tmp_path / "tables"
     assert results.main(["all", "--runs", str(RUNS), "--experiment", "mini", "--out", str(out)]) == 0
     committed = _files(MINI / "tables")
-    assert {"table2.csv", "table2.md", "table3.csv", "delta.csv", "clip_binding.csv"} <= set(committed)
+    assert {"table2.csv", "table2.md", "table3.csv", "seeds.csv", "seeds.md", "delta.csv", "clip_binding.csv"} <= set(
+        committed
+    )
     assert _files(out) == committed
     for name in committed:
         assert (out / name).read_bytes() == (MINI / "tables" / name).read_bytes(), name
 
 
-def test_compare_pairs_atr_with_clip_on_the_committed_runs(capsys):
+def _cells(line):
+    return [cell.strip() for cell in line.strip("|").split("|")]
+
+
+def test_compare_pairs_atr_with_clip_on_the_committed_runs_as_the_seeds_table_does(capsys):
+    """The seed level with 3 seeds: p = 0.25 (all three seed pairs favour clip), which is also the smallest p
+    3 seeds allow, so no mark; the numbers are the committed seeds table's, cell for cell."""
     assert results.main(["compare", "atr", "clip", "--runs", str(RUNS), "--experiment", "mini",
                          "--metric", "mean@8"]) == 0  # fmt: skip
     out = capsys.readouterr().out
     assert out.startswith("## atr − clip: mini, tiny (seeds 0, 1, 2; evaluation steps 192)")
-    row = next(line for line in out.splitlines() if line.startswith("| arithmetic | mean@8 |"))
-    cells = [cell.strip() for cell in row.strip("|").split("|")]
-    atr, clip, difference = float(cells[2]), float(cells[3]), float(cells[4])
-    low, high = (float(x) for x in cells[5].strip("[]").split(","))
-    assert abs(atr - clip - difference) < 0.011  # the cells are rounded to 0.01
-    assert low <= difference <= high and 0 < float(cells[6]) <= 1
-    per_seed = [float(x) for x in cells[9].split(",")]
-    assert len(per_seed) == 3 and abs(sum(per_seed) / 3 - difference) < 0.011
+    seed_level, robust = [_cells(line) for line in out.splitlines() if line.startswith("| arithmetic | mean@8 |")]
+    atr, clip, difference = float(seed_level[2]), float(seed_level[3]), float(seed_level[4])
+    per_seed = [float(x) for x in seed_level[5].split(",")]
+    low, high = (float(x) for x in seed_level[6].strip("[]").split(","))
+    assert abs(atr - clip - difference) < 0.011 and abs(sum(per_seed) / 3 - difference) < 0.011
+    assert low < difference < high and all(d < 0 for d in per_seed)
+    assert seed_level[7:11] == ["0.25", "0.25", "1", ""]  # p, smallest p, Holm over the 10 methods, no †
+    assert float(seed_level[12]) > abs(difference)  # the MDE: 3 seeds cannot see a difference this small
+    assert "Holm family: 10 method(s) compared with clip" in out
+    (committed,) = [_cells(line) for line in (MINI / "tables" / "seeds.md").read_text().splitlines()
+                    if line.startswith("| tiny | atr | arithmetic | mean@8 |")]  # fmt: skip
+    assert committed[7:16] == seed_level[4:13] and committed[16:19] == robust[4:7] and committed[6] == robust[2]
 
 
 @pytest.mark.slow

@@ -20,7 +20,8 @@ from atr_grpo.reporting.runs import find_runs
 from atr_grpo.results import main
 
 BENCHES = ["amc23", "aime24", "aime25"]
-UNCERTAINTY = ["ci_low", "ci_high", "diff_vs_clip", "diff_ci_low", "diff_ci_high", "p_vs_clip", "p_holm_vs_clip"]
+UNCERTAINTY = ["ci_low", "ci_high", "diff_vs_clip", "diff_ci_low", "diff_ci_high", "p_seeds_vs_clip", "p_min_vs_clip",
+               "p_holm_vs_clip", "mde_vs_clip", "p_problems_vs_clip"]  # fmt: skip
 PAPER = Path(__file__).resolve().parents[1] / "results" / "paper"
 
 
@@ -269,7 +270,7 @@ def test_passk_cli_writes_every_k_and_compares_with_the_paper(tmp_path):
 def test_unknown_table_lists_the_allowed_ones(tree, capsys):
     with pytest.raises(SystemExit):
         main(["table9", "--runs", str(tree)])
-    allowed = "table2, table3, delta, passk, clip_binding, all, figures, compare, regrade"
+    allowed = "table2, table3, seeds, delta, passk, clip_binding, all, figures, compare, regrade"
     assert f"unknown table 'table9'; allowed: {allowed}" in capsys.readouterr().err
 
 
@@ -278,7 +279,7 @@ def test_no_runs_fails_clearly(tmp_path, capsys):
     assert main(["table2", "--runs", str(tmp_path / "empty"), "--out", str(tmp_path / "out")]) == 2
     assert "no run directories (folders with a config.yaml) under" in capsys.readouterr().err
     assert main(["all", "--runs", str(tmp_path / "empty"), "--out", str(tmp_path / "out")]) == 2
-    assert "none of table2, table3, delta, passk, clip_binding has runs" in capsys.readouterr().err
+    assert "none of table2, table3, seeds, delta, passk, clip_binding has runs" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["table2", "--runs", str(tmp_path / "absent")])
     assert "is not a directory" in capsys.readouterr().err

@@ -10,7 +10,7 @@ file, or runs that do not share their problems or seeds, raise ScoreError saying
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -30,6 +30,13 @@ class Scores:
     problems: dict[str, list[str]]
     values: dict[str, np.ndarray]
     steps: list[int]  # the evaluation step read for each run (row)
+    runs: list[str] = field(default_factory=list)  # the run directories, in `seeds` order
+    method: str = ""  # of those runs (`comparison_key` names the comparison by it)
+    experiment: str = ""
+
+    def run_values(self) -> np.ndarray:
+        """[S]: each run's value (the mean over problems; for the Average, the mean over its benchmarks)."""
+        return _run_values(self, list(range(len(self.seeds)))).mean(axis=-1)
 
     def arrays(self) -> list[np.ndarray]:
         return [self.values[b] for b in self.problems]
@@ -75,7 +82,9 @@ def cell_scores(runs: list[Run], metric: str, key: str, benchmarks: list[str],
                                  f"{_missing(set(ids), set(row[b])) or '–'})")  # fmt: skip
         problems[b] = ids
         values[b] = np.array([[row[b][pid] for pid in ids] for row in rows])
-    return Scores([r.seed for r in runs], problems, values, steps)
+    first = runs[0] if runs else None
+    return Scores([r.seed for r in runs], problems, values, steps, [str(r.path) for r in runs],
+                  first.method if first else "", first.experiment if first else "")  # fmt: skip
 
 
 def cell_interval(scores: Scores, resampling: stats.Resampling, key: str) -> tuple[float, float, float]:
@@ -85,17 +94,37 @@ def cell_interval(scores: Scores, resampling: stats.Resampling, key: str) -> tup
     return 100 * float(stats.estimate(arrays)), 100 * float(low), 100 * float(high)
 
 
+def comparison_key(experiment: str, model: str, method_a: str, method_b: str, metric: str, key: str) -> str:
+    """The name of the random streams of one comparison: the same in `compare` and in every table."""
+    return f"{experiment}|{model}|{method_a}|{method_b}|{metric}|{key}"
+
+
 @dataclass(frozen=True)
 class Difference:
-    """A − B in percent, with its paired bootstrap interval and sign-flip p-value."""
+    """A − B in points at the seed level (one difference per seed pair), with the problem-level test and
+    rliable's robust summaries beside it. `p_value` decides the mark (after Holm over its family)."""
 
-    difference: float
-    ci_low: float
-    ci_high: float
-    p_value: float
+    difference: float  # mean over the seed pairs
+    per_seed: list[float]  # A − B of each seed pair alone, in `seeds` order
     seeds: list[int]
     problems: int
-    per_seed: list[float]  # A − B of each seed pair alone, in `seeds` order
+    ci_low: float  # t-interval over the per-seed differences (nan with one seed)
+    ci_high: float
+    p_value: float  # exact sign-flip over the seeds (Monte Carlo above stats.EXACT_SEEDS)
+    p_floor: float  # the smallest p_value S seeds can give
+    p_exact: bool
+    p_t: float  # paired t over the seeds
+    sd: float  # SD of the per-seed differences (ddof 1)
+    mde: float  # minimum detectable effect at 80 % power from `sd` (paired t, two-sided, 1 − confidence)
+    p_problems: float  # secondary: sign-flip over problems (these runs differ beyond evaluation noise)
+    p_problems_floor: float  # its Monte Carlo floor 1 / (R + 1)
+    runs_a: list[float]  # each run's value, in `seeds` order
+    runs_b: list[float]
+    iqm_a: float
+    iqm_b: float
+    improvement: float  # P(A > B) over pairs of runs
+    improvement_low: float
+    improvement_high: float
 
 
 def paired(a: Scores, b: Scores, names: tuple[str, str] = ("A", "B")) -> list[np.ndarray]:
@@ -120,12 +149,37 @@ def paired(a: Scores, b: Scores, names: tuple[str, str] = ("A", "B")) -> list[np
     return differences
 
 
+def _run_values(scores: Scores, rows: list[int]) -> np.ndarray:
+    """[S, B]: each run's value (mean over problems) on each benchmark, rows in the order `rows`."""
+    return np.stack([v[rows].mean(axis=-1) for v in scores.arrays()], axis=-1)
+
+
+def seed_pvalue(differences: list[np.ndarray], resampling: stats.Resampling, key: str) -> float:
+    """The seed-level p of paired differences (`paired`); `key` is `comparison_key`, so that every place that
+    tests this comparison draws the same random patterns when there are more than stats.EXACT_SEEDS seeds."""
+    return float(stats.seed_sign_flip_pvalue(stats.seed_means(differences), resampling, f"seed-flip|{key}"))
+
+
 def compare(a: Scores, b: Scores, resampling: stats.Resampling, key: str,
             names: tuple[str, str] = ("A", "B")) -> Difference:  # fmt: skip
-    """The paired comparison A − B: crossed bootstrap interval (seeds × problems) and sign-flip p-value."""
+    """The paired comparison A − B of the runs matched by seed; `key` is `comparison_key`."""
     differences = paired(a, b, names)
-    low, high = stats.interval(differences, resampling, f"difference|{key}")
-    p_value = stats.sign_flip_pvalue(differences, resampling, f"sign-flip|{key}")
-    per_seed = [100 * float(stats.estimate([d[i : i + 1] for d in differences])) for i in range(len(a.seeds))]
-    return Difference(100 * float(stats.estimate(differences)), 100 * float(low), 100 * float(high),
-                      float(p_value), list(a.seeds), a.n_problems, per_seed)  # fmt: skip
+    per_seed = stats.seed_means(differences)
+    n_seeds, alpha = len(per_seed), 1 - resampling.confidence
+    t_test = stats.seed_t(per_seed, resampling.confidence)
+    runs_a, runs_b = _run_values(a, list(range(n_seeds))), _run_values(b, [b.seeds.index(s) for s in a.seeds])
+    value_a, value_b = runs_a.mean(axis=-1), runs_b.mean(axis=-1)  # as Scores.run_values
+    low, high = stats.improvement_interval(runs_a, runs_b, resampling, f"improvement|{key}")
+    return Difference(
+        difference=100 * float(per_seed.mean()), per_seed=[100 * float(x) for x in per_seed], seeds=list(a.seeds),
+        problems=a.n_problems, ci_low=100 * float(t_test.low), ci_high=100 * float(t_test.high),
+        p_value=seed_pvalue(differences, resampling, key), p_floor=stats.smallest_seed_pvalue(n_seeds, resampling),
+        p_exact=stats.seed_test_is_exact(n_seeds), p_t=float(t_test.p_value), sd=100 * float(t_test.sd),
+        mde=100 * float(stats.minimum_detectable_effect(float(t_test.sd), n_seeds, alpha)),
+        p_problems=float(stats.sign_flip_pvalue(differences, resampling, f"sign-flip|{key}")),
+        p_problems_floor=1.0 / (resampling.resamples + 1),
+        runs_a=[100 * float(x) for x in value_a], runs_b=[100 * float(x) for x in value_b],
+        iqm_a=100 * float(stats.interquartile_mean(value_a)), iqm_b=100 * float(stats.interquartile_mean(value_b)),
+        improvement=float(stats.probability_of_improvement(runs_a, runs_b)), improvement_low=low,
+        improvement_high=high,
+    )  # fmt: skip

@@ -1,16 +1,22 @@
-"""`python -m atr_grpo.results compare A B`: method A against method B, paired on problems and seeds.
+"""`python -m atr_grpo.results compare A B`: method A against method B, the run (seed) as the unit.
 
 Within each (experiment, model) that has runs of both methods, every benchmark (and their Average) and every
-metric gets A − B in points, the paired bootstrap interval and the sign-flip p-value of `cells.compare`, plus
-Holm-adjusted p-values over all the rows printed. Runs are paired by seed and problems by id; a seed or a
-problem that one side lacks stops the comparison with an error that names it.
+metric gets `cells.compare`: A − B in points, one difference per seed pair, the exact sign-flip test over the
+seeds with the smallest p the design can reach, the paired t-test and t-interval, the minimum detectable
+effect, the per-seed differences; then rliable's IQM of each method and P(A > B), and the problem-level test as
+a secondary column. The Holm family is fixed, not the rows printed: every method of the experiment and model
+compared with B in the same benchmark × metric column, which is the tables' family when B is `clip`; the
+random streams are named by `cells.comparison_key`. So the same comparison prints the same numbers here and in
+the tables. Runs are paired by seed and problems by id; a seed or a problem that A or B lacks stops the
+comparison with an error that names it (a family member that cannot be paired is left out, and named).
 """
 
 from __future__ import annotations
 
 import re
 from collections import defaultdict
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from atr_grpo.reporting import cells, stats
 from atr_grpo.reporting.runs import AVERAGE, Run, drop_repeats
@@ -34,10 +40,36 @@ class Row:
     steps_a: list[int]
     steps_b: list[int]
     p_holm: float = float("nan")
+    family: list[str] = field(default_factory=list)  # the methods tested against B in this column
+    left_out: list[str] = field(default_factory=list)  # methods that could not be paired with B, and why
 
 
 def _names(runs: list[Run], attribute: str) -> str:
     return ", ".join(sorted({str(getattr(r, attribute)) for r in runs})) or "none"
+
+
+def holm_against(reference: str, tested: str, methods: dict[str, list[Run]], p_tested: float, metric: str, key: str,
+                 benchmarks: list[str], resampling: stats.Resampling,
+                 step_of: Callable[[Run], int | None] | None = None) -> tuple[float, list[str], list[str]]:  # fmt: skip
+    """(the Holm-adjusted p of `tested`, the family, the members left out): the family is every method in
+    `methods` (one experiment and model) compared with `reference` on `key` × `metric` at the seed level."""
+    experiment, model = next(iter(methods.values()))[0].experiment, next(iter(methods.values()))[0].model
+    reference_scores = cells.cell_scores(methods[reference], metric, key, benchmarks, step_of)
+    family, left_out = {tested: p_tested}, []
+    for method, runs in sorted(methods.items()):
+        if method in (reference, tested):
+            continue
+        try:
+            scores = cells.cell_scores(runs, metric, key, benchmarks, step_of)
+            differences = cells.paired(scores, reference_scores, (method, reference))
+        except cells.ScoreError as err:
+            left_out.append(f"{method} ({err})")
+            continue
+        family[method] = cells.seed_pvalue(
+            differences, resampling, cells.comparison_key(experiment, model, method, reference, metric, key)
+        )
+    adjusted = dict(zip(family, stats.holm(list(family.values()))))
+    return adjusted[tested], sorted(family), left_out
 
 
 def compare_methods(runs: list[Run], method_a: str, method_b: str, resampling: stats.Resampling,
@@ -55,16 +87,15 @@ def compare_methods(runs: list[Run], method_a: str, method_b: str, resampling: s
             raise CompareError(f"no runs of method {method!r} (methods found: {_names(kept, 'method')})")
     groups: dict[tuple[str, str], dict[str, list[Run]]] = defaultdict(lambda: defaultdict(list))
     for run in kept:
-        if run.method in (method_a, method_b):
-            groups[(run.experiment, run.model)][run.method].append(run)
-    pairs = {key: sides for key, sides in sorted(groups.items()) if len(sides) == 2}
+        groups[(run.experiment, run.model)][run.method].append(run)
+    pairs = {key: sides for key, sides in sorted(groups.items()) if method_a in sides and method_b in sides}
     if not pairs:
         where = {m: sorted({f"{r.experiment}/{r.model}" for r in kept if r.method == m}) for m in (method_a, method_b)}
         raise CompareError(f"{method_a} and {method_b} never share an experiment and model: {method_a} in "
                            f"{', '.join(where[method_a])}; {method_b} in {', '.join(where[method_b])}")  # fmt: skip
     rows = []
-    for (experiment, model), sides in pairs.items():
-        runs_a, runs_b = sides[method_a], sides[method_b]
+    for (experiment, model), methods in pairs.items():
+        runs_a, runs_b = methods[method_a], methods[method_b]
         configured = list(dict.fromkeys(b for r in runs_a + runs_b for b in r.benchmarks))
         unknown = [b for b in benchmarks or [] if b not in configured and b != AVERAGE]
         if unknown:
@@ -79,20 +110,33 @@ def compare_methods(runs: list[Run], method_a: str, method_b: str, resampling: s
                 try:
                     a = cells.cell_scores(runs_a, metric, key, configured, step_of)
                     b = cells.cell_scores(runs_b, metric, key, configured, step_of)
-                    label = f"{experiment}|{model}|{method_a}|{method_b}|{metric}|{key}"
+                    label = cells.comparison_key(experiment, model, method_a, method_b, metric, key)
                     difference = cells.compare(a, b, resampling, label, (method_a, method_b))
+                    holm = holm_against(method_b, method_a, methods, difference.p_value, metric, key, configured,
+                                        resampling, step_of)  # fmt: skip
                 except cells.ScoreError as err:
                     raise CompareError(f"{experiment}/{model}, {key} {metric}: {err}") from None
                 mean_a, mean_b = (100 * float(stats.estimate(s.arrays())) for s in (a, b))
-                rows.append(Row(experiment, model, key, metric, mean_a, mean_b, difference, a.steps, b.steps))
-    for row, adjusted in zip(rows, stats.holm([r.difference.p_value for r in rows])):
-        row.p_holm = adjusted
+                rows.append(Row(experiment, model, key, metric, mean_a, mean_b, difference, a.steps, b.steps, *holm))
     return rows
 
 
+def seed_design_note(n_seeds: list[int], resampling: stats.Resampling, alpha: float) -> str:
+    """What the seed-level test can show with these numbers of seeds, in words (for the notes of every table)."""
+    parts = []
+    for n in sorted(set(n_seeds)):
+        floor = stats.smallest_seed_pvalue(n, resampling)
+        how = "all 2^S sign patterns" if stats.seed_test_is_exact(n) else f"{resampling.resamples:,} random patterns"
+        verdict = "so no difference can be marked" if floor >= alpha else "before Holm's adjustment"
+        parts.append(f"with {n} seed{'s' * (n != 1)} ({how}) the smallest attainable p is "
+                     f"{stats.format_p(floor, None if stats.seed_test_is_exact(n) else floor)}, {verdict}")  # fmt: skip
+    return "; ".join(parts)
+
+
 def format_rows(rows: list[Row], method_a: str, method_b: str, resampling: stats.Resampling) -> str:
-    """Markdown: a table per (experiment, model), then how the numbers were computed."""
-    level = f"{100 * resampling.confidence:g}%"
+    """Markdown: two tables per (experiment, model), the seed-level test and the robust summaries, then how the
+    numbers were computed."""
+    level, alpha = f"{100 * resampling.confidence:g}%", 1 - resampling.confidence
     lines = []
     for experiment, model in dict.fromkeys((r.experiment, r.model) for r in rows):
         block = [r for r in rows if (r.experiment, r.model) == (experiment, model)]
@@ -100,24 +144,56 @@ def format_rows(rows: list[Row], method_a: str, method_b: str, resampling: stats
         steps = sorted({s for r in block for s in r.steps_a + r.steps_b})
         lines += [f"## {method_a} − {method_b}: {experiment}, {model} (seeds {seeds}; evaluation steps "
                   f"{', '.join(map(str, steps))})", "",
-                  f"| benchmark | metric | {method_a} | {method_b} | difference | {level} CI | p | p (Holm) | † "
-                  "| per seed | problems |", "|---|---|---:|---:|---:|---|---:|---:|:-:|---|---:|"]  # fmt: skip
+                  f"| benchmark | metric | {method_a} | {method_b} | difference | per seed | {level} CI (t, seeds) "
+                  "| p (seeds) | smallest p | p (Holm) | † | p (paired t) | MDE (80%) |",
+                  "|---|---|---:|---:|---:|---|---|---:|---:|---:|:-:|---:|---:|"]  # fmt: skip
         for r in block:
             d = r.difference
-            mark = "†" if stats.significant(r.p_holm, d.ci_low, d.ci_high, 1 - resampling.confidence) else ""
-            seeds = ", ".join(f"{x:+.2f}" for x in d.per_seed)
-            lines.append(f"| {r.benchmark} | {r.metric} | {r.mean_a:.2f} | {r.mean_b:.2f} | {d.difference:+.2f} "
-                         f"| [{d.ci_low:+.2f}, {d.ci_high:+.2f}] | {d.p_value:.4g} | {r.p_holm:.4g} | {mark} "
-                         f"| {seeds} | {d.problems} |")  # fmt: skip
+            cells_ = seed_level_cells(d, r.p_holm, alpha)
+            lines.append(f"| {r.benchmark} | {r.metric} | {r.mean_a:.2f} | {r.mean_b:.2f} | {' | '.join(cells_)} |")
+        lines += ["", f"| benchmark | metric | IQM {method_a} | IQM {method_b} | P({method_a} > {method_b}) "
+                  f"| {level} CI | p (problems; these runs only) | problems |",
+                  "|---|---|---:|---:|---:|---|---:|---:|"]  # fmt: skip
+        for r in block:
+            d = r.difference
+            lines.append(f"| {r.benchmark} | {r.metric} | {d.iqm_a:.2f} | {d.iqm_b:.2f} | {d.improvement:.2f} "
+                         f"| [{d.improvement_low:.2f}, {d.improvement_high:.2f}] "
+                         f"| {stats.format_p(d.p_problems, d.p_problems_floor)} | {d.problems} |")  # fmt: skip
         if any(r.steps_a != r.steps_b for r in block):
             lines.append(f"\nsteps differ between the paired runs: {method_a} {block[0].steps_a}, "
                          f"{method_b} {block[0].steps_b}")  # fmt: skip
+        family = sorted({m for r in block for m in r.family})
+        lines += ["", f"Holm family: {len(family)} method(s) compared with {method_b} in each benchmark × metric "
+                  f"column: {', '.join(family)}."]  # fmt: skip
+        left_out = sorted({m for r in block for m in r.left_out})
+        if left_out:
+            lines.append(f"Left out of the family (cannot be paired with {method_b}): {'; '.join(left_out)}.")
+        lines.append(f"Seeds: {seed_design_note([len(r.difference.seeds) for r in block], resampling, alpha)}.")
         lines.append("")
-    lines += [f"Values in points (percent). Interval: {resampling.describe()} of the paired differences "
-              "(problems matched by id, runs by seed). p: two-sided paired sign-flip permutation test over problems "
-              f"(each problem's difference averaged over the seeds), {resampling.resamples:,} sign flips. p (Holm): "
-              f"adjusted over the {len(rows)} comparisons above. † = p (Holm) < {1 - resampling.confidence:g} and the "
-              "interval excludes 0. Per seed: the difference of each seed pair alone. With one seed per method "
-              "neither the interval nor the test sees the spread between training seeds, so a lucky seed counts "
-              "as a difference."]  # fmt: skip
+    lines += [f"Values in points (percent). The run is the unit: each seed pair gives one difference (per seed). "
+              f"p (seeds): two-sided exact sign-flip test over the seed pairs ({SEED_TEST}); smallest p: the "
+              f"smallest p that number of seeds can give. p (Holm): adjusted over the Holm family above (the same "
+              f"family as the tables' † when B is clip). † = p (Holm) < {alpha:g}. CI and p (paired t): t-interval "
+              f"and paired t-test over the seed differences (df = seeds − 1). MDE: the true difference a paired "
+              f"t-test at two-sided α = {alpha:g} detects with 80% power given the observed SD of the per-seed "
+              f"differences, (t_{{1−α/2}} + t_{{0.8}})·SD/√S. IQM: rliable's interquartile mean of the runs' "
+              f"values. P(A > B): rliable's probability of improvement over every pair of an A run and a B run "
+              f"(½ for ties), averaged over the benchmarks; interval: {resampling.resamples:,} bootstrap "
+              f"resamples of the runs of each method. p (problems): sign-flip test over problems (each problem's "
+              f"difference averaged over the seeds, {resampling.resamples:,} flips): whether these runs differ "
+              f"beyond evaluation noise, not whether the methods do; '< x' means no flip was as extreme."]  # fmt: skip
     return "\n".join(lines) + "\n"
+
+
+SEED_TEST = f"all 2^S sign patterns up to {stats.EXACT_SEEDS} seeds, random patterns above"
+
+
+def seed_level_cells(d: cells.Difference, p_holm: float, alpha: float) -> list[str]:
+    """The seed-level columns of a comparison as text, shared by `compare` and the `seeds` table."""
+    floor = None if d.p_exact else d.p_floor
+    mark = "†" if stats.significant(p_holm, alpha) else ""
+    interval = "–" if d.ci_low != d.ci_low else f"[{d.ci_low:+.2f}, {d.ci_high:+.2f}]"
+    mde = "–" if d.mde != d.mde else f"{d.mde:.2f}"
+    return [f"{d.difference:+.2f}", ", ".join(f"{x:+.2f}" for x in d.per_seed), interval,
+            stats.format_p(d.p_value, floor), stats.format_p(d.p_floor, floor), stats.format_p(p_holm), mark,
+            stats.format_p(d.p_t), mde]  # fmt: skip

@@ -1,4 +1,4 @@
-"""Bootstrap intervals and paired sign-flip tests over per-problem scores (numpy, vectorised).
+"""Bootstrap intervals, seed-level and problem-level paired tests, robust summaries over runs (numpy, vectorised).
 
 The unit of data is a score array `[..., S, P]` per benchmark: S seeds (runs) × P problems, each entry a
 problem's Mean@K or unbiased Pass@K in [0, 1]; leading axes are independent data sets (used by the
@@ -11,16 +11,21 @@ which is how the tables compute a cell and the paper's Average.
   "pigeonhole" bootstrap, Owen 2007). With one seed the interval holds problem and sampling noise only, not
   the training-seed spread. Problems are drawn as index arrays (one gather per chunk of resamples), seeds as
   weights (how often each seed was drawn), so no Python loop runs per resample.
-- **Test**: a paired sign-flip permutation test. Under "the two methods are exchangeable on each problem"
-  the seed-averaged difference of a problem is as likely to be +d as −d, so each problem's sign is flipped
-  at random (every seed of the problem together) and the two-sided p-value is (1 + #{|T*| ≥ |T|}) / (1 + R),
-  which never claims more than R flips can show. The test is about the runs compared: a difference that
-  comes from the training seed counts as real for it, which only more seeds can rule out.
-- **Holm** step-down adjustment for a family of such p-values.
-- **The mark** (`significant`): the Holm-adjusted p-value is below α *and* the paired bootstrap interval of
-  the difference excludes 0. The second condition brings in the seeds: with S ≥ 2 seeds the interval
-  resamples them, so a difference that the seeds' spread could explain is not marked.
-  (`scripts/calibrate_stats.py` measures both rules on simulated evaluations with seed effects.)
+- **The seed-level test** (the one that decides the mark): the run is the unit. Each seed pair gives one
+  difference (`seed_means`: the statistic above for that pair alone), and under "A and B are the same method"
+  each difference is as likely to be +d as −d. `seed_sign_flip_pvalue` enumerates all 2^S sign patterns (exact;
+  a random sample of R patterns above `EXACT_SEEDS` seeds), so its p cannot go below 2^(1−S) (0.25 with 3
+  seeds): `smallest_seed_pvalue` says so wherever a p is shown. `seed_t` gives the paired t-test beside it and
+  the t-interval over the seed differences (which keeps its coverage with few seeds, unlike a bootstrap over 3
+  seeds), `minimum_detectable_effect` the effect that 80 % power needs at that spread.
+- **The problem-level test** (secondary, `sign_flip_pvalue`): the seed-averaged difference of each problem is
+  flipped instead. It asks whether these particular runs differ beyond evaluation noise; a difference that comes
+  from the training seed counts as real for it, so it says nothing about the methods.
+- **Robust summaries over runs** as rliable defines them (Agarwal et al. 2021): the interquartile mean
+  (`interquartile_mean`) and the probability of improvement P(A > B) over all pairs of runs, averaged over the
+  benchmarks, with a bootstrap interval over runs (`improvement_interval`).
+- **Holm** step-down adjustment for a family of p-values; **the mark** (`significant`) is the Holm-adjusted
+  seed-level p below α. (`scripts/calibrate_stats.py` measures its false marks and power on simulated runs.)
 
 Every random draw comes from `Resampling.generator(key)`: a fixed seed and the name of what is resampled, so
 a rebuild is byte-identical and one cell's draw does not depend on which other cells exist.
@@ -28,11 +33,13 @@ a rebuild is byte-identical and one cell's draw does not depend on which other c
 
 from __future__ import annotations
 
+import re
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import stats as scipy_stats
 
 
 @dataclass(frozen=True)
@@ -137,6 +144,117 @@ def holm(pvalues: Sequence[float]) -> list[float]:
     return adjusted
 
 
-def significant(p_holm: float, low: float, high: float, alpha: float) -> bool:
-    """The rule behind the tables' † and compare's mark: adjusted p < α and an interval that excludes 0."""
-    return p_holm < alpha and (low > 0 or high < 0)  # nan compares False: no mark
+# ------------------------------------------------------------------------------------ the run as the unit
+EXACT_SEEDS = 16  # up to 2^16 sign patterns are enumerated; above, R random patterns are drawn
+ROUNDING = 1e-12  # flips that reproduce |T| up to rounding count as at least as extreme
+
+
+def seed_means(differences: Sequence[np.ndarray]) -> np.ndarray:
+    """[..., S]: the statistic of each seed (run pair) alone, from arrays [..., S, P_b] per benchmark."""
+    _check(differences)
+    return np.mean([d.mean(axis=-1) for d in differences], axis=0)
+
+
+def _seed_patterns(n_seeds: int, resampling: Resampling, key: str) -> tuple[np.ndarray, bool]:
+    """([N, S] signs ±1, exact): every pattern when S <= EXACT_SEEDS, else R random ones from `key`'s stream."""
+    if n_seeds <= EXACT_SEEDS:
+        bits = (np.arange(2**n_seeds)[:, None] >> np.arange(n_seeds)) & 1
+        return 1.0 - 2.0 * bits, True
+    rng = resampling.generator(key)
+    return rng.integers(0, 2, size=(resampling.resamples, n_seeds)) * 2.0 - 1.0, False
+
+
+def seed_sign_flip_pvalue(per_seed: np.ndarray, resampling: Resampling, key: str) -> np.ndarray:
+    """Two-sided p [...] of "mean difference = 0" for per-seed differences [..., S]: the share of sign patterns
+    whose |mean| reaches the observed one (exact), or (1 + #) / (1 + R) when R patterns are drawn."""
+    n_seeds = per_seed.shape[-1]
+    signs, exact = _seed_patterns(n_seeds, resampling, key)
+    observed = np.abs(per_seed.mean(axis=-1))
+    null = np.abs(per_seed @ signs.T) / n_seeds  # [..., N]
+    extreme = (null >= observed[..., None] - ROUNDING).sum(axis=-1)
+    return extreme / len(signs) if exact else (1.0 + extreme) / (1.0 + len(signs))
+
+
+def seed_test_is_exact(n_seeds: int) -> bool:
+    return n_seeds <= EXACT_SEEDS
+
+
+def smallest_seed_pvalue(n_seeds: int, resampling: Resampling) -> float:
+    """The smallest p `seed_sign_flip_pvalue` can give with S seeds: 2 of 2^S patterns, or 1 / (R + 1)."""
+    return 2.0 ** (1 - n_seeds) if seed_test_is_exact(n_seeds) else 1.0 / (resampling.resamples + 1)
+
+
+@dataclass(frozen=True)
+class SeedT:
+    """The paired t-test and t-interval over S per-seed differences (df = S − 1); nan with one seed."""
+
+    p_value: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+    sd: np.ndarray  # sample SD (ddof 1) of the per-seed differences
+
+
+def seed_t(per_seed: np.ndarray, confidence: float) -> SeedT:
+    n_seeds = per_seed.shape[-1]
+    if n_seeds < 2:
+        nan = np.full(per_seed.shape[:-1], np.nan)
+        return SeedT(nan, nan, nan, nan)
+    mean, sd = per_seed.mean(axis=-1), per_seed.std(axis=-1, ddof=1)
+    error = sd / np.sqrt(n_seeds)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        p_value = 2.0 * scipy_stats.t.sf(np.abs(mean / error), n_seeds - 1)
+    p_value = np.where(error == 0, np.where(mean == 0, 1.0, 0.0), p_value)  # no spread: t is 0/0 or ±inf
+    half = scipy_stats.t.ppf((1 + confidence) / 2, n_seeds - 1) * error
+    return SeedT(p_value, mean - half, mean + half, sd)
+
+
+def minimum_detectable_effect(sd: float | np.ndarray, n_seeds: int, alpha: float, power: float = 0.8) -> np.ndarray:
+    """The true difference a two-sided paired t-test at level α detects with `power` over S seeds whose
+    differences have SD `sd`: (t_{1−α/2} + t_{power}) · sd / √S, df = S − 1 (nan with one seed)."""
+    if n_seeds < 2:
+        return np.full(np.shape(sd), np.nan)
+    df = n_seeds - 1
+    return (scipy_stats.t.ppf(1 - alpha / 2, df) + scipy_stats.t.ppf(power, df)) * np.asarray(sd) / np.sqrt(n_seeds)
+
+
+def interquartile_mean(values: np.ndarray) -> np.ndarray:
+    """rliable's IQM: the mean of the middle 50 % of the runs (`scipy.stats.trim_mean(·, 0.25)`; with fewer
+    than 4 runs nothing is trimmed and it is the mean)."""
+    return scipy_stats.trim_mean(values, 0.25, axis=-1)
+
+
+def probability_of_improvement(runs_a: np.ndarray, runs_b: np.ndarray) -> np.ndarray:
+    """rliable's P(A > B) from run scores [..., S_a, B] and [..., S_b, B] (B benchmarks): over every pair of a
+    run of A and a run of B, 1 if A's run scores higher, ½ on a tie, 0 otherwise; averaged over the pairs, then
+    over the benchmarks (the Mann-Whitney U / (S_a S_b) per benchmark)."""
+    a, b = runs_a[..., :, None, :], runs_b[..., None, :, :]
+    wins = (a > b).astype(float) + 0.5 * (a == b)
+    return wins.mean(axis=(-3, -2)).mean(axis=-1)
+
+
+def improvement_interval(runs_a: np.ndarray, runs_b: np.ndarray, resampling: Resampling,
+                         key: str) -> tuple[float, float]:  # fmt: skip
+    """Percentile bootstrap interval of P(A > B): the runs of A and of B are resampled independently (P(A > B)
+    compares unpaired runs), one draw shared by every benchmark (crossed, as the cell intervals)."""
+    rng = resampling.generator(key)
+    draws_a = rng.integers(0, len(runs_a), (resampling.resamples, len(runs_a)))
+    draws_b = rng.integers(0, len(runs_b), (resampling.resamples, len(runs_b)))
+    low, high = percentile_interval(probability_of_improvement(runs_a[draws_a], runs_b[draws_b]),
+                                    resampling.confidence)  # fmt: skip
+    return float(low), float(high)
+
+
+def significant(p_holm: float, alpha: float) -> bool:
+    """The rule behind the tables' † and compare's mark: the Holm-adjusted seed-level p is below α."""
+    return p_holm < alpha  # nan compares False: no mark
+
+
+def format_p(p: float, floor: float | None = None) -> str:
+    """A p-value as text; one at a Monte Carlo floor 1 / (R + 1) (no draw as extreme) is "< 1/R", e.g. "< 1e-4",
+    since the floor is a bound, not an estimate."""
+    if p != p:
+        return "–"
+    if floor is not None and p <= floor * (1 + 1e-9):
+        bound = 1.0 / (1.0 / floor - 1.0)
+        return "< " + re.sub(r"e([+-])0*(\d)", r"e\1\2", f"{bound:.0e}").replace("e+", "e")
+    return f"{p:.3g}"

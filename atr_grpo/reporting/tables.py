@@ -5,8 +5,12 @@
   update) unless a standalone evaluation labelled `base` is among the runs.
 - table3: per model × method, mean ± std over seeds of the final values; plus the paper's
   "Clip (ε ∈ {0.1, ..., 0.5})" row, `clip-tuned`: the ε whose mean final Average Mean@K is highest.
-  Both give the reported value (final, mean) a bootstrap interval (`ci_low`, `ci_high`) and the paired test
-  against `clip` (`p_vs_clip`, Holm-adjusted `p_holm_vs_clip`), from the per-sample files (`cells`, `stats`).
+  Both give the reported value (final, mean) a bootstrap interval (`ci_low`, `ci_high`) and the seed-level
+  comparison with `clip` (`cells.compare`: difference, t-interval, exact sign-flip p over seeds and its Holm
+  adjustment, which decides †, the minimum detectable effect, the problem-level p as a secondary column), from
+  the per-sample files (`cells`, `stats`).
+- seeds: per model × method, each run's final value, their mean and IQM, and everything `compare M clip`
+  prints for it (the same family and random streams, so the same numbers).
 - delta (Figure 3 data): ATR by δ, mean over seeds of the final Average Mean@K / Pass@K.
 - passk (Figure 4 data): Mean@K / Pass@K for K = 1..n from the per-sample files of the last evaluation.
 Percent values rounded to 2 decimals. Runs with missing evaluations are listed, never silently dropped.
@@ -25,7 +29,7 @@ from typing import Any
 
 from atr_grpo import rundir
 from atr_grpo.evaluation.metrics import summarize
-from atr_grpo.reporting import cells, stats
+from atr_grpo.reporting import cells, compare, stats
 from atr_grpo.reporting.runs import (
     AVERAGE,
     MissingSamples,
@@ -43,8 +47,9 @@ PAPER_DIR = Path(__file__).resolve().parents[2] / "results" / "paper"
 BASE = "base"
 BASELINE = "clip"  # the method every other is tested against in tables 2 and 3
 ALPHA = 0.05
-UNCERTAINTY_COLUMNS = ["ci_low", "ci_high", "diff_vs_clip", "diff_ci_low", "diff_ci_high", "p_vs_clip",
-                       "p_holm_vs_clip"]  # fmt: skip
+UNCERTAINTY_COLUMNS = ["ci_low", "ci_high", "diff_vs_clip", "diff_ci_low", "diff_ci_high", "p_seeds_vs_clip",
+                       "p_min_vs_clip", "p_holm_vs_clip", "mde_vs_clip", "p_problems_vs_clip"]  # fmt: skip
+P_COLUMNS = ["p_seeds_vs_clip", "p_min_vs_clip", "p_holm_vs_clip", "p_problems_vs_clip"]
 P_FORMAT = ".4g"
 MANIFEST = ".atr_results_manifest.json"  # the files in --out that this tool wrote (and may overwrite)
 
@@ -63,6 +68,8 @@ class Table:
     formats: dict[str, str] = field(default_factory=dict)  # column → format spec of its floats (default .2f)
     alpha: float = ALPHA  # the level at which a difference from the baseline is marked (†)
     nan_text: dict[str, str] = field(default_factory=dict)  # column → what Markdown / LaTeX show for nan
+    display: Callable[[Table], tuple[list[str], list[list[str]]]] | None = None  # Markdown / LaTeX grid, if not
+    # the CSV's columns
 
 
 def _r(value: float) -> float:
@@ -164,7 +171,7 @@ def table2(runs: list[Run], resampling: stats.Resampling | None = None, alpha: f
     resampling = resampling or stats.Resampling()
     notes += _with_uncertainty(rows, "final", scores_of, resampling, alpha, missing)
     columns = ["model", "method", "benchmark", "metric", "final", "best", *UNCERTAINTY_COLUMNS]
-    formats = dict.fromkeys(UNCERTAINTY_COLUMNS[-2:], P_FORMAT)
+    formats = dict.fromkeys(P_COLUMNS, P_FORMAT)
     return Table("table2", columns, _sort_rows(rows, "table2"), missing, notes, formats, alpha)
 
 
@@ -211,15 +218,16 @@ def table3(runs: list[Run], ddof: int = 0, tuned_eps: tuple[float, ...] = (0.1, 
     resampling = resampling or stats.Resampling()
     notes += _with_uncertainty(rows, "mean", scores_of, resampling, alpha, missing)
     columns = ["model", "method", "benchmark", "metric", "mean", "std", "n_seeds", *UNCERTAINTY_COLUMNS]
-    formats = dict.fromkeys(UNCERTAINTY_COLUMNS[-2:], P_FORMAT)
+    formats = dict.fromkeys(P_COLUMNS, P_FORMAT)
     return Table("table3", columns, _sort_rows(rows, "table3"), missing, notes, formats, alpha)
 
 
 def _with_uncertainty(rows: list[dict[str, Any]], value: str, scores_of: Callable[[str, str, str, str], cells.Scores],
                       resampling: stats.Resampling, alpha: float, missing: list[str]) -> list[str]:  # fmt: skip
-    """Add each row's interval and its test against BASELINE (Holm within each model × benchmark × metric
-    column); cells whose per-sample files are missing or disagree with the summaries get nan, and the reason
-    goes to `missing`. Returns the notes that state the methods."""
+    """Add each row's interval and its seed-level comparison with BASELINE (`cells.compare`, the Difference kept
+    in row["difference"]; Holm within each model × benchmark × metric column, as `compare M clip`); cells whose
+    per-sample files are missing or disagree with the summaries get nan, and the reason goes to `missing`.
+    Returns the notes that state the methods."""
     found: dict[tuple[str, str, str, str], cells.Scores | str] = {}
 
     def get(model: str, method: str, metric: str, bench: str) -> cells.Scores | str:
@@ -234,6 +242,7 @@ def _with_uncertainty(rows: list[dict[str, Any]], value: str, scores_of: Callabl
     reasons: set[str] = set()
     families: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
     methods = {(r["model"], r["method"]) for r in rows}
+    seed_counts = []
     for row in rows:
         row.update(dict.fromkeys(UNCERTAINTY_COLUMNS, math.nan))
         where = (row["model"], row["method"], row["metric"], row["benchmark"])
@@ -252,27 +261,107 @@ def _with_uncertainty(rows: list[dict[str, Any]], value: str, scores_of: Callabl
         baseline = get(row["model"], BASELINE, row["metric"], row["benchmark"])
         if isinstance(baseline, str):
             continue  # its reason is reported with the baseline's own row
+        key = cells.comparison_key(scores.experiment, row["model"], scores.method, BASELINE, row["metric"],
+                                   row["benchmark"])  # fmt: skip
         try:
-            diff = cells.compare(scores, baseline, resampling, "|".join(where), (row["method"], BASELINE))
+            diff = cells.compare(scores, baseline, resampling, key, (row["method"], BASELINE))
         except cells.ScoreError as err:
             reasons.add(f"{row['model']} {row['method']} vs {BASELINE}: {err}: no test")
             continue
+        row["difference"] = diff
         row["diff_vs_clip"], row["diff_ci_low"], row["diff_ci_high"] = (_r(diff.difference), _r(diff.ci_low),
                                                                        _r(diff.ci_high))  # fmt: skip
-        row["p_vs_clip"] = diff.p_value
+        row["p_seeds_vs_clip"], row["p_min_vs_clip"] = diff.p_value, diff.p_floor
+        row["mde_vs_clip"], row["p_problems_vs_clip"] = _r(diff.mde), diff.p_problems
+        row["runs_identity"] = tuple(scores.runs)
+        seed_counts.append(len(diff.seeds))
         families[(row["model"], row["benchmark"], row["metric"])].append(row)
-    for family in families.values():
-        for row, adjusted in zip(family, stats.holm([r["p_vs_clip"] for r in family])):
-            row["p_holm_vs_clip"] = adjusted
+    for family in families.values():  # a row that repeats another's runs (clip-tuned) is one member, not two
+        members = {r["runs_identity"]: r["p_seeds_vs_clip"] for r in family}
+        adjusted = dict(zip(members, stats.holm(list(members.values()))))
+        for row in family:
+            row["p_holm_vs_clip"] = adjusted[row.pop("runs_identity")]
     missing += sorted(reasons)
+    design = compare.seed_design_note(seed_counts, resampling, alpha) if seed_counts else "no paired seeds"
     return [f"[low, high]: {resampling.describe()}; for the {value} value ("
             f"{'best is chosen on the same problems and has none' if value == 'final' else 'mean over seeds'})",
-            f"† = differs from {BASELINE} at α = {alpha:g}: the two-sided paired sign-flip permutation test over "
-            f"problems (each problem's difference averaged over the paired seeds, {resampling.resamples:,} sign "
-            "flips) rejects after Holm's adjustment within each model × benchmark × metric column, and the paired "
-            "bootstrap interval of the difference excludes 0 (diff_vs_clip, diff_ci_low, diff_ci_high, p_vs_clip, "
-            "p_holm_vs_clip in the CSV); with one seed per method neither can see the spread between training "
-            "seeds, so a lucky seed counts as a difference"]  # fmt: skip
+            f"† = differs from {BASELINE} at α = {alpha:g}, with the run as the unit: the exact two-sided sign-flip "
+            f"test over the paired seeds ({compare.SEED_TEST}; one difference per seed pair) rejects after Holm's "
+            f"adjustment within each model × benchmark × metric column (the methods compared with {BASELINE}, as in "
+            f"`python -m atr_grpo.results compare M {BASELINE}`); {design}. The CSV has the difference, its "
+            "t-interval over the seed differences (diff_ci_low, diff_ci_high), p_seeds_vs_clip, p_min_vs_clip (the "
+            "smallest p the seeds allow), p_holm_vs_clip, mde_vs_clip (the difference a paired t-test detects with "
+            f"80% power at the observed seed spread, two-sided α = {alpha:g}) and p_problems_vs_clip (a sign-flip "
+            "test over problems: whether these runs differ beyond evaluation noise, not whether the methods do; "
+            f"at its floor 1/({resampling.resamples:,} + 1) no flip was as extreme)"]  # fmt: skip
+
+
+SEED_COLUMNS = ["model", "method", "benchmark", "metric", "n_seeds", "runs", "mean", "iqm", "ci_low", "ci_high",
+                "diff_vs_clip", "diff_per_seed", "diff_ci_low", "diff_ci_high", "p_seeds_vs_clip", "p_min_vs_clip",
+                "p_holm_vs_clip", "p_t_vs_clip", "mde_vs_clip", "p_improve", "p_improve_low", "p_improve_high",
+                "p_problems_vs_clip"]  # fmt: skip
+
+
+def seeds_table(runs: list[Run], resampling: stats.Resampling | None = None, alpha: float = ALPHA) -> Table:
+    """The run as the unit: per model × method, each run's final value (`runs`, seed order), their mean and
+    rliable's IQM, and the seed-level comparison with clip, exactly as `compare M clip` prints it."""
+    runs, metrics, missing = _prepare(runs)
+    benches, groups = _benchmarks_of(runs), _grouped(runs)
+    rows = []
+    for (model, method), group in groups.items():
+        for metric in metrics:
+            for bench in benches:
+                try:
+                    values = cells.cell_scores(group, metric, bench, benches[:-1]).run_values()
+                except cells.ScoreError as err:
+                    missing.append(f"{model} {method} {bench} {metric}: {err}")
+                    continue
+                rows.append({"model": model, "method": method, "benchmark": bench, "metric": metric,
+                             "n_seeds": len(values), "runs": " ".join(f"{100 * v:.2f}" for v in values),
+                             "mean": _r(100 * float(values.mean())),
+                             "iqm": _r(100 * float(stats.interquartile_mean(values)))})  # fmt: skip
+
+    def scores_of(model: str, method: str, metric: str, bench: str) -> cells.Scores:
+        return cells.cell_scores(groups[(model, method)], metric, bench, benches[:-1])  # each seed's final
+
+    resampling = resampling or stats.Resampling()
+    notes = _with_uncertainty(rows, "mean", scores_of, resampling, alpha, missing)
+    for row in rows:
+        diff: cells.Difference | None = row.get("difference")
+        row.update(dict.fromkeys(["p_t_vs_clip", "p_improve", "p_improve_low", "p_improve_high"], math.nan))
+        row["diff_per_seed"] = ""
+        if diff is not None:
+            row.update(diff_per_seed=" ".join(f"{x:+.2f}" for x in diff.per_seed), p_t_vs_clip=diff.p_t,
+                       p_improve=diff.improvement, p_improve_low=diff.improvement_low,
+                       p_improve_high=diff.improvement_high)  # fmt: skip
+    notes += [
+        "runs: each run's final value in seed order; iqm: rliable's interquartile mean of the runs (the mean "
+        "when there are fewer than 4); p_improve: rliable's probability of improvement P(method > clip) over "
+        "every pair of runs (½ for ties), averaged over the benchmarks, with a bootstrap interval over the "
+        "runs of each method; p_t_vs_clip: the paired t-test over the seed differences (diff_per_seed)"
+    ]
+    formats = dict.fromkeys([*P_COLUMNS, "p_t_vs_clip"], P_FORMAT)
+    return Table("seeds", SEED_COLUMNS, _sort_rows(rows, "table2"), missing, notes, formats, alpha,
+                 display=_seeds_display)  # fmt: skip
+
+
+def _seeds_display(table: Table) -> tuple[list[str], list[list[str]]]:
+    """The seeds table as `compare` prints it: the same cells, the same formatting."""
+    level = f"{100 * (1 - table.alpha):g}%"
+    header = ["model", "method", "benchmark", "metric", "runs", "mean", "IQM", "− clip", "per seed",
+              f"{level} CI (t, seeds)", "p (seeds)", "smallest p", "p (Holm)", "†", "p (paired t)", "MDE (80%)",
+              "P(> clip)", f"{level} CI", "p (problems; these runs only)"]  # fmt: skip
+    body = []
+    for r in table.rows:
+        lead = [r["model"], r["method"], r["benchmark"], r["metric"], r["runs"], _fmt(r["mean"]), _fmt(r["iqm"])]
+        diff: cells.Difference | None = r.get("difference")
+        if diff is None:
+            body.append(lead + ["–"] * (len(header) - len(lead)))
+            continue
+        robust = [f"{diff.improvement:.2f}", f"[{diff.improvement_low:.2f}, {diff.improvement_high:.2f}]",
+                  stats.format_p(diff.p_problems, diff.p_problems_floor)]  # fmt: skip
+        body.append(lead + compare.seed_level_cells(diff, r["p_holm_vs_clip"], table.alpha) + robust)
+    return header, body
 
 
 def delta_table(runs: list[Run]) -> Table:
@@ -320,7 +409,7 @@ def passk_table(runs: list[Run]) -> Table:
     return Table("passk", columns, rows, missing, notes)
 
 
-BUILDERS = {"table2": table2, "table3": table3, "delta": delta_table, "passk": passk_table}
+BUILDERS = {"table2": table2, "table3": table3, "seeds": seeds_table, "delta": delta_table, "passk": passk_table}
 
 
 # ------------------------------------------------------------------------------------------- output files
@@ -388,9 +477,7 @@ def _paper_grid(table: Table) -> tuple[list[tuple[str, str]], list[tuple[str, st
     for r in table.rows:
         main = _fmt(r[value])
         strong = main if r["method"] != BASE and r[value] == top.get((r["model"], r["benchmark"], r["metric"])) else ""
-        marked = stats.significant(r.get("p_holm_vs_clip", math.nan), r.get("diff_ci_low", math.nan),
-                                   r.get("diff_ci_high", math.nan), table.alpha)  # fmt: skip
-        mark = "†" if marked else ""
+        mark = "†" if stats.significant(r.get("p_holm_vs_clip", math.nan), table.alpha) else ""
         interval = "" if math.isnan(r.get("ci_low", math.nan)) else f" [{_fmt(r['ci_low'])}, {_fmt(r['ci_high'])}]"
         if table.name == "table2":
             best = "" if r["method"] == BASE and r["final"] == r["best"] else f" ({_fmt(r['best'])})"
@@ -403,6 +490,8 @@ def _paper_grid(table: Table) -> tuple[list[tuple[str, str]], list[tuple[str, st
 
 
 def _plain_rows(table: Table) -> tuple[list[str], list[list[str]]]:
+    if table.display is not None:
+        return table.display(table)
     rows = table.rows
     if table.name == "passk":  # K = 1, 2, 4, ..., n of the Average: the CSV has every K and benchmark
         last_k = max((r["k"] for r in rows), default=0)
@@ -441,7 +530,9 @@ def to_markdown(table: Table) -> str:
 
 def _tex(text: str) -> str:
     replaced = text.replace("_", r"\_").replace("%", r"\%").replace("±", r"$\pm$").replace("–", "--")
-    return replaced.replace("†", r"$^\dagger$")
+    for symbol, command in (("†", r"$^\dagger$"), ("−", "$-$"), ("<", "$<$"), (">", "$>$")):
+        replaced = replaced.replace(symbol, command)
+    return replaced
 
 
 def to_latex(table: Table) -> str:
