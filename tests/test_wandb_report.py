@@ -120,3 +120,16 @@ def test_saving_sends_the_panels_through_the_installed_wandb_workspaces(no_crede
         {"key": {"section": "run", "name": "group"}, "op": "=", "value": "table2", "disabled": False}
     ]
     assert runset["grouping"] == [{"section": "config", "name": "method.value"}]
+
+
+@pytest.mark.parametrize(("machine", "found"), [("api.forge.coreweave.com", True), ("other.example", False)])
+def test_a_netrc_key_counts_for_the_host_wandb_logs_in_to(no_credentials, monkeypatch, tmp_path, machine, found):
+    """`wandb login` (wandb 0.31) stores the key under its default host, api.forge.coreweave.com: that key is found
+    (logger.mode=auto goes online, a report can be saved); a key for another host is not."""
+    from atr_grpo.wandb_auth import api_key_available
+
+    netrc = tmp_path / "netrc"
+    netrc.write_text(f"machine {machine}\n  login user\n  password {'k' * 40}\n")
+    netrc.chmod(0o600)
+    monkeypatch.setenv("NETRC", str(netrc))
+    assert api_key_available() is found

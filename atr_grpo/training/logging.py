@@ -13,6 +13,7 @@ from transformers import TrainerCallback
 
 from atr_grpo import rundir
 from atr_grpo.config import TrainConfig
+from atr_grpo.wandb_auth import api_key_available
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +51,7 @@ class RunLogger:
         if mode == "auto" and os.environ.get("WANDB_MODE"):
             mode = None  # W&B reads WANDB_MODE itself (a mode passed to wandb.init would override it)
         elif mode == "auto":  # online only when credentials exist; never prompt
-            mode = "online" if os.environ.get("WANDB_API_KEY") or _netrc_has_wandb() else "offline"
+            mode = "online" if api_key_available() else "offline"
         id_file = self.run_dir / WANDB_ID_FILE
         run_id = id_file.read_text().strip() if id_file.exists() else None  # None: W&B draws a new id
         run = wandb.init(
@@ -86,11 +87,6 @@ class RunLogger:
         if self.wandb_run is not None:
             self.wandb_run.finish(exit_code=exit_code)
             self.wandb_run = None
-
-
-def _netrc_has_wandb() -> bool:
-    netrc = Path(os.environ.get("NETRC", Path.home() / ".netrc"))
-    return netrc.exists() and "api.wandb.ai" in netrc.read_text(errors="ignore")
 
 
 def _config_dict(cfg: TrainConfig) -> dict[str, Any]:
