@@ -435,7 +435,7 @@ class LoggerConfig:
     name: str = "wandb"  # wandb | none
     project: str = "atr-grpo"
     entity: str | None = None
-    mode: str = "auto"  # auto: online with an API key, else offline
+    mode: str = "auto"  # auto: WANDB_MODE if set, else online with an API key, else offline
     group: str | None = None  # default: the experiment, so one experiment's runs sit side by side
     tags: list[str] = field(default_factory=list)
 

@@ -18,6 +18,12 @@ from atr_grpo.console import GRPO_SHOWN, LOSS_SHOWN, StageProgress, evaluation_s
 from atr_grpo.training.progress import TrainerProgress, attach_progress
 
 
+@pytest.fixture(autouse=True)
+def lines_at_tenths_only(monkeypatch):
+    """No heartbeat line: how many lines a test sees must not depend on how fast the machine runs it."""
+    monkeypatch.setattr(console, "HEARTBEAT_S", float("inf"))
+
+
 def grpo_logs(step: int) -> dict[str, float]:
     """What a GRPO step logs with rollout=reuse2: odd steps generate (the reward is logged) and are on-policy
     (nothing is clipped, KL3 is 0); even steps reuse the rollout."""

@@ -283,39 +283,60 @@ def test_status_counts_has_every_status():
     assert status_counts(results) == {"correct": 1, "wrong": 0, "no_answer": 1, "truncated": 1, "timeout": 0}
 
 
-ADVERSARIAL = [
+# Answers whose grading outlasts a 0.5 s timer (a tower of powers, a factorial, hundreds of nested fractions,
+# thousands of chained terms). Each ends as "timeout", or as "wrong" where a library swallowed the interrupt and
+# returned what it had parsed so far (or a fast machine finished the sum in time). Which of the two depends on the
+# clock, so it is never compared.
+TIMED_OUT = [
     "\\boxed{9^{9^{9^{9}}}}",
     "\\boxed{10^{10^{10}}}",
     "\\boxed{" + "\\frac{1}{" * 300 + "2" + "}" * 300 + "}",
     "\\boxed{" + "1+" * 5000 + "1}",
-    "\\boxed{" * 50_000,
-    "}" * 10_000 + "{" * 10_000,
-    "x" * 200_000 + "\\boxed{5}",
     "\\boxed{(10^{10})!}",
+]
+CUT_OFF = ("timeout", "wrong")
+# Hostile texts graded in milliseconds, far from any timer (a box never closed, braces only, a long text before
+# the final box): their verdicts are fixed
+HOSTILE = [
+    ("\\boxed{" * 50_000, "no_answer"),
+    ("}" * 10_000 + "{" * 10_000, "no_answer"),
+    ("x" * 200_000 + "\\boxed{5}", "correct"),  # a long text before the final box is fine
 ]
 
 
 @pytest.fixture(scope="module")
-def adversarial_serial():
+def timed_out_serial():
     started = time.monotonic()
-    results = [grade_sample(text, "5", timeout=0.5) for text in ADVERSARIAL]
+    results = [grade_sample(text, "5", timeout=0.5) for text in TIMED_OUT]
     return results, time.monotonic() - started
 
 
-def test_adversarial_answers_never_hang_or_crash(adversarial_serial):
-    results, seconds = adversarial_serial
-    assert seconds < len(ADVERSARIAL) * 1.0 + 5
-    assert [r.status for i, r in enumerate(results) if i in (0, 1, 2, 3, 7)] == ["timeout"] * 5
-    assert results[4].status == "no_answer" and results[5].status == "no_answer"
-    assert results[6].status == "correct", "a long text before the final box is fine"
-    assert not any(r.correct for i, r in enumerate(results) if i != 6)
+def test_answers_past_the_timer_never_hang_or_count(timed_out_serial):
+    """Each answer is cut off after its 0.5 s (the whole list within a bound on wall time) and never credited."""
+    results, seconds = timed_out_serial
+    assert seconds < len(TIMED_OUT) * 1.0 + 5
+    assert all(r.status in CUT_OFF and not r.correct for r in results), [r.status for r in results]
+    assert [r.extracted for r in results] == [last_boxed(text) for text in TIMED_OUT]
 
 
-def test_adversarial_answers_in_the_pool_are_bounded_and_agree(adversarial_serial):
+def test_hostile_texts_get_their_verdict_without_crashing():
+    results = [grade_sample(text, "5") for text, _ in HOSTILE]
+    assert [r.status for r in results] == [status for _, status in HOSTILE]
+
+
+def test_answers_past_the_timer_in_the_pool_are_bounded_and_cut_off(timed_out_serial):
+    """In worker processes the same answers end within a bound on wall time, each cut off like in the serial run
+    (each side's "timeout" or "wrong" is its own timer's doing, so the two are not compared verdict by verdict)."""
     started = time.monotonic()
-    pooled = grade_samples([(text, "5", "stop") for text in ADVERSARIAL], workers=2, timeout=0.5)
+    pooled = grade_samples([(text, "5", "stop") for text in TIMED_OUT], workers=2, timeout=0.5)
     assert time.monotonic() - started < 15
-    assert [r.status for r in pooled] == [r.status for r in adversarial_serial[0]]
+    assert all(r.status in CUT_OFF and not r.correct for r in pooled), [r.status for r in pooled]
+    assert [r.extracted for r in pooled] == [r.extracted for r in timed_out_serial[0]]
+
+
+def test_hostile_texts_in_the_pool_agree_with_the_serial_verdicts():
+    pooled = grade_samples([(text, "5", "stop") for text, _ in HOSTILE], workers=2)
+    assert [r.status for r in pooled] == [status for _, status in HOSTILE]
 
 
 def test_grade_works_off_the_main_thread():
@@ -327,9 +348,14 @@ def test_grade_works_off_the_main_thread():
     assert out == [True]
 
 
+# A job's deadline in the pool tests: a trivial job takes milliseconds and reaches it only if the machine stalls for
+# seconds, so every job but the hung one gets its answer however loaded the machine is
+DEADLINE_S = 5.0
+
+
 def _sleep_or_echo(job):
     if job == "hang":
-        time.sleep(60)  # stands for a C-level call that ignores the timer signal
+        time.sleep(600)  # stands for a C-level call that ignores the timer signal
     if job == "die":
         import os
 
@@ -340,9 +366,9 @@ def _sleep_or_echo(job):
 def test_pool_kills_a_hung_worker_and_carries_on():
     jobs = ["a", "hang", "b", "die", "c", "d"]
     started = time.monotonic()
-    out = run_with_deadline(_sleep_or_echo, jobs, workers=2, deadline_s=2.0, on_failure=lambda job, why: why)
+    out = run_with_deadline(_sleep_or_echo, jobs, workers=2, deadline_s=DEADLINE_S, on_failure=lambda job, why: why)
     assert out == ["A", "timeout", "B", "crash", "C", "D"]
-    assert time.monotonic() - started < 15
+    assert time.monotonic() - started < DEADLINE_S + 25  # the hung job alone would hold it 600 s
 
 
 def test_pool_reraises_errors_of_the_function():
@@ -353,5 +379,5 @@ def test_pool_reraises_errors_of_the_function():
 def test_pool_requeues_the_rest_of_a_chunk_after_a_kill():
     jobs = [f"j{i}" for i in range(100)]  # 100 jobs on 2 workers travel in chunks of 6
     jobs[8] = "hang"
-    out = run_with_deadline(_sleep_or_echo, jobs, workers=2, deadline_s=2.0, on_failure=lambda job, why: why)
+    out = run_with_deadline(_sleep_or_echo, jobs, workers=2, deadline_s=DEADLINE_S, on_failure=lambda job, why: why)
     assert out == [("timeout" if job == "hang" else job.upper()) for job in jobs]

@@ -1,11 +1,12 @@
-"""What reaches metrics.jsonl from the trainer's log events."""
+"""What reaches metrics.jsonl (and the W&B mirror) from the trainer's log events."""
 
 from types import SimpleNamespace
 
 from conftest import train_config
+from wandb_offline_files import offline_runs
 
 from atr_grpo import rundir
-from atr_grpo.training.logging import MetricsCallback, RunLogger
+from atr_grpo.training.logging import WANDB_ID_FILE, MetricsCallback, RunLogger
 
 
 def test_unsloth_clip_ratio_metrics_are_not_recorded_beside_the_rules(tmp_path):
@@ -30,3 +31,30 @@ def test_unsloth_clip_ratio_metrics_are_not_recorded_beside_the_rules(tmp_path):
         "completions/mean_length": 17.0,
         "completion_length": 17.0,
     }
+
+
+def test_the_wandb_mirror_holds_each_step_and_a_relaunch_continues_its_run(tmp_path):
+    """logger=wandb with the installed wandb (offline): each logged step and each evaluation reaches W&B at its step
+    (non-finite values left out, as in metrics.jsonl's nulls), W&B's files stay in the run directory, and a second
+    RunLogger on the same run directory (a relaunch) continues the W&B run whose id the first one saved."""
+    cfg = train_config(["experiment=smoke", "logger=wandb", "logger.mode=offline"])
+    first = RunLogger(cfg, tmp_path)
+    first.log_eval({"eval/arithmetic/mean@4": 0.25, "eval/arithmetic/pass@4": 0.5}, 0)
+    first.log(1, {"reward": 0.5, "clip/frac": 0.125, "entropy": float("nan")})
+    first.log(2, {"clip/frac": 0.25})
+    first.finish(exit_code=1)  # as a run that raised
+    run_id = (tmp_path / WANDB_ID_FILE).read_text().strip()
+    second = RunLogger(cfg, tmp_path)
+    second.log(3, {"reward": 0.75})
+    second.finish()
+    assert (tmp_path / WANDB_ID_FILE).read_text().strip() == run_id
+    assert sorted(p.name for p in tmp_path.iterdir()) == [rundir.METRICS_FILE, "wandb", WANDB_ID_FILE]
+    first_run, second_run = offline_runs(tmp_path)
+    assert first_run["run"]["run_id"] == second_run["run"]["run_id"] == run_id
+    assert first_run["history"] == {
+        0: {"eval/arithmetic/mean@4": 0.25, "eval/arithmetic/pass@4": 0.5},
+        1: {"reward": 0.5, "clip/frac": 0.125},
+        2: {"clip/frac": 0.25},
+    }
+    assert second_run["history"] == {3: {"reward": 0.75}}
+    assert (first_run["exit"]["exit_code"], second_run["exit"]["exit_code"]) == (1, 0)

@@ -43,11 +43,18 @@ def atr_smoke(tmp_path_factory, tiny_model_dir):
     import io
     import os
 
+    from atr_grpo import console
+
     old = os.getcwd()
     os.chdir(REPO)
     printed = io.StringIO()
-    try:
-        with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
+    try:  # no heartbeat line: the line count must not depend on how fast this machine trains
+        with (
+            contextlib.redirect_stdout(printed),
+            contextlib.redirect_stderr(printed),
+            pytest.MonkeyPatch.context() as mp,
+        ):
+            mp.setattr(console, "HEARTBEAT_S", float("inf"))
             run_dir = smoke(tmp_path_factory.mktemp("atr") / "run")
     finally:
         os.chdir(old)

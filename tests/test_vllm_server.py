@@ -87,7 +87,7 @@ def test_a_server_that_answers_health_is_accepted(health_server):
     cfg = train_config(["experiment=smoke", *SERVER, "rollout.vllm.server_host=127.0.0.1",
                         f"rollout.vllm.server_port={port}", "rollout.vllm.server_timeout=5"])  # fmt: skip
     check_rollout_server(cfg.rollout)
-    assert handler.requests == ["/health"]
+    assert handler.requests and set(handler.requests) == {"/health"}  # (a slow first answer is asked again)
 
 
 def test_server_base_url_takes_precedence_over_host_and_port(health_server):
@@ -95,7 +95,7 @@ def test_server_base_url_takes_precedence_over_host_and_port(health_server):
     cfg = train_config(["experiment=smoke", *SERVER, f"rollout.vllm.server_base_url=http://127.0.0.1:{port}/",
                         f"rollout.vllm.server_port={closed_port()}", "rollout.vllm.server_timeout=5"])  # fmt: skip
     check_rollout_server(cfg.rollout)
-    assert handler.requests == ["/health"]
+    assert handler.requests and set(handler.requests) == {"/health"}
 
 
 def test_a_closed_port_is_refused_before_anything_loads_naming_the_keys():
@@ -115,9 +115,9 @@ def test_a_closed_port_is_refused_before_anything_loads_naming_the_keys():
 
 def test_a_server_that_is_not_healthy_is_refused(health_server):
     port, handler = health_server
-    handler.status = 503
+    handler.status = 503  # (each request may take up to the 2 s timeout, so a loaded machine still sees the 503)
     cfg = train_config(["experiment=smoke", *SERVER, f"rollout.vllm.server_base_url=http://127.0.0.1:{port}",
-                        "rollout.vllm.server_timeout=0.5"])  # fmt: skip
+                        "rollout.vllm.server_timeout=2"])  # fmt: skip
     with pytest.raises(ConfigError, match=r"last: HTTP 503.*rollout.vllm.server_base_url="):
         check_rollout_server(cfg.rollout)
     assert handler.requests and set(handler.requests) == {"/health"}

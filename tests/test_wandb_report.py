@@ -73,3 +73,63 @@ def test_script_prints_the_panels_offline_and_explains_failures(tmp_path):
     args = [sys.executable, str(SCRIPT), "--entity", "me", "--group", "table2"]
     failed = subprocess.run(args, capture_output=True, text=True, env=env)
     assert failed.returncode == 2 and "error: no W&B API key" in failed.stderr
+
+
+class ServerStandIn:
+    """The W&B server as the installed wandb_workspaces reaches it through `wandb.Api()._service_api` (wandb 0.31's
+    transport): answers the project lookup and the report upsert, records what was sent. No network."""
+
+    app_url = "https://wandb.example/"
+
+    def __init__(self):
+        self.sent = []
+
+    def execute_graphql(self, query, variables=None):
+        self.sent.append(variables)
+        if "ProjectInternalId" in query:
+            return {"project": {"id": "p", "internalId": "UHJvamVjdDox"}}
+        assert "upsertView" in query, query
+        project = {"name": variables["projectName"], "entityName": variables["entityName"]}
+        view = {"id": "r1", "name": variables["name"], "displayName": variables["displayName"]}
+        return {"upsertView": {"view": {**view, "spec": variables["spec"], "project": project}}}
+
+
+def test_saving_sends_the_panels_through_the_installed_wandb_workspaces(no_credentials, monkeypatch):
+    """save_report runs wandb_workspaces' own save() and url (only the transport is stood in for): the report it
+    sends plots each panel's keys against the step the runs log (`_step`), over the runs of the group, grouped by
+    the `method` the runs put in their config; the URL comes back."""
+    pytest.importorskip("wandb_workspaces")
+    import wandb_workspaces.reports.v2.interface as interface
+
+    server = ServerStandIn()
+    api = type("Api", (), {"projects": lambda self, entity: [type("P", (), {"name": "atr-grpo"})()]})()
+    api._service_api = server  # where wandb_workspaces looks for the SDK's transport
+    monkeypatch.setattr(interface, "_get_api", lambda: api)
+    monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
+    url = save_report("me", "atr-grpo", "table2")
+    assert url == "https://wandb.example/me/atr-grpo/reports/atr-grpo:-table2--r1"
+    upsert = server.sent[-1]
+    where = [upsert[key] for key in ("entityName", "projectName", "displayName")]
+    assert where == ["me", "atr-grpo", "atr-grpo: table2"]
+    grid = json.loads(upsert["spec"])["blocks"][1]["metadata"]
+    panels = grid["panelBankSectionConfig"]["panels"]
+    assert [p["config"]["metrics"] for p in panels] == [list(p.keys) for p in panel_spec(8)]
+    assert {p["config"]["xAxis"] for p in panels} == {"_step"}
+    (runset,) = grid["runSets"]
+    assert runset["filters"]["filters"] == [
+        {"key": {"section": "run", "name": "group"}, "op": "=", "value": "table2", "disabled": False}
+    ]
+    assert runset["grouping"] == [{"section": "config", "name": "method.value"}]
+
+
+@pytest.mark.parametrize(("machine", "found"), [("api.forge.coreweave.com", True), ("other.example", False)])
+def test_a_netrc_key_counts_for_the_host_wandb_logs_in_to(no_credentials, monkeypatch, tmp_path, machine, found):
+    """`wandb login` (wandb 0.31) stores the key under its default host, api.forge.coreweave.com: that key is found
+    (logger.mode=auto goes online, a report can be saved); a key for another host is not."""
+    from atr_grpo.wandb_auth import api_key_available
+
+    netrc = tmp_path / "netrc"
+    netrc.write_text(f"machine {machine}\n  login user\n  password {'k' * 40}\n")
+    netrc.chmod(0o600)
+    monkeypatch.setenv("NETRC", str(netrc))
+    assert api_key_available() is found

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
+
+from atr_grpo.wandb_auth import api_key_available
 
 
 @dataclass(frozen=True)
@@ -46,15 +46,6 @@ class ReportError(RuntimeError):
     pass
 
 
-def _api_key_available() -> bool:
-    """A key in the environment or in ~/.netrc for the W&B host; checked locally, without the network."""
-    if os.environ.get("WANDB_API_KEY"):
-        return True
-    host = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname or "api.wandb.ai"
-    netrc = Path(os.environ.get("NETRC", Path.home() / ".netrc"))
-    return netrc.is_file() and host in netrc.read_text(errors="ignore")
-
-
 def build_report(entity: str, project: str, group: str, k: int = 8) -> Any:
     """The report object (not saved): one panel grid over the runs of `group`, grouped by method."""
     try:
@@ -85,7 +76,7 @@ def save_report(entity: str, project: str, group: str, k: int = 8) -> str:
     mode = os.environ.get("WANDB_MODE", "")
     if mode in ("offline", "disabled", "dryrun"):
         raise ReportError(f"WANDB_MODE={mode}: a saved report needs the W&B server; unset WANDB_MODE to save it")
-    if not _api_key_available():
+    if not api_key_available():
         raise ReportError("no W&B API key: run `wandb login` or set WANDB_API_KEY (a saved report needs the server)")
     report = build_report(entity, project, group, k)
     try:

@@ -13,6 +13,7 @@ from transformers import TrainerCallback
 
 from atr_grpo import rundir
 from atr_grpo.config import TrainConfig
+from atr_grpo.wandb_auth import api_key_available
 
 log = logging.getLogger(__name__)
 
@@ -47,11 +48,12 @@ class RunLogger:
 
         lg = cfg.logger
         mode = lg.mode
-        if mode == "auto":  # online only when credentials exist; never prompt
-            mode = "online" if os.environ.get("WANDB_API_KEY") or _netrc_has_wandb() else "offline"
+        if mode == "auto" and os.environ.get("WANDB_MODE"):
+            mode = None  # W&B reads WANDB_MODE itself (a mode passed to wandb.init would override it)
+        elif mode == "auto":  # online only when credentials exist; never prompt
+            mode = "online" if api_key_available() else "offline"
         id_file = self.run_dir / WANDB_ID_FILE
-        run_id = id_file.read_text().strip() if id_file.exists() else wandb.util.generate_id()
-        rundir.write_text(id_file, run_id + "\n")
+        run_id = id_file.read_text().strip() if id_file.exists() else None  # None: W&B draws a new id
         run = wandb.init(
             project=lg.project,
             entity=lg.entity,
@@ -64,7 +66,9 @@ class RunLogger:
             resume="allow",  # a relaunch into the same run_dir continues the same W&B run
             mode=mode,
         )
-        log.info("W&B run %s (%s)", run_id, mode)
+        if run_id is None:
+            rundir.write_text(id_file, run.id + "\n")
+        log.info("W&B run %s (%s)", run.id, run.settings.mode)
         return run
 
     def log(self, step: int, metrics: dict[str, Any]) -> None:
@@ -78,15 +82,11 @@ class RunLogger:
         if self.wandb_run is not None:
             self.wandb_run.log(metrics, step=int(step))
 
-    def finish(self) -> None:
+    def finish(self, exit_code: int = 0) -> None:
+        """Closes the W&B run; a nonzero `exit_code` (training raised) marks it failed there, not finished."""
         if self.wandb_run is not None:
-            self.wandb_run.finish()
+            self.wandb_run.finish(exit_code=exit_code)
             self.wandb_run = None
-
-
-def _netrc_has_wandb() -> bool:
-    netrc = Path(os.environ.get("NETRC", Path.home() / ".netrc"))
-    return netrc.exists() and "api.wandb.ai" in netrc.read_text(errors="ignore")
 
 
 def _config_dict(cfg: TrainConfig) -> dict[str, Any]:

@@ -366,4 +366,4 @@ def train_grpo(cfg: TrainConfig, state: RunState, callbacks: Sequence[Any] = ())
         distributed.on_main(lambda: rundir.write_json(state.run_dir / rundir.DONE_FILE, done))
     finally:
         if logger is not None:
-            logger.finish()
+            logger.finish(exit_code=0 if sys.exc_info()[0] is None else 1)  # a killed run shows as failed in W&B
