@@ -34,8 +34,15 @@ from omegaconf import OmegaConf
 
 from atr_grpo import distributed, rundir
 from atr_grpo.clipping import RULES, build_rule
-from atr_grpo.config import ConfigError, TrainConfig, check_correction_engine, check_vllm_temperature
+from atr_grpo.config import (
+    ConfigError,
+    TrainConfig,
+    check_correction_engine,
+    check_server_engine,
+    check_vllm_temperature,
+)
 from atr_grpo.evaluation.schedule import EvaluationState, record_failure, run_evaluation_state, saved_adapters
+from atr_grpo.training import checkpoints
 
 log = logging.getLogger(__name__)
 
@@ -74,9 +81,8 @@ def config_differences(saved: dict[str, Any], current: dict[str, Any]) -> list[s
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:
-    folder = run_dir / rundir.CHECKPOINT_DIR
-    found = [p for p in folder.glob("checkpoint-*") if p.name.split("-")[-1].isdigit()] if folder.exists() else []
-    return max(found, key=lambda p: int(p.name.split("-")[-1])) if found else None
+    """The newest complete checkpoint (a cut-off newer one is named in a warning and skipped)."""
+    return checkpoints.latest_complete_checkpoint(run_dir / rundir.CHECKPOINT_DIR)
 
 
 def run_state(run_dir: Path) -> RunState:
@@ -177,6 +183,7 @@ def resolve_rollout_engine(cfg: TrainConfig) -> str:
     if engine == "auto":
         engine = "vllm" if torch.cuda.is_available() and _importable("vllm") else "hf"
     check_correction_engine(cfg.rollout.correction, engine)
+    check_server_engine(cfg.rollout.vllm.mode, engine)
     if engine == "vllm":
         if not _importable("vllm"):
             raise ConfigError("invalid config: rollout.engine='vllm' needs vLLM (`make install` installs it)")
@@ -205,10 +212,12 @@ def check_processes(cfg: TrainConfig) -> None:
 
 def preflight(cfg: TrainConfig) -> str:
     """Everything that can be refused before a model is loaded; returns the training backend."""
+    from atr_grpo.model_checks import check_lora_targets
     from atr_grpo.training.evaluations import check_evaluation_fits
     from atr_grpo.training.vllm_server import check_rollout_server
 
     backend = choose_backend(cfg)
+    check_lora_targets(cfg.model)
     resolve_rollout_engine(cfg)
     check_processes(cfg)
     check_evaluation_fits(cfg, backend)

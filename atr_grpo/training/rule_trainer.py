@@ -28,6 +28,7 @@ from atr_grpo.clipping.cov import key_seed_from
 from atr_grpo.config import TrainConfig
 from atr_grpo.distributed import process_batch, world_size
 from atr_grpo.losses import GRPOLoss, LossSettings, resolve_aggregation
+from atr_grpo.training import checkpoints
 from atr_grpo.training.full_kl import adapter_snapshot, full_vocab_kl
 from atr_grpo.training.step_stats import StepStats
 
@@ -282,14 +283,37 @@ class RuleTrainerMixin:
     def end_delta_step(self) -> None:
         self.delta_control.end_step(self.state.global_step, self._all_reduce)  # type: ignore[union-attr,attr-defined]
 
-    def _save_checkpoint(self, model: Any, trial: Any) -> None:
-        super()._save_checkpoint(model, trial)  # type: ignore[misc]
-        if self.delta_control is not None and self.args.should_save:  # type: ignore[attr-defined]
-            from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+    # ------------------------------------------------------------------------------ checkpoints
+    def _get_output_dir(self, trial: Any) -> str:
+        """Where transformers writes a checkpoint: its temporary folder while `_save_checkpoint` runs."""
+        staging = getattr(self, "_checkpoint_staging", None)
+        return str(staging) if staging is not None else super()._get_output_dir(trial)  # type: ignore[misc]
 
-            folder = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"  # type: ignore[attr-defined]
-            path = Path(self._get_output_dir(trial=trial)) / folder / DELTA_STATE_FILE  # type: ignore[attr-defined]
-            rundir.write_json(path, self.delta_control.state_dict())
+    def _save_checkpoint(self, model: Any, trial: Any) -> None:
+        """transformers' save (and the δ in force) under a temporary name, renamed into place once every process
+        has written its part (`training.checkpoints`): a kill during the save leaves the previous checkpoint the
+        newest."""
+        from transformers.trainer_utils import rotate_checkpoints
+
+        root = Path(super()._get_output_dir(trial))  # type: ignore[misc]
+        checkpoint = root / f"{checkpoints.PREFIX}-{self.state.global_step}"  # type: ignore[attr-defined]
+        wait = self.accelerator.wait_for_everyone  # type: ignore[attr-defined]
+        if self.args.should_save:  # type: ignore[attr-defined]
+            checkpoints.discard_partial(checkpoint)  # what a save killed at this step before left behind
+        wait()
+        self._checkpoint_staging = checkpoints.staging_dir(checkpoint)
+        try:
+            super()._save_checkpoint(model, trial)  # type: ignore[misc]
+            if self.delta_control is not None and self.args.should_save:  # type: ignore[attr-defined]
+                path = self._checkpoint_staging / checkpoint.name / DELTA_STATE_FILE
+                rundir.write_json(path, self.delta_control.state_dict())
+        finally:
+            self._checkpoint_staging = None
+        wait()  # every process's files (its RNG state) are in place
+        if self.args.should_save:  # type: ignore[attr-defined]
+            checkpoints.commit(checkpoint)
+            rotate_checkpoints(str(root), self.args.save_total_limit, use_mtime=True)  # type: ignore[attr-defined]
+        wait()
 
     def _load_delta(self, checkpoint: str | bool) -> None:
         if checkpoint is True:
