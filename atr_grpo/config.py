@@ -512,7 +512,8 @@ class TrainConfig:
     seed: int = 0
     method: str = "${atr_method:${clipping}}"  # the rule plus any non-default parameter, e.g. clip-eps0.3
     # a Hydra multirun appends its other overrides (`__model=qwen3-8b`), so no two jobs of a sweep share a name
-    run_name: str = "${experiment}__${method}__s${seed}${atr_sweep_suffix:}"
+    # (a name past 255 bytes is shortened to its start and a hash: rundir.fit_name)
+    run_name: str = "${atr_run_name:${experiment}__${method}__s${seed}}"
     run_dir: str = "results/runs/${experiment}/${run_name}"
     # Re-launching the same config into run_dir continues from its newest checkpoint (a finished run is left
     # as is); resume=true also insists that there is a run to continue.
@@ -634,7 +635,7 @@ def register_configs() -> None:
 
     OmegaConf.register_new_resolver("atr_method", rundir.method_label, replace=True)
     OmegaConf.register_new_resolver("atr_mul", lambda a, b: a * b, replace=True)
-    OmegaConf.register_new_resolver("atr_sweep_suffix", rundir.multirun_suffix, replace=True)
+    OmegaConf.register_new_resolver("atr_run_name", rundir.run_name, replace=True)
     OmegaConf.register_new_resolver("atr_cache", lambda name: str(cache_dir(name)), replace=True)
     OmegaConf.register_new_resolver("atr_rank_suffix", log_suffix, replace=True)
     store = ConfigStore.instance()

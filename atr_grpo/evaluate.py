@@ -116,4 +116,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(run_app(main))
+    sys.exit(run_app(main, config_name="evaluate"))

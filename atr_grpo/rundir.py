@@ -2,7 +2,9 @@
 
 A run is named `<experiment>__<method>__s<seed>`, where `method` is the clipping rule plus its non-default
 parameters (`clip-eps0.3`); a job of a Hydra multirun appends the overrides its name does not already show
-(`__model=qwen3-8b`), so no two jobs of a sweep share a directory. Its files:
+(`__model=qwen3-8b`), so no two jobs of a sweep share a directory. A name longer than a file name may be (255
+bytes: about a dozen overrides) keeps its first 245 bytes and ends in `__` and 8 hex digits of its hash (`fit_name`).
+Its files:
 
     <run_dir>/
       config.yaml            fully resolved config of the run
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import fcntl
 import gzip
+import hashlib
 import json
 import os
 import platform
@@ -90,8 +93,36 @@ def sweep_suffix(overrides: list[str]) -> str:
     return "__" + ",".join(parts) if parts else ""
 
 
+# the longest file name most filesystems allow, in bytes (Linux NAME_MAX, macOS)
+MAX_NAME_BYTES = 255
+NAME_HASH_HEX = 8
+
+
+def fit_name(name: str) -> str:
+    """`name` as it is when it fits in a file name (255 bytes); a longer one (a sweep with many overrides) becomes
+    its first bytes and `__` and 8 hex digits of its SHA-256: the name lists the sorted overrides, so jobs that
+    differ anywhere in them keep distinct names, and the same job always gets the same one."""
+    encoded = name.encode("utf-8")
+    if len(encoded) <= MAX_NAME_BYTES:
+        return name
+    digest = hashlib.sha256(encoded).hexdigest()[:NAME_HASH_HEX]
+    prefix = encoded[: MAX_NAME_BYTES - NAME_HASH_HEX - 2].decode("utf-8", errors="ignore")
+    return f"{prefix}__{digest}"
+
+
+def sweep_run_name(base: str, overrides: list[str]) -> str:
+    """The run name of a multirun job with `overrides` whose name without them is `base`."""
+    return fit_name(base + sweep_suffix(overrides))
+
+
+def run_name(base: str) -> str:
+    """The `${atr_run_name:...}` resolver: `base`, plus the running multirun job's overrides, fitted to a file
+    name."""
+    return fit_name(base + multirun_suffix())
+
+
 def multirun_suffix() -> str:
-    """`sweep_suffix` of the running Hydra multirun job; empty outside one (the `${atr_sweep_suffix:}` resolver)."""
+    """`sweep_suffix` of the running Hydra multirun job; empty outside one."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 

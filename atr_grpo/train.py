@@ -46,4 +46,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(run_app(main))
+    sys.exit(run_app(main, config_name="train"))
