@@ -91,7 +91,9 @@ def check_adapter_base(cfg: ModelConfig, adapter: str | Path) -> None:
     adapter = Path(adapter)
     config_path = adapter / ADAPTER_CONFIG
     try:
-        trained_on = json.loads(config_path.read_text(encoding="utf-8")).get("base_model_name_or_path")
+        trained_on = json.loads(config_path.read_text(encoding="utf-8")).get("base_model_name_or_path") or (
+            f"a base model its {ADAPTER_CONFIG} does not name"
+        )
     except (OSError, ValueError) as err:
         raise ConfigError(f"invalid config: adapter: {config_path} cannot be read ({err})") from None
     if not (adapter / ADAPTER_WEIGHTS).is_file():

@@ -50,6 +50,8 @@ log = logging.getLogger(__name__)
 EXIT_EVALUATIONS_INCOMPLETE = 3
 # keys that may change when a run is resumed (they do not change what the run computes)
 RESUMABLE_CHANGES = ("resume", "logger")
+# keys that hold a file or folder (compared resolved), besides eval.paths.<benchmark>
+PATH_KEYS = ("model.path", "data.path", "sft.path", "sft.cache_dir")
 
 
 class RunDirError(RuntimeError):
@@ -73,11 +75,26 @@ def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix[:-1]: tree}
 
 
+def _same_value(key: str, a: Any, b: Any) -> bool:
+    """Paths compare resolved (`runs/x` and `/home/me/runs/x` are one file); a hub id resolves alike on both
+    sides, so it still compares as itself."""
+    if a == b:
+        return True
+    if key in PATH_KEYS or key.startswith("eval.paths."):
+        return (
+            isinstance(a, str)
+            and isinstance(b, str)
+            and Path(a).expanduser().resolve() == Path(b).expanduser().resolve()
+        )
+    return False
+
+
 def config_differences(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
-    """Dotted keys whose values differ, ignoring keys a resume may change."""
+    """Dotted keys whose values differ, ignoring keys a resume may change and where the run directory is (a
+    relaunch may spell it as an absolute path, or the directory may have been moved or copied)."""
     a, b = _flatten(saved), _flatten(current)
-    keys = sorted(set(a) | set(b))
-    return [k for k in keys if a.get(k) != b.get(k) and not k.startswith(RESUMABLE_CHANGES)]
+    keys = sorted((set(a) | set(b)) - {"run_dir"})
+    return [k for k in keys if not _same_value(k, a.get(k), b.get(k)) and not k.startswith(RESUMABLE_CHANGES)]
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:
