@@ -52,6 +52,13 @@ def build_generator(cfg: EvaluateConfig, backend: str, benchmarks: list[Any]) ->
     return engines.vllm_generator(cfg.model, cfg.eval, longest, adapter=cfg.adapter), tokenizer
 
 
+def check_inputs(cfg: EvaluateConfig) -> None:
+    """What must hold before anything loads: the adapter and out_dir usable, the adapter fitting the model."""
+    cfg.check_inputs()
+    if cfg.adapter is not None:
+        check_adapter_base(cfg.model, cfg.adapter)
+
+
 def evaluate(cfg: EvaluateConfig, config_yaml: str | None = None) -> dict[str, float]:
     """Load the benchmarks, build the backend, evaluate at `cfg.step` into `cfg.out_dir`.
 
@@ -60,9 +67,7 @@ def evaluate(cfg: EvaluateConfig, config_yaml: str | None = None) -> dict[str, f
     from atr_grpo.evaluation import run_evaluation
 
     ev = cfg.eval
-    cfg.check_inputs()
-    if cfg.adapter is not None:
-        check_adapter_base(cfg.model, cfg.adapter)
+    check_inputs(cfg)
     benchmarks = engines.load_benchmarks(ev, cfg.data)
     generator, tokenizer = build_generator(cfg, engines.choose_backend(ev.backend), benchmarks)
     config_path = Path(cfg.out_dir) / rundir.CONFIG_FILE
@@ -116,4 +121,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(run_app(main, config_name="evaluate"))
+    sys.exit(run_app(main, config_name="evaluate", check=check_inputs))
