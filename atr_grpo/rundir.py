@@ -168,6 +168,15 @@ def append_jsonl(path: str | Path, records: dict[str, Any] | Iterable[dict[str, 
         os.fsync(handle.fileno())
 
 
+class RunFileError(ValueError):
+    """A run file cannot be read (cut off, or changed into something else); the message names the file."""
+
+
+def _reason(err: BaseException) -> str:
+    """An exception's first line (YAML and JSON errors span several), for a one-line message."""
+    return (str(err).strip().splitlines() or [type(err).__name__])[0]
+
+
 def read_text(path: str | Path) -> str:
     """The text of a file, decompressed when its name ends in `.gz` (committed per-sample files are)."""
     path = Path(path)
@@ -176,7 +185,7 @@ def read_text(path: str | Path) -> str:
     try:
         return gzip.decompress(path.read_bytes()).decode("utf-8")
     except (EOFError, OSError) as err:  # gzip.BadGzipFile is an OSError
-        raise ValueError(f"{path}: not a complete gzip file ({err})") from None
+        raise RunFileError(f"{path}: not a complete gzip file ({err})") from None
 
 
 def iter_jsonl(path: str | Path) -> Iterator[dict[str, Any]]:
@@ -191,7 +200,7 @@ def iter_jsonl(path: str | Path) -> Iterator[dict[str, Any]]:
         except json.JSONDecodeError:
             if number == len(lines):
                 return
-            raise ValueError(f"{path}:{number}: not valid JSON") from None
+            raise RunFileError(f"{path}:{number}: not valid JSON") from None
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
@@ -199,7 +208,25 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
 
 
 def read_json(path: str | Path) -> Any:
-    return json.loads(Path(path).read_text(encoding="utf-8"))
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as err:  # JSONDecodeError is a ValueError
+        raise RunFileError(f"{path}: not valid JSON ({_reason(err)})") from None
+
+
+def load_config(path: str | Path, resolve: bool = True) -> dict[str, Any]:
+    """A run's config.yaml as a plain dict; a file that is not a YAML mapping is a RunFileError naming it."""
+    from omegaconf import DictConfig
+    from omegaconf.errors import OmegaConfBaseException
+    from yaml import YAMLError
+
+    try:
+        config = OmegaConf.load(path)
+        if not isinstance(config, DictConfig):
+            raise RunFileError(f"{path}: not a config (a YAML mapping of keys)")
+        return OmegaConf.to_container(config, resolve=resolve)  # type: ignore[return-value]
+    except (YAMLError, OmegaConfBaseException, UnicodeDecodeError) as err:
+        raise RunFileError(f"{path}: not a readable config ({_reason(err)})") from None
 
 
 def write_json(path: str | Path, obj: Any, overwrite: bool = True) -> None:

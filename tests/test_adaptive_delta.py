@@ -226,6 +226,19 @@ def test_the_trainer_passes_delta_as_a_tensor_logs_it_and_moves_it_after_each_st
         StepTrainer(controller(), tmp_path).train(resume_from_checkpoint=str(tmp_path / "checkpoint-2"))
 
 
+@pytest.mark.parametrize("content", ['{"delta": 0.0', '{"delta": 0.05}', "[1, 2]"])
+def test_a_damaged_delta_state_is_named_in_one_line(tmp_path, content):
+    """Cut off, or valid JSON that is not this run's δ state: a RunFileError naming the file, not a traceback."""
+    from atr_grpo.rundir import RunFileError
+
+    (tmp_path / "checkpoint-2").mkdir()
+    path = tmp_path / "checkpoint-2" / DELTA_STATE_FILE
+    path.write_text(content)
+    with pytest.raises(RunFileError, match=f"^{path}: ") as err:
+        StepTrainer(controller(), tmp_path).train(resume_from_checkpoint=str(path.parent))
+    assert "\n" not in str(err.value)
+
+
 # ---------------------------------------------------------------------------------------------- configs
 def test_a_run_of_a_delta_rule_gets_its_delta_control_and_other_rules_none():
     cfg = train_config(["experiment=smoke", "clipping=atr_seq", "clipping.target_kl3=0.02", "clipping.delta=0.05"])

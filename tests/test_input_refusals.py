@@ -178,3 +178,82 @@ def test_a_refused_evaluation_writes_nothing_into_out_dir(tmp_path, tiny_model_d
     refused = cli("atr_grpo.evaluate", "model=tiny", "eval=arithmetic", f"out_dir={tmp_path / 'a-file'}")
     refused_in_one_line(refused, "out_dir must be a directory to write eval/ into, not a file")
     assert (tmp_path / "a-file").read_text() == "mine\n"
+
+
+# ------------------------------------------------------------------------ run files changed from outside
+def test_a_corrupted_config_or_env_file_is_named_and_the_run_left_as_it_was(tmp_path):
+    prepare(tmp_path / "run")
+    for name, damage in ((rundir.CONFIG_FILE, "seed: [1\n"), (rundir.ENV_FILE, '{"world_size": ')):
+        path = tmp_path / "run" / name
+        good = path.read_text()
+        path.write_text(good + damage if name == rundir.CONFIG_FILE else damage)
+        before = path.read_text()
+        with pytest.raises(rundir.RunFileError, match=f"^{path}: not (a readable config|valid JSON)") as err:
+            prepare(tmp_path / "run")
+        assert "\n" not in str(err.value) and path.read_text() == before
+        path.write_text(good)
+
+
+def test_corrupted_jsonl_files_are_named_with_their_line(tmp_path):
+    from atr_grpo.training.logging import truncate_metrics
+
+    path = tmp_path / rundir.METRICS_FILE
+    path.write_text('{"step": 1}\n{"step": 2, "lo\n{"step": 3}\n')
+    with pytest.raises(rundir.RunFileError, match=f"{path}:2: not valid JSON"):
+        truncate_metrics(tmp_path, 1)
+    summary = rundir.summary_path(tmp_path)
+    summary.parent.mkdir()
+    summary.write_text('{"step": 0}\n[1, \n{"step": 2}\n')
+    with pytest.raises(rundir.RunFileError, match=f"{summary}:2: not valid JSON"):
+        rundir.read_jsonl(summary)
+
+
+@pytest.mark.slow
+def test_the_train_entry_point_names_a_corrupted_run_file_in_one_line(tmp_path):
+    run_dir = tmp_path / "run"
+    prepare(run_dir, ["logger=none"])
+    (run_dir / rundir.ENV_FILE).write_text("{")
+    result = cli("atr_grpo.train", "experiment=smoke", "logger=none", f"run_dir={run_dir}")
+    refused_in_one_line(result, f"{run_dir / rundir.ENV_FILE}: not valid JSON")
+
+
+def test_benchmarks_the_hub_cannot_give_name_the_key_for_a_local_copy(monkeypatch):
+    """eval=paper offline: the hub's ConnectionError becomes one line naming the benchmark and eval.paths."""
+    import datasets
+
+    from atr_grpo.evaluation import engines
+
+    def offline(*args, **kwargs):
+        raise ConnectionError("Couldn't reach 'math-ai/aime24' on the Hub (OfflineModeIsEnabled)")
+
+    monkeypatch.setattr(datasets, "load_dataset", offline)
+    cfg = train_config(["experiment=smoke", "eval=paper"])
+    with pytest.raises(ConfigError, match="eval.benchmarks: benchmark '.*': cannot load .* eval.paths.") as err:
+        engines.load_benchmarks(cfg.eval, cfg.data)
+    assert "OfflineModeIsEnabled" in str(err.value) and "\n" not in str(err.value)
+
+
+# ------------------------------------------------------------------------------------- the results CLI
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["pack", "--runs", "/no/such/runs"], "--runs /no/such/runs is not a directory"),
+        (["regrade", "--runs", "results/mini/runs", "--timeout", "-1"], "--timeout: must be a number of seconds > 0"),
+    ],
+)
+def test_the_results_commands_refuse_bad_arguments(argv, message, capsys, monkeypatch):
+    from atr_grpo import results
+
+    monkeypatch.chdir(REPO)
+    with pytest.raises(SystemExit) as exit_:
+        results.main(argv)
+    assert exit_.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_compare_names_the_experiment_filter_that_found_nothing(capsys, monkeypatch):
+    from atr_grpo import results
+
+    monkeypatch.chdir(REPO)
+    argv = ["compare", "atr", "clip", "--runs", "results/mini/runs", "--experiment", "minj", "--resamples", "100"]
+    assert results.main(argv) == 2
+    assert "(among the runs of --experiment 'minj')" in capsys.readouterr().err

@@ -122,7 +122,7 @@ def prepare_run_dir(cfg: TrainConfig, config_yaml: str) -> RunState:
         return RunState(run_dir, None, False)
     # A re-launch of the same config (resume=true, a requeued cluster job, the same command again) continues
     # the run; any other config is refused, so one directory never mixes two runs.
-    saved = OmegaConf.to_container(OmegaConf.load(config_path), resolve=True)
+    saved = rundir.load_config(config_path)
     current = OmegaConf.to_container(OmegaConf.create(config_yaml), resolve=True)
     diff = config_differences(saved, current)  # type: ignore[arg-type]
     if diff:
@@ -267,7 +267,7 @@ class RunOutcome:
 
 
 def run_outcome(run_dir: Path) -> RunOutcome:
-    config = OmegaConf.to_container(OmegaConf.load(run_dir / rundir.CONFIG_FILE), resolve=True)
+    config = rundir.load_config(run_dir / rundir.CONFIG_FILE)
     return RunOutcome(run_dir, (run_dir / rundir.DONE_FILE).exists(), run_evaluation_state(run_dir, config))  # type: ignore[arg-type]
 
 
@@ -358,9 +358,11 @@ def train_grpo(cfg: TrainConfig, state: RunState, callbacks: Sequence[Any] = ())
     # built by one process per machine (in a process of its own), then read by all
     adapter = distributed.main_first(lambda: ensure_sft_adapter(cfg)) if cfg.sft.enabled else None
     main = distributed.is_main()  # the one process that writes run files
-    if state.resume_from is not None and main:
-        moved = truncate_metrics(state.run_dir, int(state.resume_from.name.split("-")[-1]))
-        log.info("resuming from %s (%d metric lines set aside)", state.resume_from, moved)
+    if main:  # a run killed before its first (complete) checkpoint starts again from step 0
+        last_step = 0 if state.resume_from is None else int(state.resume_from.name.split("-")[-1])
+        moved = truncate_metrics(state.run_dir, last_step)
+        if state.resume_from is not None or moved:
+            log.info("resuming from %s (%d metric lines set aside)", state.resume_from or "step 0", moved)
     logger = RunLogger(cfg, state.run_dir) if main else None
     try:
         if backend == "unsloth":

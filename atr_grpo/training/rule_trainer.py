@@ -322,7 +322,12 @@ class RuleTrainerMixin:
             checkpoint = get_last_checkpoint(self.args.output_dir)  # type: ignore[attr-defined]
         path = Path(str(checkpoint)) / DELTA_STATE_FILE
         if path.exists():
-            self.delta_control.load_state_dict(rundir.read_json(path))  # type: ignore[union-attr]
+            try:
+                self.delta_control.load_state_dict(rundir.read_json(path))  # type: ignore[union-attr]
+            except rundir.RunFileError:
+                raise
+            except (AttributeError, KeyError, TypeError, ValueError) as err:  # valid JSON, but not this run's δ state
+                raise rundir.RunFileError(f"{path}: the δ in force cannot be restored ({err!r})") from None
         elif self.delta_control.adapts:  # type: ignore[union-attr]
             raise FileNotFoundError(f"{path} is missing: the δ of this adaptive-δ run cannot be restored")
 
