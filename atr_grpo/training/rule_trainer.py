@@ -228,7 +228,7 @@ class RuleTrainerMixin:
             extras["delta"] = torch.tensor(self.delta_control.delta, dtype=torch.float32, device=like.device)
         if "generator" in self.rule.needs:  # Clip-Cov: a seed tensor, so compiled code can draw the same keys
             process = self.accelerator.process_index  # type: ignore[attr-defined]
-            generator = rule_generator(self.args.seed, self.state.global_step, self._step, process)
+            generator = rule_generator(self.args.seed, self.state.global_step, self._micro_step(), process)
             extras["key_seed"] = key_seed_from(generator)
         if "full_kl" in self.rule.needs:
             if not has_old or self._old_adapter is None:
@@ -243,6 +243,13 @@ class RuleTrainerMixin:
                     self.temperature,
                 )
         return extras
+
+    def _micro_step(self) -> int:
+        """The micro-batch's index since the start of training, computed from the optimizer step (restored on
+        resume), not from TRL's `_step`, which counts from 0 again in a resumed process: an uninterrupted run gets
+        TRL's count, and a resumed one the same keys as that run."""
+        accumulation = self.current_gradient_accumulation_steps  # type: ignore[attr-defined]
+        return self.state.global_step * accumulation + self._step % accumulation  # type: ignore[attr-defined]
 
     def record_loss(self, result: GRPOLoss, sampling_logp: Tensor | None = None) -> None:
         """A training micro-batch's metrics: the rule's, the δ in force, the KL to the reference, the rollout
