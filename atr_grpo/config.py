@@ -311,6 +311,7 @@ class VLLMRolloutConfig:
         _check(0 < self.gpu_memory_utilization < 1, "rollout.vllm.gpu_memory_utilization", "in (0, 1)",
                self.gpu_memory_utilization)  # fmt: skip
         _check(0 < self.server_port < 65536, "rollout.vllm.server_port", "a port number", self.server_port)
+        _check(0 < self.group_port < 65536, "rollout.vllm.group_port", "a port number (1-65535)", self.group_port)
         _check(self.server_timeout > 0, "rollout.vllm.server_timeout", "> 0", self.server_timeout)
 
 
@@ -341,10 +342,26 @@ class RolloutConfig:
         problem = correction_problem(self.correction, self.correction_level, self.correction_min, self.correction_max)
         if problem is not None:
             raise ConfigError(f"invalid config: {problem}")
+        if self.correction == "none":  # the correction's settings would be accepted and never read
+            for key in ("correction_level", "correction_min", "correction_max"):
+                default = ROLLOUT_DEFAULTS[key]
+                _check(getattr(self, key) == default, f"rollout.{key}",
+                       f"left at its default {default!r} with rollout.correction='none' (set rollout.correction=tis "
+                       "or mis for it to act)", getattr(self, key))  # fmt: skip
         check_correction_engine(self.correction, self.engine)
+        check_server_engine(self.vllm.mode, self.engine)
 
     def rollout_correction(self) -> RolloutCorrection:
         return RolloutCorrection(self.correction, self.correction_level, self.correction_min, self.correction_max)
+
+
+ROLLOUT_DEFAULTS = {f.name: f.default for f in dataclasses.fields(RolloutConfig)}
+
+
+def check_server_engine(mode: str, engine: str) -> None:
+    """A `trl vllm-serve` server only serves vLLM rollouts: with transformers' generate it would never be asked."""
+    _check(mode != "server" or engine != "hf", "rollout.vllm.mode",
+           "'colocate' with rollout.engine='hf' (a rollout server only serves rollout.engine=vllm)", mode)  # fmt: skip
 
 
 def check_correction_engine(correction: str, engine: str) -> None:
@@ -504,7 +521,8 @@ class TrainConfig:
     seed: int = 0
     method: str = "${atr_method:${clipping}}"  # the rule plus any non-default parameter, e.g. clip-eps0.3
     # a Hydra multirun appends its other overrides (`__model=qwen3-8b`), so no two jobs of a sweep share a name
-    run_name: str = "${experiment}__${method}__s${seed}${atr_sweep_suffix:}"
+    # (a name past 255 bytes is shortened to its start and a hash: rundir.fit_name)
+    run_name: str = "${atr_run_name:${experiment}__${method}__s${seed}}"
     run_dir: str = "results/runs/${experiment}/${run_name}"
     # Re-launching the same config into run_dir continues from its newest checkpoint (a finished run is left
     # as is); resume=true also insists that there is a run to continue.
@@ -520,6 +538,7 @@ class TrainConfig:
     logger: LoggerConfig = MISSING
 
     def __post_init__(self) -> None:
+        _check(0 <= self.seed < 2**32, "seed", "in [0, 2**32 - 1] (the seeds numpy and torch accept)", self.seed)
         tr, ro = self.trainer, self.rollout
         spg = ro.steps_per_generation or tr.gradient_accumulation_steps
         _check(
@@ -611,8 +630,11 @@ class EvaluateConfig:
 
     def check_inputs(self) -> None:
         """What must exist when the evaluation runs (a plan may name an adapter a previous run will write)."""
+        from pathlib import Path
+
         if self.adapter is not None:
             _exists("adapter", self.adapter)
+        _check(not Path(self.out_dir).is_file(), "out_dir", "a directory to write eval/ into, not a file", self.out_dir)
 
 
 # --------------------------------------------------------------------------------------- registration
@@ -622,7 +644,7 @@ def register_configs() -> None:
 
     OmegaConf.register_new_resolver("atr_method", rundir.method_label, replace=True)
     OmegaConf.register_new_resolver("atr_mul", lambda a, b: a * b, replace=True)
-    OmegaConf.register_new_resolver("atr_sweep_suffix", rundir.multirun_suffix, replace=True)
+    OmegaConf.register_new_resolver("atr_run_name", rundir.run_name, replace=True)
     OmegaConf.register_new_resolver("atr_cache", lambda name: str(cache_dir(name)), replace=True)
     OmegaConf.register_new_resolver("atr_rank_suffix", log_suffix, replace=True)
     store = ConfigStore.instance()

@@ -32,6 +32,7 @@ from atr_grpo.config import ConfigError, EvaluateConfig, register_configs, to_ob
 from atr_grpo.console import console_is_terminal, quiet_libraries
 from atr_grpo.evaluation import engines
 from atr_grpo.hydra_app import run_app
+from atr_grpo.model_checks import check_adapter_base
 
 log = logging.getLogger(__name__)
 register_configs()
@@ -51,14 +52,27 @@ def build_generator(cfg: EvaluateConfig, backend: str, benchmarks: list[Any]) ->
     return engines.vllm_generator(cfg.model, cfg.eval, longest, adapter=cfg.adapter), tokenizer
 
 
-def evaluate(cfg: EvaluateConfig) -> dict[str, float]:
-    """Load the benchmarks, build the backend, evaluate at `cfg.step` into `cfg.out_dir`."""
+def check_inputs(cfg: EvaluateConfig) -> None:
+    """What must hold before anything loads: the adapter and out_dir usable, the adapter fitting the model."""
+    cfg.check_inputs()
+    if cfg.adapter is not None:
+        check_adapter_base(cfg.model, cfg.adapter)
+
+
+def evaluate(cfg: EvaluateConfig, config_yaml: str | None = None) -> dict[str, float]:
+    """Load the benchmarks, build the backend, evaluate at `cfg.step` into `cfg.out_dir`.
+
+    `config_yaml` (the resolved config) is recorded as out_dir/config.yaml of a standalone evaluation folder once
+    every input is checked and the model is loaded, so a refused evaluation writes nothing (a run's is kept)."""
     from atr_grpo.evaluation import run_evaluation
 
     ev = cfg.eval
-    cfg.check_inputs()
+    check_inputs(cfg)
     benchmarks = engines.load_benchmarks(ev, cfg.data)
     generator, tokenizer = build_generator(cfg, engines.choose_backend(ev.backend), benchmarks)
+    config_path = Path(cfg.out_dir) / rundir.CONFIG_FILE
+    if config_yaml is not None and not config_path.exists():
+        rundir.write_text(config_path, config_yaml, overwrite=False)
     return run_evaluation(
         generator,
         tokenizer,
@@ -98,11 +112,8 @@ def main(cfg: DictConfig) -> None:
         print(err, file=sys.stderr)
         sys.exit(2)
     quiet_libraries()
-    config_path = Path(eval_cfg.out_dir) / rundir.CONFIG_FILE
-    if not config_path.exists():  # a standalone evaluation folder: record what produced it (a run's is kept)
-        rundir.write_text(config_path, OmegaConf.to_yaml(cfg, resolve=True), overwrite=False)
     try:
-        metrics = evaluate(eval_cfg)
+        metrics = evaluate(eval_cfg, OmegaConf.to_yaml(cfg, resolve=True))
     except (ConfigError, ValueError) as err:  # a bad benchmark file, k > n, a context that cannot fit
         print(err, file=sys.stderr)
         sys.exit(2)
@@ -111,4 +122,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(run_app(main))
+    sys.exit(run_app(main, config_name="evaluate", check=check_inputs))

@@ -70,12 +70,53 @@ def compose_train(overrides: Iterable[str] = ()) -> DictConfig:
     return compose("train", overrides)
 
 
-def run_app(hydra_main: Callable[[], Any]) -> int:
-    """Run a `@hydra.main` function; bad config input prints its message and returns exit status 2."""
+def sweep_jobs(overrides: Iterable[str]) -> list[list[str]]:
+    """The overrides of every job of a `-m` sweep, in the order Hydra's basic sweeper runs them."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_overrides(list(overrides))
+    return [job for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
+
+
+def check_sweep(config_name: str, overrides: Iterable[str], check: Callable[[Any], None] | None = None) -> int:
+    """Compose and validate every job of a sweep (Hydra's own `hydra...` overrides aside), and `check` each job's
+    config object, so that a bad value is refused before the first job starts; returns the number of jobs."""
+    from atr_grpo.config import to_object
+
+    try:
+        jobs = sweep_jobs(o for o in overrides if not o.lstrip("+~").startswith("hydra"))
+    except (HydraException, OmegaConfBaseException) as err:
+        raise ConfigError(describe_config_error(err)) from err
+    for number, job in enumerate(jobs, 1):
+        try:
+            job_cfg = to_object(compose(config_name, job))
+            if check is not None:
+                check(job_cfg)
+        except ConfigError as err:
+            where = f"sweep job {number} of {len(jobs)} ({' '.join(job)})" if len(jobs) > 1 else "the job"
+            raise ConfigError(f"{err} (in {where}; no job of the sweep was started)") from None
+    return len(jobs)
+
+
+def run_app(
+    hydra_main: Callable[[], Any], config_name: str | None = None, check: Callable[[Any], None] | None = None
+) -> int:
+    """Run a `@hydra.main` function; bad config input prints its message and returns exit status 2.
+
+    With `config_name`, the config of the run, or of every job of a multirun (`-m`), is composed, validated and
+    given to `check` before Hydra starts: a refused run writes nothing (not even the log file Hydra creates in
+    its output folder), and a sweep with one bad job starts none."""
+    from hydra._internal.utils import get_args_parser
+
     # Hydra reports composition errors itself and exits with 1; with this set it raises them to us instead
     # (other errors still end with their full traceback).
     os.environ["HYDRA_FULL_ERROR"] = "1"
     try:
+        args = get_args_parser().parse_known_args(sys.argv[1:])[0]
+        informational = args.help or args.hydra_help or args.cfg or args.info or args.shell_completion
+        if config_name is not None and not informational:
+            check_sweep(config_name, args.overrides, check)
         hydra_main()
     except CONFIG_ERRORS as err:
         print(describe_config_error(err), file=sys.stderr)

@@ -89,19 +89,27 @@ def run_dir_of(overrides: list[str]) -> Path:
     from atr_grpo.hydra_app import compose_train
 
     cfg = compose_train([o for o in overrides if not o.startswith("hydra")])
-    if any(o.split("=", 1)[0] == "run_dir" for o in overrides):
-        return Path(cfg.run_dir)
-    return Path(cfg.run_dir + rundir.sweep_suffix(overrides))
+    if not any(o.split("=", 1)[0] in ("run_dir", "run_name") for o in overrides):
+        cfg.run_name = rundir.sweep_run_name(cfg.run_name, overrides)  # what the multirun job's resolver gives
+    return Path(cfg.run_dir)
 
 
 def launch(plan: Plan, extra: list[str], dry_run: bool) -> int:
     slurm = any(o.startswith("hydra/launcher=") and not o.endswith("=basic") for o in extra)
     jobs = plan.sweeps(extra) if slurm and plan.app == "train" else plan.expand(extra)
+    from atr_grpo.config import ConfigError
+    from atr_grpo.hydra_app import check_sweep
+
+    for overrides in jobs:  # every run's config is valid before the first one starts (a dry run's too)
+        try:
+            check_sweep(plan.app, overrides)
+        except ConfigError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
     if dry_run:
         for overrides in jobs:
             print(shlex.join(command(plan.app, overrides)))
         return 0
-    from atr_grpo.config import ConfigError  # imported here: a dry run needs no torch
 
     done, failed = [], []
     for i, overrides in enumerate(jobs, 1):

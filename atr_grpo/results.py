@@ -109,6 +109,13 @@ def _positive(text: str) -> int:
     return value
 
 
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text}")
+    return value
+
+
 def _level(text: str) -> float:
     value = float(text)
     if not 0 < value < 0.5:
@@ -166,7 +173,8 @@ def compare_main(argv: list[str]) -> int:
         rows = compare.compare_methods(runs, *opts.methods, resampling, split(opts.benchmark), split(opts.metric),
                                        opts.step)  # fmt: skip
     except compare.CompareError as err:
-        print(f"error: {err}", file=sys.stderr)
+        where = "" if opts.experiment is None else f" (among the runs of --experiment {opts.experiment!r})"
+        print(f"error: {err}{where}", file=sys.stderr)
         return 2
     print(compare.format_rows(rows, *opts.methods, resampling), end="")
     return 0
@@ -177,7 +185,7 @@ def regrade_main(argv: list[str]) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     _common(parser, statistics=False)
     parser.add_argument("--workers", type=int, default=None, help="grading processes (default: one per CPU)")
-    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds per answer (default 5)")
+    parser.add_argument("--timeout", type=_seconds, default=DEFAULT_TIMEOUT, help="seconds per answer (default 5)")
     parser.add_argument("--examples", type=int, default=3, help="changed verdicts shown per run and benchmark")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     opts = parser.parse_args(argv)
@@ -208,6 +216,8 @@ def pack_main(argv: list[str]) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     parser.add_argument("--runs", type=Path, required=True, help="a folder of run directories")
     opts = parser.parse_args(argv)
+    if not opts.runs.is_dir():
+        parser.error(f"--runs {opts.runs} is not a directory")
     try:
         done = pack.pack_runs(opts.runs)
     except pack.PackError as err:

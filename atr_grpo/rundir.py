@@ -2,7 +2,9 @@
 
 A run is named `<experiment>__<method>__s<seed>`, where `method` is the clipping rule plus its non-default
 parameters (`clip-eps0.3`); a job of a Hydra multirun appends the overrides its name does not already show
-(`__model=qwen3-8b`), so no two jobs of a sweep share a directory. Its files:
+(`__model=qwen3-8b`), so no two jobs of a sweep share a directory. A name longer than a file name may be (255
+bytes: about a dozen overrides) keeps its first 245 bytes and ends in `__` and 8 hex digits of its hash (`fit_name`).
+Its files:
 
     <run_dir>/
       config.yaml            fully resolved config of the run
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import fcntl
 import gzip
+import hashlib
 import json
 import os
 import platform
@@ -90,8 +93,36 @@ def sweep_suffix(overrides: list[str]) -> str:
     return "__" + ",".join(parts) if parts else ""
 
 
+# the longest file name most filesystems allow, in bytes (Linux NAME_MAX, macOS)
+MAX_NAME_BYTES = 255
+NAME_HASH_HEX = 8
+
+
+def fit_name(name: str) -> str:
+    """`name` as it is when it fits in a file name (255 bytes); a longer one (a sweep with many overrides) becomes
+    its first bytes and `__` and 8 hex digits of its SHA-256: the name lists the sorted overrides, so jobs that
+    differ anywhere in them keep distinct names, and the same job always gets the same one."""
+    encoded = name.encode("utf-8")
+    if len(encoded) <= MAX_NAME_BYTES:
+        return name
+    digest = hashlib.sha256(encoded).hexdigest()[:NAME_HASH_HEX]
+    prefix = encoded[: MAX_NAME_BYTES - NAME_HASH_HEX - 2].decode("utf-8", errors="ignore")
+    return f"{prefix}__{digest}"
+
+
+def sweep_run_name(base: str, overrides: list[str]) -> str:
+    """The run name of a multirun job with `overrides` whose name without them is `base`."""
+    return fit_name(base + sweep_suffix(overrides))
+
+
+def run_name(base: str) -> str:
+    """The `${atr_run_name:...}` resolver: `base`, plus the running multirun job's overrides, fitted to a file
+    name."""
+    return fit_name(base + multirun_suffix())
+
+
 def multirun_suffix() -> str:
-    """`sweep_suffix` of the running Hydra multirun job; empty outside one (the `${atr_sweep_suffix:}` resolver)."""
+    """`sweep_suffix` of the running Hydra multirun job; empty outside one."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
@@ -137,6 +168,15 @@ def append_jsonl(path: str | Path, records: dict[str, Any] | Iterable[dict[str, 
         os.fsync(handle.fileno())
 
 
+class RunFileError(ValueError):
+    """A run file cannot be read (cut off, or changed into something else); the message names the file."""
+
+
+def _reason(err: BaseException) -> str:
+    """An exception's first line (YAML and JSON errors span several), for a one-line message."""
+    return (str(err).strip().splitlines() or [type(err).__name__])[0]
+
+
 def read_text(path: str | Path) -> str:
     """The text of a file, decompressed when its name ends in `.gz` (committed per-sample files are)."""
     path = Path(path)
@@ -145,7 +185,7 @@ def read_text(path: str | Path) -> str:
     try:
         return gzip.decompress(path.read_bytes()).decode("utf-8")
     except (EOFError, OSError) as err:  # gzip.BadGzipFile is an OSError
-        raise ValueError(f"{path}: not a complete gzip file ({err})") from None
+        raise RunFileError(f"{path}: not a complete gzip file ({err})") from None
 
 
 def iter_jsonl(path: str | Path) -> Iterator[dict[str, Any]]:
@@ -160,7 +200,7 @@ def iter_jsonl(path: str | Path) -> Iterator[dict[str, Any]]:
         except json.JSONDecodeError:
             if number == len(lines):
                 return
-            raise ValueError(f"{path}:{number}: not valid JSON") from None
+            raise RunFileError(f"{path}:{number}: not valid JSON") from None
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
@@ -168,7 +208,25 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
 
 
 def read_json(path: str | Path) -> Any:
-    return json.loads(Path(path).read_text(encoding="utf-8"))
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as err:  # JSONDecodeError is a ValueError
+        raise RunFileError(f"{path}: not valid JSON ({_reason(err)})") from None
+
+
+def load_config(path: str | Path, resolve: bool = True) -> dict[str, Any]:
+    """A run's config.yaml as a plain dict; a file that is not a YAML mapping is a RunFileError naming it."""
+    from omegaconf import DictConfig
+    from omegaconf.errors import OmegaConfBaseException
+    from yaml import YAMLError
+
+    try:
+        config = OmegaConf.load(path)
+        if not isinstance(config, DictConfig):
+            raise RunFileError(f"{path}: not a config (a YAML mapping of keys)")
+        return OmegaConf.to_container(config, resolve=resolve)  # type: ignore[return-value]
+    except (YAMLError, OmegaConfBaseException, UnicodeDecodeError) as err:
+        raise RunFileError(f"{path}: not a readable config ({_reason(err)})") from None
 
 
 def write_json(path: str | Path, obj: Any, overwrite: bool = True) -> None:

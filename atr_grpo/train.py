@@ -29,15 +29,20 @@ def main(cfg: DictConfig) -> None:
     except ConfigError as err:
         print(err, file=sys.stderr)
         sys.exit(2)
+    from atr_grpo.rundir import RunFileError
     from atr_grpo.training.pipeline import EXIT_EVALUATIONS_INCOMPLETE, RunDirError, run_pipeline
+    from atr_grpo.training.stages import StageError
 
     quiet_libraries()
 
     try:
         outcome = run_pipeline(train_cfg, OmegaConf.to_yaml(cfg, resolve=True))
-    except (ConfigError, RunDirError) as err:
+    except (ConfigError, RunDirError, RunFileError) as err:  # bad input, or a run file changed from outside
         print(err, file=sys.stderr)
         sys.exit(2)
+    except StageError as err:  # the stage process printed why
+        print(err, file=sys.stderr)
+        sys.exit(1)
     if outcome is None:  # a launched run's other processes: their part ended with training
         return
     print(outcome.summary(), file=sys.stdout if outcome.ok else sys.stderr)
@@ -46,4 +51,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(run_app(main))
+    sys.exit(run_app(main, config_name="train"))

@@ -155,11 +155,13 @@ def test_a_tensor_delta_gives_exactly_the_rule_built_with_that_delta(name, delta
 
 # ------------------------------------------------------------------------------------- the trainer glue
 class TrainerStandIn:
-    """What the mixin's δ hooks use of a transformers Trainer: state, args, callbacks, checkpoint folders."""
+    """What the mixin's δ and checkpoint hooks use of a transformers Trainer: state, args, callbacks, checkpoint
+    folders (written where `_get_output_dir` says, as transformers does), the barrier between processes."""
 
     def __init__(self, output_dir):
         self.state = SimpleNamespace(global_step=0)
-        self.args = SimpleNamespace(should_save=True, output_dir=str(output_dir), seed=0)
+        self.args = SimpleNamespace(should_save=True, output_dir=str(output_dir), seed=0, save_total_limit=None)
+        self.accelerator = SimpleNamespace(wait_for_everyone=lambda: None)
         self.callback_handler = SimpleNamespace(callbacks=[])
         self.trained_from = None
 
@@ -173,7 +175,7 @@ class TrainerStandIn:
         self.trained_from = resume_from_checkpoint
 
     def _save_checkpoint(self, model, trial):
-        (Path(self.args.output_dir) / f"checkpoint-{self.state.global_step}").mkdir(parents=True)
+        (Path(self._get_output_dir(trial)) / f"checkpoint-{self.state.global_step}").mkdir(parents=True)
 
 
 class StepTrainer(RuleTrainerMixin, TrainerStandIn):
@@ -213,7 +215,7 @@ def test_the_trainer_passes_delta_as_a_tensor_logs_it_and_moves_it_after_each_st
     assert trainer.delta_control.delta == pytest.approx(0.07 * math.exp(-ERROR_CLIP), rel=1e-12)
     trainer._save_checkpoint(None, None)
     saved = tmp_path / "checkpoint-2" / DELTA_STATE_FILE
-    assert saved.exists()
+    assert saved.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-2"]  # renamed into place
 
     resumed = StepTrainer(controller(delta_rate=1.0), tmp_path)
     resumed.train(resume_from_checkpoint=str(tmp_path / "checkpoint-2"))
@@ -222,6 +224,19 @@ def test_the_trainer_passes_delta_as_a_tensor_logs_it_and_moves_it_after_each_st
     saved.unlink()
     with pytest.raises(FileNotFoundError, match="cannot be restored"):
         StepTrainer(controller(), tmp_path).train(resume_from_checkpoint=str(tmp_path / "checkpoint-2"))
+
+
+@pytest.mark.parametrize("content", ['{"delta": 0.0', '{"delta": 0.05}', "[1, 2]"])
+def test_a_damaged_delta_state_is_named_in_one_line(tmp_path, content):
+    """Cut off, or valid JSON that is not this run's δ state: a RunFileError naming the file, not a traceback."""
+    from atr_grpo.rundir import RunFileError
+
+    (tmp_path / "checkpoint-2").mkdir()
+    path = tmp_path / "checkpoint-2" / DELTA_STATE_FILE
+    path.write_text(content)
+    with pytest.raises(RunFileError, match=f"^{path}: ") as err:
+        StepTrainer(controller(), tmp_path).train(resume_from_checkpoint=str(path.parent))
+    assert "\n" not in str(err.value)
 
 
 # ---------------------------------------------------------------------------------------------- configs

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import json
 import shlex
@@ -156,3 +157,65 @@ def test_overrides_that_do_not_compose_stop_the_launch_with_exit_2(monkeypatch, 
     monkeypatch.setattr(launch.subprocess, "run", lambda *a, **k: pytest.fail("nothing may be started"))
     assert launch.main(["ablate_delta", "trainer.lr=1e-5"]) == 2
     assert "'trainer.lr' is not a key of trainer" in capsys.readouterr().err
+
+
+# a dozen valid overrides whose `key=value`s no run name shows: their suffix alone passes 255 bytes
+TWELVE = [
+    "trainer.learning_rate=1e-4",
+    "trainer.weight_decay=0.002",
+    "trainer.adam_beta1=0.85",
+    "trainer.adam_beta2=0.98",
+    "trainer.max_grad_norm=0.5",
+    "trainer.warmup_ratio=0.05",
+    "trainer.logging_steps=2",
+    "trainer.max_prompt_length=200",
+    "eval.temperature=0.6",
+    "eval.top_p=0.9",
+    "eval.seed=3",
+    "data.generator_seed=1",
+]
+
+
+def test_the_committed_mini_runs_keep_their_names():
+    """Names that fit stay exactly as before: the 33 run directories of results/mini/runs/."""
+    names = {launch.run_dir_of(job).name for job in launch.load_plan("mini").expand()}
+    assert names == {p.name for p in (CONF.parent / "results" / "mini" / "runs").iterdir()}
+
+
+def test_a_twelve_override_sweep_gets_names_that_fit_a_file_name():
+    """`launch mini` with 12 more overrides: 33 distinct names of at most 255 bytes (the full ones pass it), each
+    the readable start of the full name and 8 hex digits of its hash; and the plan launches."""
+    jobs = launch.load_plan("mini").expand(TWELVE)
+    names = [launch.run_dir_of(job).name for job in jobs]
+    assert len(set(names)) == 33 and max(len(name.encode()) for name in names) <= 255
+    for job, name in zip(jobs, names):
+        cfg = train_config(job)
+        full = f"mini__{cfg.method}__s{cfg.seed}" + sweep_suffix(job)
+        assert len(full.encode()) > 255  # unshortened: "File name too long"
+        start, _, digest = name.rpartition("__")
+        assert full.startswith(start) and len(start) > 200
+        assert digest == hashlib.sha256(full.encode()).hexdigest()[:8]
+    assert len(dry_run("mini", *TWELVE)) == 33  # every job validated, and launched
+
+
+def test_a_multirun_job_resolves_the_name_the_launcher_expects(monkeypatch):
+    job = ["experiment=mini", "clipping=atr", "clipping.delta=0.05", "seed=1", *TWELVE]
+    expected = launch.run_dir_of(job).name
+    monkeypatch.setattr(rundir, "multirun_suffix", lambda: sweep_suffix(job))  # as inside the Hydra job
+    assert compose(job).run_name == expected and len(expected.encode()) == 255
+
+
+def test_long_names_keep_their_start_and_get_a_stable_hash():
+    assert rundir.fit_name("mini__atr-delta0.05__s0") == "mini__atr-delta0.05__s0"
+    assert rundir.fit_name("x" * 255) == "x" * 255
+    long = "power__atr__s0__" + ",".join(f"trainer.key{i}=value{i}" for i in range(20))
+    fitted = rundir.fit_name(long)
+    assert len(fitted.encode()) == 255 and fitted.startswith(long[:245]) and fitted == rundir.fit_name(long)
+    assert fitted != rundir.fit_name(long.replace("value19", "value18"))  # differs past the kept start
+    assert len(rundir.fit_name("é" * 200).encode()) <= 255  # cut on a character boundary
+
+
+def test_a_plan_with_a_misspelled_override_is_refused_before_any_run(capsys):
+    assert launch.main(["--dry-run", "mini", "trainer.lr=1e-4"]) == 2
+    err = capsys.readouterr().err
+    assert "'trainer.lr' is not a key of trainer" in err and "Traceback" not in err

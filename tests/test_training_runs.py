@@ -153,28 +153,95 @@ class Kill(TrainerCallback):
 COMPARED = ("loss", "grad_norm", "reward", "entropy", "clip/frac", "ratio/mean", "ratio/max", "completion_length")
 
 
+def assert_same_metrics(whole, resumed, compared=COMPARED):
+    assert [r["step"] for r in resumed] == [1, 2, 3, 4]
+    for a, b in zip(whole, resumed):
+        for key in compared:
+            if key in a:
+                assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-6), (a["step"], key)
+
+
 def assert_resume_matches(run_dir, overrides, whole, compared=COMPARED):
     """Kill a run after step 2, launch the same command again: it ends with `whole`'s metrics."""
     with pytest.raises(Preempted):
         smoke(run_dir, overrides, callbacks=[Kill(2)])
     assert not (run_dir / rundir.DONE_FILE).exists()
     smoke(run_dir, overrides)  # the same command again: continues from checkpoint-2
-    resumed = metrics(run_dir)
-    assert [r["step"] for r in resumed] == [1, 2, 3, 4]
-    for a, b in zip(whole, resumed):
-        for key in compared:
-            if key in a:
-                assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-6), (a["step"], key)
+    assert_same_metrics(whole, metrics(run_dir), compared)
     env = json.loads((run_dir / rundir.ENV_FILE).read_text())
     assert len(env["resumes"]) == 1
 
 
-def test_resume_after_a_kill_matches_an_uninterrupted_run(tmp_path):
+RESUMED = ["clipping=clip_cov", "eval=none", "trainer.learning_rate=1e-3"]  # clip_cov: seeded randomness too
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory, tiny_model_dir):
+    """The metrics of an uninterrupted run with RESUMED's settings."""
+    import os
+
+    old = os.getcwd()
+    os.chdir(REPO)
+    try:
+        return metrics(smoke(tmp_path_factory.mktemp("whole") / "run", RESUMED))
+    finally:
+        os.chdir(old)
+
+
+def test_resume_after_a_kill_matches_an_uninterrupted_run(uninterrupted, tmp_path):
     """Killed after step 2 and re-launched, a run ends with the same metrics as an uninterrupted one
     (optimizer, scheduler, RNG and step restored; the killed run's later metric lines are set aside)."""
-    overrides = ["clipping=clip_cov", "eval=none", "trainer.learning_rate=1e-3"]  # clip_cov: seeded randomness too
-    whole = metrics(smoke(tmp_path / "whole", overrides))
-    assert_resume_matches(tmp_path / "killed", overrides, whole)
+    assert_resume_matches(tmp_path / "killed", RESUMED, uninterrupted)
+
+
+def checkpoint_names(run_dir):
+    """The folders under checkpoints/ (TRL also writes a model card there)."""
+    return sorted(p.name for p in (run_dir / rundir.CHECKPOINT_DIR).iterdir() if p.is_dir())
+
+
+def test_a_kill_during_a_checkpoint_save_loses_only_the_steps_since_the_previous_one(
+    uninterrupted, tmp_path, monkeypatch
+):
+    """Killed while checkpoint-4 is being written (its weights and optimizer saved, not yet its RNG state and
+    trainer state): there is no checkpoint-4, and the re-launched run continues from checkpoint-2, retrains steps 3
+    and 4 and ends with the uninterrupted run's metrics."""
+    from transformers import Trainer
+
+    save_rng_state = Trainer._save_rng_state
+
+    def killed_mid_save(self, output_dir):
+        if self.state.global_step == 4:
+            raise Preempted("killed while saving checkpoint-4")
+        return save_rng_state(self, output_dir)
+
+    run_dir = tmp_path / "run"
+    monkeypatch.setattr(Trainer, "_save_rng_state", killed_mid_save)
+    with pytest.raises(Preempted):
+        smoke(run_dir, RESUMED)
+    monkeypatch.undo()
+    assert checkpoint_names(run_dir) == [".partial-checkpoint-4", "checkpoint-2"]
+    smoke(run_dir, RESUMED)
+    assert_same_metrics(uninterrupted, metrics(run_dir))
+    assert checkpoint_names(run_dir) == ["checkpoint-2", "checkpoint-4"]  # the partial save is gone
+
+
+def test_a_cut_off_newest_checkpoint_is_skipped_and_kept(uninterrupted, tmp_path, capsys):
+    """A newest checkpoint cut off some other way (here: its optimizer state truncated) is named in a warning,
+    the run resumes from the checkpoint before it and ends with the uninterrupted run's metrics, and the cut-off
+    checkpoint is kept, set aside, when step 4 is saved again."""
+    run_dir = tmp_path / "run"
+    with pytest.raises(Preempted):
+        smoke(run_dir, RESUMED, callbacks=[Kill(4)])
+    optimizer = run_dir / rundir.CHECKPOINT_DIR / "checkpoint-4" / "optimizer.pt"
+    cut = optimizer.read_bytes()[: optimizer.stat().st_size // 2]
+    optimizer.write_bytes(cut)
+    capsys.readouterr()
+    smoke(run_dir, RESUMED)
+    warning = capsys.readouterr().err
+    assert f"checkpoint {optimizer.parent} is incomplete (optimizer.pt: not a complete torch archive)" in warning
+    assert_same_metrics(uninterrupted, metrics(run_dir))
+    assert checkpoint_names(run_dir) == ["checkpoint-2", "checkpoint-4", "incomplete-checkpoint-4"]
+    assert (run_dir / rundir.CHECKPOINT_DIR / "incomplete-checkpoint-4" / "optimizer.pt").read_bytes() == cut
 
 
 # ATR whose δ is driven by the measured KL3: a target far below what lr 1e-3 produces, and a gain of 1, so that each

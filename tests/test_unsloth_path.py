@@ -32,6 +32,7 @@ from atr_grpo.training.unsloth_loss import (
 from atr_grpo.training.unsloth_trainer import check_trainer_settings, neutralise_overrides
 
 MAX_LEN, GA = 16, 2
+MICRO_STEP = 3 * GA + 1  # the second micro-batch of the optimizer step after global step 3
 SETTINGS = LossSettings(loss_agg="dr_grpo", max_completion_length=MAX_LEN)
 
 
@@ -100,7 +101,7 @@ def left_packed(values: torch.Tensor, mask: torch.Tensor, pad: int) -> tuple[tor
     return out, packed_mask
 
 
-def trl_path(rule, logp, old, advantages, mask, full_kl, micro_step: int = 1):
+def trl_path(rule, logp, old, advantages, mask, full_kl, micro_step: int = MICRO_STEP):
     """What RuleGRPOTrainer._compute_loss computes (tests/test_training_trl_path.py ties it to TRL's loss)."""
     extras = {}
     if "generator" in rule.needs:
@@ -114,7 +115,7 @@ def trl_path(rule, logp, old, advantages, mask, full_kl, micro_step: int = 1):
     return loss.detach(), leaf.grad, out.metrics
 
 
-def unsloth_kwargs(rule, full_kl, mask, micro_step: int = 1):
+def unsloth_kwargs(rule, full_kl, mask, micro_step: int = MICRO_STEP):
     extras = {}
     if "generator" in rule.needs:
         extras["key_seed"] = key_seed_from(rule_generator(0, 3, micro_step))
@@ -187,7 +188,8 @@ class FakeTrainer(RuleTrainerMixin):
         self._setup_rule(rule, SETTINGS)
         self.args = SimpleNamespace(seed=0)
         self.state = SimpleNamespace(global_step=3)
-        self._step = 1
+        self._step = MICRO_STEP  # TRL's count of micro-batches in an uninterrupted run
+        self.current_gradient_accumulation_steps = GA
         self.accelerator = SimpleNamespace(process_index=0)
         self.model = SimpleNamespace(training=True)
         self._full_kl = full_kl

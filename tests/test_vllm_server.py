@@ -129,7 +129,21 @@ def test_colocate_mode_asks_no_server(monkeypatch):
 
     monkeypatch.setattr("urllib.request.urlopen", refuse)
     check_rollout_server(train_config(["experiment=smoke", "rollout.engine=vllm"]).rollout)
-    check_rollout_server(train_config(["experiment=smoke", "rollout.engine=hf", "rollout.vllm.mode=server"]).rollout)
+
+
+def test_a_server_with_hf_rollouts_is_refused_since_nothing_would_ask_it():
+    with pytest.raises(ConfigError, match="rollout.vllm.mode must be 'colocate' with rollout.engine='hf'"):
+        train_config(["experiment=smoke", "rollout.engine=hf", "rollout.vllm.mode=server"])
+
+
+def test_auto_rollouts_resolving_to_hf_refuse_a_server_before_anything_loads():
+    from atr_grpo.training.pipeline import resolve_rollout_engine
+
+    cfg = train_config(["experiment=smoke", "rollout.vllm.mode=server"])  # auto: hf on this CPU machine
+    if torch.cuda.is_available():
+        pytest.skip("auto resolves to vLLM on a CUDA machine")
+    with pytest.raises(ConfigError, match="rollout.vllm.mode must be 'colocate' with rollout.engine='hf'"):
+        resolve_rollout_engine(cfg)
 
 
 @pytest.mark.gpu

@@ -186,7 +186,14 @@ def check_delta_control(values: dict[str, Any], delta: float) -> None:
         raise ValueError(f"delta_final must be set (> 0) with delta_schedule={schedule}")
     if schedule != "constant" and target is not None:
         raise ValueError(f"target_kl3 and delta_schedule={schedule} both set δ; choose one (the other null/constant)")
-    if target is not None:
+    if target is None:  # the bounds are the controller's: without it they would be accepted and never read
+        for key in ("delta_min", "delta_max"):
+            if values[key] != DELTA_CONTROL_DEFAULTS[key]:
+                raise ValueError(
+                    f"{key} is only read by adaptive δ (target_kl3); set target_kl3, or leave {key} at its "
+                    f"default {DELTA_CONTROL_DEFAULTS[key]:g}, got {values[key]!r}"
+                )
+    else:
         low, high = values["delta_min"], values["delta_max"]
         if not low < high:
             raise ValueError(f"delta_min must be < delta_max={high:g}, got {low!r}")

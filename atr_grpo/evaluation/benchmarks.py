@@ -151,7 +151,14 @@ def read_rows(path: str | Path) -> list[Row]:
 def _hub_rows(spec: BenchmarkSpec) -> list[Row]:
     from datasets import load_dataset
 
-    dataset = load_dataset(spec.hub_id, spec.hub_config, split=spec.split)
+    try:
+        dataset = load_dataset(spec.hub_id, spec.hub_config, split=spec.split)
+    except OSError as err:  # offline, the hub unreachable, no such dataset (requests' errors are OSErrors too)
+        reason = (str(err).splitlines() or [type(err).__name__])[0][:200]
+        raise BenchmarkError(
+            f"benchmark {spec.name!r}: cannot load {spec.hub_id} from the hub ({reason}); connect to the hub once "
+            f"to cache it, or give a local copy with eval.paths.{spec.name}=FILE"
+        ) from None
     return [dict(row) for row in dataset]
 
 

@@ -15,8 +15,6 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
-
 from atr_grpo import rundir
 from atr_grpo.evaluation.metrics import summarize
 from atr_grpo.evaluation.outputs import find_sample_file, read_summary
@@ -180,8 +178,8 @@ def _steps_text(steps: list[int]) -> str:
 def load_run(path: Path, grader: str | None = None) -> Run:
     """The run at `path`; an unreadable file becomes a problem of the run instead of an exception."""
     try:
-        config = OmegaConf.to_container(OmegaConf.load(path / rundir.CONFIG_FILE), resolve=False)
-    except Exception as err:  # a half-written config must not stop the other tables
+        config = rundir.load_config(path / rundir.CONFIG_FILE, resolve=False)
+    except (OSError, rundir.RunFileError) as err:  # a half-written config must not stop the other tables
         run = Run(path=path, config={}, problems=[f"config.yaml unreadable ({err})"], grader=grader)
         run.__dict__["summary"] = {}
         return run

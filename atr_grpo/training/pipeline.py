@@ -34,8 +34,15 @@ from omegaconf import OmegaConf
 
 from atr_grpo import distributed, rundir
 from atr_grpo.clipping import RULES, build_rule
-from atr_grpo.config import ConfigError, TrainConfig, check_correction_engine, check_vllm_temperature
+from atr_grpo.config import (
+    ConfigError,
+    TrainConfig,
+    check_correction_engine,
+    check_server_engine,
+    check_vllm_temperature,
+)
 from atr_grpo.evaluation.schedule import EvaluationState, record_failure, run_evaluation_state, saved_adapters
+from atr_grpo.training import checkpoints
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +50,8 @@ log = logging.getLogger(__name__)
 EXIT_EVALUATIONS_INCOMPLETE = 3
 # keys that may change when a run is resumed (they do not change what the run computes)
 RESUMABLE_CHANGES = ("resume", "logger")
+# keys that hold a file or folder (compared resolved), besides eval.paths.<benchmark>
+PATH_KEYS = ("model.path", "data.path", "sft.path", "sft.cache_dir")
 
 
 class RunDirError(RuntimeError):
@@ -66,17 +75,31 @@ def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix[:-1]: tree}
 
 
+def _same_value(key: str, a: Any, b: Any) -> bool:
+    """Paths compare resolved (`runs/x` and `/home/me/runs/x` are one file); a hub id resolves alike on both
+    sides, so it still compares as itself."""
+    if a == b:
+        return True
+    if key in PATH_KEYS or key.startswith("eval.paths."):
+        return (
+            isinstance(a, str)
+            and isinstance(b, str)
+            and Path(a).expanduser().resolve() == Path(b).expanduser().resolve()
+        )
+    return False
+
+
 def config_differences(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
-    """Dotted keys whose values differ, ignoring keys a resume may change."""
+    """Dotted keys whose values differ, ignoring keys a resume may change and where the run directory is (a
+    relaunch may spell it as an absolute path, or the directory may have been moved or copied)."""
     a, b = _flatten(saved), _flatten(current)
-    keys = sorted(set(a) | set(b))
-    return [k for k in keys if a.get(k) != b.get(k) and not k.startswith(RESUMABLE_CHANGES)]
+    keys = sorted((set(a) | set(b)) - {"run_dir"})
+    return [k for k in keys if not _same_value(k, a.get(k), b.get(k)) and not k.startswith(RESUMABLE_CHANGES)]
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:
-    folder = run_dir / rundir.CHECKPOINT_DIR
-    found = [p for p in folder.glob("checkpoint-*") if p.name.split("-")[-1].isdigit()] if folder.exists() else []
-    return max(found, key=lambda p: int(p.name.split("-")[-1])) if found else None
+    """The newest complete checkpoint (a cut-off newer one is named in a warning and skipped)."""
+    return checkpoints.latest_complete_checkpoint(run_dir / rundir.CHECKPOINT_DIR)
 
 
 def run_state(run_dir: Path) -> RunState:
@@ -99,7 +122,7 @@ def prepare_run_dir(cfg: TrainConfig, config_yaml: str) -> RunState:
         return RunState(run_dir, None, False)
     # A re-launch of the same config (resume=true, a requeued cluster job, the same command again) continues
     # the run; any other config is refused, so one directory never mixes two runs.
-    saved = OmegaConf.to_container(OmegaConf.load(config_path), resolve=True)
+    saved = rundir.load_config(config_path)
     current = OmegaConf.to_container(OmegaConf.create(config_yaml), resolve=True)
     diff = config_differences(saved, current)  # type: ignore[arg-type]
     if diff:
@@ -177,6 +200,7 @@ def resolve_rollout_engine(cfg: TrainConfig) -> str:
     if engine == "auto":
         engine = "vllm" if torch.cuda.is_available() and _importable("vllm") else "hf"
     check_correction_engine(cfg.rollout.correction, engine)
+    check_server_engine(cfg.rollout.vllm.mode, engine)
     if engine == "vllm":
         if not _importable("vllm"):
             raise ConfigError("invalid config: rollout.engine='vllm' needs vLLM (`make install` installs it)")
@@ -205,10 +229,12 @@ def check_processes(cfg: TrainConfig) -> None:
 
 def preflight(cfg: TrainConfig) -> str:
     """Everything that can be refused before a model is loaded; returns the training backend."""
+    from atr_grpo.model_checks import check_lora_targets
     from atr_grpo.training.evaluations import check_evaluation_fits
     from atr_grpo.training.vllm_server import check_rollout_server
 
     backend = choose_backend(cfg)
+    check_lora_targets(cfg.model)
     resolve_rollout_engine(cfg)
     check_processes(cfg)
     check_evaluation_fits(cfg, backend)
@@ -241,7 +267,7 @@ class RunOutcome:
 
 
 def run_outcome(run_dir: Path) -> RunOutcome:
-    config = OmegaConf.to_container(OmegaConf.load(run_dir / rundir.CONFIG_FILE), resolve=True)
+    config = rundir.load_config(run_dir / rundir.CONFIG_FILE)
     return RunOutcome(run_dir, (run_dir / rundir.DONE_FILE).exists(), run_evaluation_state(run_dir, config))  # type: ignore[arg-type]
 
 
@@ -332,9 +358,11 @@ def train_grpo(cfg: TrainConfig, state: RunState, callbacks: Sequence[Any] = ())
     # built by one process per machine (in a process of its own), then read by all
     adapter = distributed.main_first(lambda: ensure_sft_adapter(cfg)) if cfg.sft.enabled else None
     main = distributed.is_main()  # the one process that writes run files
-    if state.resume_from is not None and main:
-        moved = truncate_metrics(state.run_dir, int(state.resume_from.name.split("-")[-1]))
-        log.info("resuming from %s (%d metric lines set aside)", state.resume_from, moved)
+    if main:  # a run killed before its first (complete) checkpoint starts again from step 0
+        last_step = 0 if state.resume_from is None else int(state.resume_from.name.split("-")[-1])
+        moved = truncate_metrics(state.run_dir, last_step)
+        if state.resume_from is not None or moved:
+            log.info("resuming from %s (%d metric lines set aside)", state.resume_from or "step 0", moved)
     logger = RunLogger(cfg, state.run_dir) if main else None
     try:
         if backend == "unsloth":

@@ -28,6 +28,7 @@ from atr_grpo.clipping.cov import key_seed_from
 from atr_grpo.config import TrainConfig
 from atr_grpo.distributed import process_batch, world_size
 from atr_grpo.losses import GRPOLoss, LossSettings, resolve_aggregation
+from atr_grpo.training import checkpoints
 from atr_grpo.training.full_kl import adapter_snapshot, full_vocab_kl
 from atr_grpo.training.step_stats import StepStats
 
@@ -227,7 +228,7 @@ class RuleTrainerMixin:
             extras["delta"] = torch.tensor(self.delta_control.delta, dtype=torch.float32, device=like.device)
         if "generator" in self.rule.needs:  # Clip-Cov: a seed tensor, so compiled code can draw the same keys
             process = self.accelerator.process_index  # type: ignore[attr-defined]
-            generator = rule_generator(self.args.seed, self.state.global_step, self._step, process)
+            generator = rule_generator(self.args.seed, self.state.global_step, self._micro_step(), process)
             extras["key_seed"] = key_seed_from(generator)
         if "full_kl" in self.rule.needs:
             if not has_old or self._old_adapter is None:
@@ -242,6 +243,13 @@ class RuleTrainerMixin:
                     self.temperature,
                 )
         return extras
+
+    def _micro_step(self) -> int:
+        """The micro-batch's index since the start of training, computed from the optimizer step (restored on
+        resume), not from TRL's `_step`, which counts from 0 again in a resumed process: an uninterrupted run gets
+        TRL's count, and a resumed one the same keys as that run."""
+        accumulation = self.current_gradient_accumulation_steps  # type: ignore[attr-defined]
+        return self.state.global_step * accumulation + self._step % accumulation  # type: ignore[attr-defined]
 
     def record_loss(self, result: GRPOLoss, sampling_logp: Tensor | None = None) -> None:
         """A training micro-batch's metrics: the rule's, the δ in force, the KL to the reference, the rollout
@@ -282,14 +290,37 @@ class RuleTrainerMixin:
     def end_delta_step(self) -> None:
         self.delta_control.end_step(self.state.global_step, self._all_reduce)  # type: ignore[union-attr,attr-defined]
 
-    def _save_checkpoint(self, model: Any, trial: Any) -> None:
-        super()._save_checkpoint(model, trial)  # type: ignore[misc]
-        if self.delta_control is not None and self.args.should_save:  # type: ignore[attr-defined]
-            from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+    # ------------------------------------------------------------------------------ checkpoints
+    def _get_output_dir(self, trial: Any) -> str:
+        """Where transformers writes a checkpoint: its temporary folder while `_save_checkpoint` runs."""
+        staging = getattr(self, "_checkpoint_staging", None)
+        return str(staging) if staging is not None else super()._get_output_dir(trial)  # type: ignore[misc]
 
-            folder = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"  # type: ignore[attr-defined]
-            path = Path(self._get_output_dir(trial=trial)) / folder / DELTA_STATE_FILE  # type: ignore[attr-defined]
-            rundir.write_json(path, self.delta_control.state_dict())
+    def _save_checkpoint(self, model: Any, trial: Any) -> None:
+        """transformers' save (and the δ in force) under a temporary name, renamed into place once every process
+        has written its part (`training.checkpoints`): a kill during the save leaves the previous checkpoint the
+        newest."""
+        from transformers.trainer_utils import rotate_checkpoints
+
+        root = Path(super()._get_output_dir(trial))  # type: ignore[misc]
+        checkpoint = root / f"{checkpoints.PREFIX}-{self.state.global_step}"  # type: ignore[attr-defined]
+        wait = self.accelerator.wait_for_everyone  # type: ignore[attr-defined]
+        if self.args.should_save:  # type: ignore[attr-defined]
+            checkpoints.discard_partial(checkpoint)  # what a save killed at this step before left behind
+        wait()
+        self._checkpoint_staging = checkpoints.staging_dir(checkpoint)
+        try:
+            super()._save_checkpoint(model, trial)  # type: ignore[misc]
+            if self.delta_control is not None and self.args.should_save:  # type: ignore[attr-defined]
+                path = self._checkpoint_staging / checkpoint.name / DELTA_STATE_FILE
+                rundir.write_json(path, self.delta_control.state_dict())
+        finally:
+            self._checkpoint_staging = None
+        wait()  # every process's files (its RNG state) are in place
+        if self.args.should_save:  # type: ignore[attr-defined]
+            checkpoints.commit(checkpoint)
+            rotate_checkpoints(str(root), self.args.save_total_limit, use_mtime=True)  # type: ignore[attr-defined]
+        wait()
 
     def _load_delta(self, checkpoint: str | bool) -> None:
         if checkpoint is True:
@@ -298,7 +329,12 @@ class RuleTrainerMixin:
             checkpoint = get_last_checkpoint(self.args.output_dir)  # type: ignore[attr-defined]
         path = Path(str(checkpoint)) / DELTA_STATE_FILE
         if path.exists():
-            self.delta_control.load_state_dict(rundir.read_json(path))  # type: ignore[union-attr]
+            try:
+                self.delta_control.load_state_dict(rundir.read_json(path))  # type: ignore[union-attr]
+            except rundir.RunFileError:
+                raise
+            except (AttributeError, KeyError, TypeError, ValueError) as err:  # valid JSON, but not this run's δ state
+                raise rundir.RunFileError(f"{path}: the δ in force cannot be restored ({err!r})") from None
         elif self.delta_control.adapts:  # type: ignore[union-attr]
             raise FileNotFoundError(f"{path} is missing: the δ of this adaptive-δ run cannot be restored")
 

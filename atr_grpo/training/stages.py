@@ -42,11 +42,21 @@ def main(argv: list[str] | None = None) -> int:
         print(f"usage: python -m atr_grpo.training.stages {{{','.join(STAGES)}}} PATH", file=sys.stderr)
         return 2
     from atr_grpo import rundir
-    from atr_grpo.config import config_from_yaml
+    from atr_grpo.config import ConfigError
     from atr_grpo.console import configure_logging
 
     configure_logging()
-    stage, path = args[0], Path(args[1])
+    try:
+        return run_here(args[0], Path(args[1]))
+    except (ConfigError, rundir.RunFileError) as err:  # a run file changed from outside: one line, no traceback
+        print(err, file=sys.stderr)
+        return 2
+
+
+def run_here(stage: str, path: Path) -> int:
+    """One stage in this process."""
+    from atr_grpo import rundir
+    from atr_grpo.config import config_from_yaml
 
     if stage == "sft":
         from atr_grpo.training.sft import train_sft

@@ -1,0 +1,87 @@
+"""A checkpoint is complete or it is not resumed from: the newest complete one wins, a cut-off one is named and
+kept, and a checkpoint appears under its final name only once all of it is written."""
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from atr_grpo.training import checkpoints
+
+
+def write_checkpoint(folder, step):
+    """The files transformers writes for a LoRA checkpoint (weights, optimizer, RNG, state), small."""
+    path = folder / f"checkpoint-{step}"
+    path.mkdir(parents=True)
+    save_file({"lora_A": torch.randn(4, 8), "lora_B": torch.randn(8, 4)}, path / "adapter_model.safetensors")
+    torch.save({"state": {0: {"exp_avg": torch.randn(64)}}}, path / "optimizer.pt")
+    torch.save({"python": 1}, path / "rng_state.pth")
+    (path / "adapter_config.json").write_text(json.dumps({"r": 4}))
+    (path / checkpoints.TRAINER_STATE).write_text(json.dumps({"global_step": step}))
+    return path
+
+
+def cut(path, keep=0.5):
+    data = path.read_bytes()
+    path.write_bytes(data[: int(len(data) * keep)])
+
+
+def test_the_newest_complete_checkpoint_is_resumed_from(tmp_path):
+    for step in (2, 4, 10):
+        write_checkpoint(tmp_path, step)
+    (tmp_path / "checkpoint-x").mkdir()  # not a checkpoint name: ignored
+    assert checkpoints.latest_complete_checkpoint(tmp_path) == tmp_path / "checkpoint-10"  # 10 > 4 (not by name)
+    assert checkpoints.latest_complete_checkpoint(tmp_path / "none") is None
+
+
+@pytest.mark.parametrize(
+    ("damage", "problem"),
+    [
+        (lambda c: cut(c / "optimizer.pt"), "optimizer.pt: not a complete torch archive"),
+        (lambda c: cut(c / "adapter_model.safetensors", 0.9), "adapter_model.safetensors: "),
+        (lambda c: cut(c / "adapter_model.safetensors", 0.001), "adapter_model.safetensors: "),
+        (lambda c: (c / checkpoints.TRAINER_STATE).unlink(), "trainer_state.json is missing"),
+        (lambda c: cut(c / checkpoints.TRAINER_STATE), "trainer_state.json: not valid JSON"),
+    ],
+)
+def test_a_cut_off_newest_checkpoint_is_skipped_and_named(tmp_path, capsys, damage, problem):
+    write_checkpoint(tmp_path, 2)
+    newest = write_checkpoint(tmp_path, 4)
+    assert checkpoints.checkpoint_problem(newest) is None
+    damage(newest)
+    assert problem in checkpoints.checkpoint_problem(newest)
+    assert checkpoints.latest_complete_checkpoint(tmp_path) == tmp_path / "checkpoint-2"
+    warning = capsys.readouterr().err
+    assert f"checkpoint {newest} is incomplete ({problem}" in warning
+    assert "resuming from the checkpoint before" in warning
+    assert newest.exists()  # kept
+
+
+def test_a_checkpoint_appears_under_its_name_only_when_committed(tmp_path):
+    final = tmp_path / "checkpoint-4"
+    staged = write_checkpoint(checkpoints.staging_dir(final), 4)
+    assert staged == checkpoints.staging_dir(final) / "checkpoint-4"
+    assert checkpoints.latest_complete_checkpoint(tmp_path) is None  # a save in progress is no checkpoint
+    checkpoints.commit(final)
+    assert checkpoints.checkpoint_problem(final) is None and not checkpoints.staging_dir(final).exists()
+    assert checkpoints.latest_complete_checkpoint(tmp_path) == final
+
+
+def test_a_cut_off_checkpoint_is_set_aside_when_its_step_is_saved_again(tmp_path):
+    old = write_checkpoint(tmp_path, 4)
+    cut(old / "optimizer.pt")
+    write_checkpoint(checkpoints.staging_dir(old), 4)
+    checkpoints.commit(old)
+    assert checkpoints.checkpoint_problem(old) is None
+    aside = tmp_path / "incomplete-checkpoint-4"
+    assert "optimizer.pt" in checkpoints.checkpoint_problem(aside)  # kept, not deleted
+    assert checkpoints.checkpoint_step(aside) is None  # and never taken for a checkpoint
+
+
+def test_what_an_interrupted_save_left_is_discarded_before_the_step_is_saved_again(tmp_path):
+    final = tmp_path / "checkpoint-6"
+    write_checkpoint(checkpoints.staging_dir(final), 6)
+    complete = write_checkpoint(tmp_path, 2)
+    checkpoints.discard_partial(final)
+    assert not checkpoints.staging_dir(final).exists() and checkpoints.checkpoint_problem(complete) is None

@@ -1,0 +1,259 @@
+"""Bad input found before anything loads or is written, with the key or file named and no traceback: settings
+that would be accepted without effect, a negative seed, a LoRA target or an adapter that does not fit the model,
+an evaluation's bad out_dir; and a run directory that is the same run spelled differently (an absolute path, a
+moved or copied folder) is continued, not refused."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO, compose, train_config
+from omegaconf import OmegaConf
+
+from atr_grpo import rundir
+from atr_grpo.config import ConfigError, to_object
+from atr_grpo.training import pipeline
+
+
+def cli(module, *args, cwd=REPO):
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, capture_output=True, text=True, timeout=300)
+
+
+def refused_in_one_line(result, message):
+    """Exit status 2, the message on stderr, no traceback."""
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert message in result.stderr and "Traceback" not in result.stderr, result.stderr[-3000:]
+
+
+# --------------------------------------------------------------------------- settings accepted without effect
+@pytest.mark.parametrize(
+    ("overrides", "words"),
+    [
+        (["rollout.correction_max=3.0"], ["rollout.correction_max", "rollout.correction='none'", "got 3.0"]),
+        (["rollout.correction_min=0.5"], ["rollout.correction_min", "rollout.correction='none'"]),
+        (["rollout.correction_level=sequence"], ["rollout.correction_level", "rollout.correction='none'"]),
+        (["clipping.delta_min=0.02"], ["clipping.delta_min is only read by adaptive δ (target_kl3)"]),
+        (["clipping=kl2", "clipping.delta_max=0.3"], ["clipping.delta_max is only read by adaptive δ"]),
+        (["rollout.engine=hf", "rollout.vllm.mode=server"], ["rollout.vllm.mode", "with rollout.engine='hf'"]),
+        (["rollout.vllm.group_port=70000"], ["rollout.vllm.group_port", "a port number", "70000"]),
+        (["rollout.vllm.group_port=0"], ["rollout.vllm.group_port"]),
+        (["seed=-1"], ["seed must be in [0, 2**32 - 1]", "-1"]),
+        (["seed=4294967296"], ["seed must be in [0, 2**32 - 1]"]),
+    ],
+)
+def test_settings_without_effect_and_bad_seeds_are_refused_naming_the_key(overrides, words):
+    with pytest.raises(ConfigError) as err:
+        train_config(["experiment=smoke", *overrides])
+    for word in words:
+        assert word in str(err.value), (word, str(err.value))
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["rollout.correction=tis", "rollout.correction_max=3.0", "rollout.engine=vllm"],  # it acts: accepted
+        ["clipping.target_kl3=0.01", "clipping.delta_min=0.02"],
+        ["rollout.correction_max=2.0", "clipping.delta_min=0.01"],  # the defaults spelled out change nothing
+        ["rollout.engine=vllm", "rollout.vllm.mode=server", "rollout.vllm.group_port=65535"],
+    ],
+)
+def test_the_same_settings_where_they_act_are_accepted(overrides):
+    train_config(["experiment=smoke", *overrides])
+
+
+@pytest.mark.slow
+def test_a_refused_seed_leaves_no_trace_that_blocks_the_fixed_run(tmp_path):
+    run_dir = tmp_path / "run"
+    refused = cli("atr_grpo.train", "experiment=smoke", "logger=none", "seed=-1", f"run_dir={run_dir}")
+    refused_in_one_line(refused, "seed must be in [0, 2**32 - 1]")
+    assert not run_dir.exists()
+    cfg = compose(["experiment=smoke", "seed=1", f"run_dir={run_dir}"])
+    state = pipeline.prepare_run_dir(to_object(cfg), OmegaConf.to_yaml(cfg, resolve=True))
+    assert state.resume_from is None and (run_dir / rundir.CONFIG_FILE).exists()
+
+
+@pytest.mark.slow
+def test_a_sweep_with_a_bad_value_starts_no_job(tmp_path):
+    """`-m clipping.delta=0.05,-1`: the -1 job is found before the 0.05 job trains."""
+    sweep = cli("atr_grpo.train", "-m", "experiment=smoke", "logger=none", "clipping.delta=0.05,-1",
+                f"hydra.sweep.dir={tmp_path}")  # fmt: skip
+    refused_in_one_line(sweep, "sweep job 2 of 2 (experiment=smoke logger=none clipping.delta=-1)")
+    assert "no job of the sweep was started" in sweep.stderr and not any(tmp_path.iterdir())
+
+
+# ---------------------------------------------------------------------- the same run, spelled differently
+def prepare(run_dir, overrides=()):
+    cfg = compose(["experiment=smoke", f"run_dir={run_dir}", *overrides])
+    return pipeline.prepare_run_dir(to_object(cfg), OmegaConf.to_yaml(cfg, resolve=True))
+
+
+def test_a_run_dir_given_absolute_relative_moved_or_copied_is_the_same_run(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    prepare("runs/a")
+    prepare(tmp_path / "runs" / "a")  # the absolute spelling of the same folder
+    shutil.move(tmp_path / "runs" / "a", tmp_path / "moved")
+    prepare(tmp_path / "moved")
+    shutil.copytree(tmp_path / "moved", tmp_path / "copy")
+    prepare("./copy")
+    assert len(json.loads((tmp_path / "copy" / rundir.ENV_FILE).read_text())["resumes"]) == 3
+
+
+def test_paths_in_a_config_compare_resolved_and_other_values_still_count(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.jsonl").write_text("{}\n")
+    source = ["data.source=file", "data.path=train.jsonl"]
+    prepare("run", source)
+    prepare("run", ["data.source=file", f"data.path={tmp_path / 'train.jsonl'}"])
+    before = sorted(p.name for p in (tmp_path / "run").iterdir()), (tmp_path / "run" / rundir.ENV_FILE).read_text()
+    with pytest.raises(pipeline.RunDirError, match=r"differing keys: clipping.delta, method, run_name\)"):
+        prepare(tmp_path / "run", [*source, "clipping.delta=0.05"])
+    after = sorted(p.name for p in (tmp_path / "run").iterdir()), (tmp_path / "run" / rundir.ENV_FILE).read_text()
+    assert after == before  # a refused resume leaves the directory as it was
+
+
+# ------------------------------------------------------------------------------ LoRA targets and adapters
+def test_a_lora_target_that_matches_no_module_is_refused_naming_it(tiny_model_dir):
+    from atr_grpo.model_checks import check_lora_targets
+
+    cfg = train_config(["experiment=smoke", "model.lora.target_modules=[q_proj,k_prj]"])
+    with pytest.raises(ConfigError, match="model.lora.target_modules: 'k_prj' match no module .* k_proj"):
+        check_lora_targets(cfg.model)
+    check_lora_targets(train_config(["experiment=smoke"]).model)  # the default targets all exist
+
+
+def other_tiny_adapter(tmp_path, **architecture):
+    """A LoRA adapter saved from a tiny Qwen3 of another architecture (random weights, nothing pretrained)."""
+    from peft import get_peft_model
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from atr_grpo.models import peft_lora_config
+
+    base = dict(vocab_size=384, hidden_size=64, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
+                num_key_value_heads=2, head_dim=32, tie_word_embeddings=True)  # fmt: skip
+    model = Qwen3ForCausalLM(Qwen3Config(**(base | architecture)))
+    lora = train_config(["experiment=smoke"]).model.lora
+    adapter = tmp_path / "adapter"
+    get_peft_model(model, peft_lora_config(lora)).save_pretrained(adapter)
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    (adapter / "adapter_config.json").write_text(json.dumps(config | {"base_model_name_or_path": "org/other-tiny"}))
+    return adapter
+
+
+@pytest.mark.parametrize(
+    ("architecture", "problem"),
+    [
+        ({"num_hidden_layers": 3}, "the model has no module model.layers.2."),  # shapes fit: part would be dropped
+        ({"hidden_size": 96}, "has 96 features where"),  # shapes differ: PEFT's size mismatch
+    ],
+)
+def test_an_adapter_of_another_base_model_is_refused_naming_both(tmp_path, tiny_model_dir, architecture, problem):
+    from atr_grpo.model_checks import check_adapter_base
+
+    adapter = other_tiny_adapter(tmp_path, **architecture)
+    model = train_config(["experiment=smoke"]).model
+    with pytest.raises(ConfigError) as err:
+        check_adapter_base(model, adapter)
+    message = str(err.value)
+    assert "was trained on org/other-tiny" in message and "model=tiny" in message and problem in message
+
+
+def test_an_adapter_of_the_same_architecture_is_accepted(tmp_path, tiny_model_dir):
+    from atr_grpo.model_checks import check_adapter_base
+
+    check_adapter_base(train_config(["experiment=smoke"]).model, other_tiny_adapter(tmp_path))
+
+
+# ----------------------------------------------------------------------------------------- evaluation
+@pytest.mark.slow
+def test_a_refused_evaluation_writes_nothing_into_out_dir(tmp_path, tiny_model_dir):
+    out = tmp_path / "eval"
+    refused = cli("atr_grpo.evaluate", "model=tiny", "eval=arithmetic", f"out_dir={out}", "adapter=/no/such/adapter")
+    refused_in_one_line(refused, "adapter must be an existing file or directory")
+    assert not out.exists()
+    (tmp_path / "a-file").write_text("mine\n")
+    refused = cli("atr_grpo.evaluate", "model=tiny", "eval=arithmetic", f"out_dir={tmp_path / 'a-file'}")
+    refused_in_one_line(refused, "out_dir must be a directory to write eval/ into, not a file")
+    assert (tmp_path / "a-file").read_text() == "mine\n"
+
+
+# ------------------------------------------------------------------------ run files changed from outside
+def test_a_corrupted_config_or_env_file_is_named_and_the_run_left_as_it_was(tmp_path):
+    prepare(tmp_path / "run")
+    for name, damage in ((rundir.CONFIG_FILE, "seed: [1\n"), (rundir.ENV_FILE, '{"world_size": ')):
+        path = tmp_path / "run" / name
+        good = path.read_text()
+        path.write_text(good + damage if name == rundir.CONFIG_FILE else damage)
+        before = path.read_text()
+        with pytest.raises(rundir.RunFileError, match=f"^{path}: not (a readable config|valid JSON)") as err:
+            prepare(tmp_path / "run")
+        assert "\n" not in str(err.value) and path.read_text() == before
+        path.write_text(good)
+
+
+def test_corrupted_jsonl_files_are_named_with_their_line(tmp_path):
+    from atr_grpo.training.logging import truncate_metrics
+
+    path = tmp_path / rundir.METRICS_FILE
+    path.write_text('{"step": 1}\n{"step": 2, "lo\n{"step": 3}\n')
+    with pytest.raises(rundir.RunFileError, match=f"{path}:2: not valid JSON"):
+        truncate_metrics(tmp_path, 1)
+    summary = rundir.summary_path(tmp_path)
+    summary.parent.mkdir()
+    summary.write_text('{"step": 0}\n[1, \n{"step": 2}\n')
+    with pytest.raises(rundir.RunFileError, match=f"{summary}:2: not valid JSON"):
+        rundir.read_jsonl(summary)
+
+
+@pytest.mark.slow
+def test_the_train_entry_point_names_a_corrupted_run_file_in_one_line(tmp_path):
+    run_dir = tmp_path / "run"
+    prepare(run_dir, ["logger=none"])
+    (run_dir / rundir.ENV_FILE).write_text("{")
+    result = cli("atr_grpo.train", "experiment=smoke", "logger=none", f"run_dir={run_dir}")
+    refused_in_one_line(result, f"{run_dir / rundir.ENV_FILE}: not valid JSON")
+
+
+def test_benchmarks_the_hub_cannot_give_name_the_key_for_a_local_copy(monkeypatch):
+    """eval=paper offline: the hub's ConnectionError becomes one line naming the benchmark and eval.paths."""
+    import datasets
+
+    from atr_grpo.evaluation import engines
+
+    def offline(*args, **kwargs):
+        raise ConnectionError("Couldn't reach 'math-ai/aime24' on the Hub (OfflineModeIsEnabled)")
+
+    monkeypatch.setattr(datasets, "load_dataset", offline)
+    cfg = train_config(["experiment=smoke", "eval=paper"])
+    with pytest.raises(ConfigError, match="eval.benchmarks: benchmark '.*': cannot load .* eval.paths.") as err:
+        engines.load_benchmarks(cfg.eval, cfg.data)
+    assert "OfflineModeIsEnabled" in str(err.value) and "\n" not in str(err.value)
+
+
+# ------------------------------------------------------------------------------------- the results CLI
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["pack", "--runs", "/no/such/runs"], "--runs /no/such/runs is not a directory"),
+        (["regrade", "--runs", "results/mini/runs", "--timeout", "-1"], "--timeout: must be a number of seconds > 0"),
+    ],
+)
+def test_the_results_commands_refuse_bad_arguments(argv, message, capsys, monkeypatch):
+    from atr_grpo import results
+
+    monkeypatch.chdir(REPO)
+    with pytest.raises(SystemExit) as exit_:
+        results.main(argv)
+    assert exit_.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_compare_names_the_experiment_filter_that_found_nothing(capsys, monkeypatch):
+    from atr_grpo import results
+
+    monkeypatch.chdir(REPO)
+    argv = ["compare", "atr", "clip", "--runs", "results/mini/runs", "--experiment", "minj", "--resamples", "100"]
+    assert results.main(argv) == 2
+    assert "(among the runs of --experiment 'minj')" in capsys.readouterr().err
