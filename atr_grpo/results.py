@@ -23,7 +23,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from atr_grpo import rundir
+from atr_grpo import provenance, rundir
 from atr_grpo.evaluation.grader import DEFAULT_TIMEOUT
 from atr_grpo.reporting import binding, compare, figures, pack, regrade, stats, tables
 from atr_grpo.reporting.runs import Run, drop_repeats, find_runs
@@ -143,6 +143,17 @@ def _runs(parser: argparse.ArgumentParser, opts: argparse.Namespace) -> list[Run
     return runs
 
 
+def _start_points_agree(runs: list[Run]) -> bool:
+    """Runs paired in one table or comparison must share their starting point (env.json start_point): False, with
+    the runs of each starting point named on stderr, when they do not; a note for runs that record none."""
+    errors, notes = provenance.check_start_points([run for run in runs if run.config])
+    for line in notes:
+        print(f"note: {line}", file=sys.stderr)
+    for line in errors:
+        print(f"error: {line}", file=sys.stderr)
+    return not errors
+
+
 def _resampling(opts: argparse.Namespace) -> stats.Resampling:
     return stats.Resampling(opts.resamples, opts.bootstrap_seed, 1.0 - opts.alpha)
 
@@ -156,6 +167,8 @@ def compare_main(argv: list[str]) -> int:
     parser.add_argument("--step", type=int, default=None, help="compare at this step (default: each run's final)")
     opts = parser.parse_args(argv)
     runs = [r for r in _runs(parser, opts) if opts.experiment in (None, r.experiment)]
+    if not _start_points_agree([r for r in runs if r.method in opts.methods]):
+        return 2
     resampling = _resampling(opts)
     split = lambda text: text.split(",") if text else None  # noqa: E731
     try:
@@ -235,6 +248,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown table {opts.what!r}; allowed: {', '.join(COMMANDS)}")
     out = opts.out or Path("results/figures" if opts.what == "figures" else "results/tables")
     runs = _runs(parser, opts)
+    if opts.what != "figures" and not _start_points_agree([r for r in runs if opts.experiment in (None, r.experiment)]):
+        return 2
     options = {"ddof": opts.ddof, "resampling": _resampling(opts), "alpha": opts.alpha}
     written: list[Path] = []
     try:

@@ -332,6 +332,12 @@ def train_grpo(cfg: TrainConfig, state: RunState, callbacks: Sequence[Any] = ())
     # built by one process per machine (in a process of its own), then read by all
     adapter = distributed.main_first(lambda: ensure_sft_adapter(cfg)) if cfg.sft.enabled else None
     main = distributed.is_main()  # the one process that writes run files
+    if main:
+        from atr_grpo.provenance import record_start_point, start_point
+
+        warning = record_start_point(state.run_dir, start_point(cfg, adapter))
+        if warning:
+            _warn(warning)
     if state.resume_from is not None and main:
         moved = truncate_metrics(state.run_dir, int(state.resume_from.name.split("-")[-1]))
         log.info("resuming from %s (%d metric lines set aside)", state.resume_from, moved)
