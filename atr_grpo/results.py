@@ -7,7 +7,8 @@ Reads only the run directories under --runs (found by their config.yaml) and wri
 CSV, Markdown and LaTeX, plus `<table>_vs_paper.md` where the paper publishes the numbers
 (results/paper/), or its figures as PNG and PDF. Each table takes the runs of one experiment:
   table2 → table2, table3 → table3, delta → ablate_delta (Figure 3), passk → passk_curve (Figure 4);
-  binding (clip_binding: does the rule act or react to noise) → every run; figures 2 and the clipping
+  binding (clip_binding: does the rule act or react to noise), endpoints (step 0, final, best, AUC per method) and
+  bounds (per run: completion length, how often each bound fired) → every run; figures 2 and the clipping
   curves → table2. --experiment takes another (e.g. `demo` on a CPU).
 `all` builds every table whose runs exist and names the others. Runs with missing evaluations are listed
 in the outputs and on stderr, never silently dropped. Only files this command wrote are ever overwritten.
@@ -25,12 +26,14 @@ from pathlib import Path
 
 from atr_grpo import provenance, rundir
 from atr_grpo.evaluation.grader import DEFAULT_TIMEOUT
-from atr_grpo.reporting import binding, compare, figures, pack, regrade, stats, tables
+from atr_grpo.reporting import binding, compare, endpoints, figures, pack, regrade, stats, tables
 from atr_grpo.reporting.runs import Run, drop_repeats, find_runs
 
 # each table's experiment; None = every run
 TABLES = {"table2": "table2", "table3": "table3", "delta": "ablate_delta", "passk": "passk_curve",
-          "clip_binding": None}  # fmt: skip
+          "clip_binding": None, "endpoints": None, "bounds": None}  # fmt: skip
+# tables of any experiment's training runs (reporting/endpoints.py)
+RUN_TABLES = {"endpoints": endpoints.endpoints_table, "bounds": endpoints.bounds_table}
 COMMANDS = (*TABLES, "all", "figures", "compare", "regrade", "pack")
 
 
@@ -67,6 +70,10 @@ def build_table(name: str, runs: list[Run], runs_dir: Path, out_dir: Path, exper
         table = binding.binding_table(chosen)
         if not table.rows:
             raise ResultsError("no run has clip/frac in its metrics.jsonl")
+    elif name in RUN_TABLES:
+        table = RUN_TABLES[name](chosen)
+        if not table.rows:
+            raise ResultsError("no training run with evaluations after step 0 and metrics.jsonl")
     else:
         table = tables.BUILDERS[name](chosen)
     for line in table.missing:
