@@ -40,6 +40,9 @@ def test_step_0_is_evaluated_once_and_copied_into_later_runs(tmp_path, monkeypat
     for run in (first, second):
         run.mkdir()
         record_start_point(run, START)
+    interrupted = sample_file(second, 0, "arithmetic")  # a step-0 file without its summary line
+    interrupted.parent.mkdir(parents=True)
+    interrupted.write_text("partial\n")
     meta = {"model": "tiny", "method": "atr", "seed": 3, "adapter_step": 0}
     assert evaluate_start_once(cfg, first, ["arithmetic"], {}, fake_evaluation(first, calls))
     metrics = evaluate_start_once(cfg, second, ["arithmetic"], meta, fake_evaluation(second, calls))
@@ -49,6 +52,7 @@ def test_step_0_is_evaluated_once_and_copied_into_later_runs(tmp_path, monkeypat
     row = read_summary(second)[(0, "arithmetic")]
     assert (row["method"], row["seed"], row["mean@8"]) == ("atr", 3, 0.5)
     assert row["shared_start"] == start_key(cfg, START)
+    assert interrupted.with_name("arithmetic.jsonl.interrupted-1").read_text() == "partial\n"
     # the same second run again (a resume) adds nothing; another adapter gets an evaluation of its own
     evaluate_start_once(cfg, second, ["arithmetic"], meta, fake_evaluation(second, calls))
     assert len(rundir.read_jsonl(rundir.summary_path(second))) == 1

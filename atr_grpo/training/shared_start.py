@@ -23,7 +23,7 @@ from typing import Any
 
 from atr_grpo import rundir
 from atr_grpo.cache import cache_dir
-from atr_grpo.evaluation.outputs import find_sample_file, read_summary, sample_file
+from atr_grpo.evaluation.outputs import find_sample_file, move_aside, read_summary, sample_file
 from atr_grpo.evaluation.runner import flat_metrics
 from atr_grpo.provenance import identity, read_start_point
 
@@ -63,6 +63,8 @@ def _copy(source: Path, target: Path, benchmarks: list[str], extra: dict[str, An
             raise FileNotFoundError(f"{source}: step 0, {bench[1]}: summary line without its per-sample file")
         destination = sample_file(target, 0, bench[1]).with_name(sample.name)
         destination.parent.mkdir(parents=True, exist_ok=True)
+        if destination.exists():  # an interrupted evaluation's file (no summary line): kept aside, as the runner does
+            move_aside(destination, "interrupted")
         shutil.copyfile(sample, destination.with_name(f".{destination.name}.tmp"))
         destination.with_name(f".{destination.name}.tmp").rename(destination)
         line = {k: v for k, v in row.items() if k not in RUN_FIELDS} | extra
