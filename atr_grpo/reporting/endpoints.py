@@ -19,7 +19,7 @@ import statistics
 from collections import defaultdict
 from typing import Any
 
-from atr_grpo.reporting.runs import AVERAGE, Run, drop_repeats, problems
+from atr_grpo.reporting.runs import AVERAGE, Run, drop_repeats, mean_std, problems
 from atr_grpo.reporting.tables import Table
 
 ENDPOINT_COLUMNS = ["experiment", "model", "method", "benchmark", "metric", "seeds", "start", "final", "final_sd",
@@ -41,9 +41,7 @@ def run_endpoints(run: Run, metric: str, key: str) -> dict[str, float] | None:
 
 
 def _mean_sd(values: list[float]) -> tuple[float, float]:
-    if not values:
-        return math.nan, math.nan
-    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else math.nan
+    return mean_std(values, ddof=1) if values else (math.nan, math.nan)
 
 
 def endpoints_table(runs: list[Run]) -> Table:
