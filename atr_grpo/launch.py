@@ -148,7 +148,8 @@ def _run_command(cmd: list[str], label: str | None) -> int:
 def run_plan(plan: Plan, extra: list[str], dry_run: bool, jobs: int = 1, runs_root: Path | None = None) -> Tally:
     """Launch the plan's runs (`jobs` at once), skipping finished ones; returns what was done."""
     slurm = any(o.startswith("hydra/launcher=") and not o.endswith("=basic") for o in extra)
-    if runs_root is not None:
+    if runs_root is not None:  # absolute: the runs start in the repository root, wherever this is called from
+        runs_root = runs_root.resolve()
         extra = [*extra, run_dir_override(runs_root)]
     jobs_overrides = plan.sweeps(extra) if slurm and plan.app == "train" else plan.expand(extra)
     tally = Tally(plan.name, len(jobs_overrides))
