@@ -91,8 +91,15 @@ bench-stats: install ## Bootstrap intervals and paired tests of table2 on a Tabl
 
 # ---- reproducing the paper (one fresh process per run; finished runs skipped, interrupted ones resumed) ----
 # DRY_RUN=1 prints one command per run and runs nothing. ARGS is passed on (e.g. ARGS="hydra/launcher=slurm").
+# Finished runs (the committed ones included) are never re-run: the last line says how many were re-run.
+# RERUN=1 OUT=DIR re-runs every run of the target into DIR/runs (tables and figures into DIR), a fresh folder.
 RUNS ?= results/runs
-LAUNCH = $(PY) -m atr_grpo.launch $(if $(filter 1 true yes,$(DRY_RUN)),--dry-run)
+RERUN_ON = $(filter 1 true yes,$(RERUN))
+NEED_OUT = $(if $(OUT),$(OUT),$(error RERUN=1 needs OUT=DIR, a fresh folder for the re-run))
+LAUNCH = $(PY) -m atr_grpo.launch $(if $(filter 1 true yes,$(DRY_RUN)),--dry-run) $(if $(RERUN_ON),--runs $(NEED_OUT)/runs)
+# CPU experiments: run the plan, then rebuild tables and figures (python -m atr_grpo.reproduce)
+REPRODUCE = $(if $(filter 1 true yes,$(DRY_RUN)),$(PY) -m atr_grpo.launch --dry-run,$(PY) -m atr_grpo.reproduce \
+	$(if $(RERUN_ON),--rerun))
 
 reproduce-table2: install ## Table 2: Qwen3-1.7B and 8B x 7 methods (14 runs)
 	@$(LAUNCH) table2 $(ARGS)
@@ -110,11 +117,12 @@ passk-curve: install ## Figure 4: evaluate the final ATR checkpoint with n = 128
 	@$(LAUNCH) passk_curve $(ARGS)
 
 reproduce-mini: install ## CPU mini-reproduction: Table 2's 7 methods + ATR's delta sweep x 3 seeds on the tiny task
-	@$(LAUNCH) mini $(ARGS)
-	$(PY) -m atr_grpo.results all --runs results/mini/runs --experiment mini --out results/mini/tables
-	$(PY) -m atr_grpo.results figures --runs results/mini/runs --experiment mini --out results/mini/figures \
-		--methods clip,clip_higher,dual_clip,dcpo,clip_cov,sapo,atr
-	$(PY) -m atr_grpo.results pack --runs results/mini/runs
+	$(REPRODUCE) mini $(if $(filter 1 true yes,$(DRY_RUN)),,--runs results/mini/runs \
+		--out $(if $(RERUN_ON),$(NEED_OUT),results/mini) --methods clip,clip_higher,dual_clip,dcpo,clip_cov,sapo,atr) $(ARGS)
+
+reproduce-power: install ## CPU experiment with power: clip, clip_higher, atr, sapo x 10 seeds on 3-5-step chains (~2 h)
+	$(REPRODUCE) power $(if $(filter 1 true yes,$(DRY_RUN)),,--jobs 2 --runs results/power/runs \
+		--out $(if $(RERUN_ON),$(NEED_OUT),results/power) --methods clip,clip_higher,atr,sapo) $(ARGS)
 
 tables: install ## Rebuild results/tables/ from the run directories under RUNS
 	$(PY) -m atr_grpo.results all --runs $(RUNS) --out results/tables
@@ -127,4 +135,4 @@ clean: ## Remove caches (never touches results/runs)
 	find . -name __pycache__ -type d -prune -not -path './.venv/*' -exec rm -rf {} +
 
 .PHONY: help install lint format test test-fast clean demo bench-loss bench-train bench-eval bench-grader bench-stats \
-	install-verl test-verl reproduce-mini reproduce-table2 reproduce-table3 ablate-delta passk-curve reproduce-rivals tables figures
+	install-verl test-verl reproduce-mini reproduce-power reproduce-table2 reproduce-table3 ablate-delta passk-curve reproduce-rivals tables figures

@@ -20,7 +20,7 @@ from atr_grpo import rundir
 from atr_grpo.cache import cache_dir
 from atr_grpo.clipping import RULES, build_rule
 from atr_grpo.clipping.adaptive_delta import DELTA_CONTROL_PARAMS, check_delta_control, delta_rules, takes_delta
-from atr_grpo.data.arithmetic import OPERATIONS  # importing it also registers the `arithmetic` benchmark
+from atr_grpo.data.arithmetic import CHAIN_OPERATIONS, OPERATIONS  # (registers the `arithmetic` benchmark)
 from atr_grpo.data.datasets import SOURCES
 from atr_grpo.data.prompts import DEFAULT_SYSTEM_PROMPT
 from atr_grpo.distributed import log_suffix
@@ -168,6 +168,9 @@ class DataConfig:
     max_operand: int = 0
     operations: list[str] = field(default_factory=list)
     generator_seed: int = 0  # fixed, so the evaluation problems do not change with the run's seed
+    # operations per problem, drawn in [chain_min, chain_max]; above 1 every intermediate result is written out
+    chain_min: int = 1
+    chain_max: int = 1
 
     def __post_init__(self) -> None:
         _one_of("data.source", self.source, SOURCES)
@@ -177,6 +180,11 @@ class DataConfig:
             _positive("data.max_operand", self.max_operand)
             for op in self.operations:
                 _one_of("data.operations[]", op, OPERATIONS)
+            _check(1 <= self.chain_min <= self.chain_max, "data.chain_min", f"in [1, chain_max={self.chain_max}]",
+                   self.chain_min)  # fmt: skip
+            if self.chain_max > 1:
+                for op in self.operations:
+                    _one_of("data.operations[] (of a chain, data.chain_max > 1)", op, CHAIN_OPERATIONS)
         if self.path is not None:
             _exists("data.path", self.path)
 
@@ -384,6 +392,9 @@ class EvalConfig:
     # budget on one GPU); or `during` training, on the live model (HF generate, or Unsloth's engine)
     when: str = "after"  # after | during
     keep_adapters: bool = False  # keep eval/adapters/step_<N> once step N is evaluated (final_adapter stays)
+    # step 0 evaluated once per starting adapter and evaluation settings, and copied into every run that starts
+    # from it (eval.when=during): the samples are the same ones, since every run evaluates step 0 alike
+    share_start: bool = False
     every_steps: int = 50  # §6.1
     at_start: bool = True  # step 0: the model GRPO starts from (Table 2's base row for sft=none)
     benchmarks: list[str] = field(default_factory=lambda: ["amc23", "aime24", "aime25"])
@@ -424,6 +435,8 @@ class EvalConfig:
         _positive("eval.max_tokens", self.max_tokens)
         _one_of("eval.backend", self.backend, ("auto", "vllm", "hf"))
         _one_of("eval.when", self.when, ("after", "during"))
+        _check(not self.share_start or self.when == "during", "eval.share_start", "false unless eval.when='during'",
+               self.share_start)  # fmt: skip
         if self.backend == "vllm":
             check_vllm_temperature(self.temperature, "eval.temperature", "eval.backend=vllm")
         for name, path in self.paths.items():

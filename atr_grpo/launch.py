@@ -1,4 +1,5 @@
-"""`python -m atr_grpo.launch [--dry-run] PLAN [override ...]`: run an experiment's grid, one fresh process per run.
+"""`python -m atr_grpo.launch [--dry-run] [--jobs N] [--runs DIR] PLAN [override ...]`: run an experiment's grid,
+one fresh process per run.
 
 A plan (`conf/plan/<PLAN>.yaml`) is data: `app` (train or evaluate), `common` overrides, an optional list of
 `runs` (override lists) and a `grid` (key → values, crossed with every run). Each run is a one-job Hydra
@@ -7,6 +8,11 @@ sweep. Finished runs (trained, and every scheduled evaluation recorded) are skip
 trained ones whose evaluations failed or wait, are launched again (a re-launch of the same config continues
 from its checkpoint, or evaluates what is left), and a failed run does not stop the others. vLLM does not
 give GPU memory back, so every run gets its own process.
+
+`--runs DIR` puts every run directory in DIR (DIR/<run name>) instead of the experiment's own folder: the way to
+re-run committed experiments from scratch without touching the committed runs. `--jobs N` runs N runs at once
+(CPU plans whose runs use one thread each: `power` on 2 cores), each output line prefixed with its run's name.
+The last line says how many runs were launched and how many were finished already and not re-run.
 
 With `hydra/launcher=slurm` among the overrides, each entry of `runs` becomes one multirun over the grid,
 submitted as a SLURM job array through hydra-submitit-launcher.
@@ -19,7 +25,8 @@ import itertools
 import shlex
 import subprocess
 import sys
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -84,53 +91,117 @@ def command(app: str, overrides: list[str], multirun: bool = True) -> list[str]:
     return [sys.executable, "-m", f"atr_grpo.{app}", *(["-m"] if multirun and app == "train" else []), *overrides]
 
 
-def run_dir_of(overrides: list[str]) -> Path:
-    """Where `python -m atr_grpo.train -m <overrides>` writes (composed cheaply, nothing loaded)."""
+def run_dir_of(overrides: list[str], runs_root: Path | None = None) -> Path:
+    """Where `python -m atr_grpo.train -m <overrides>` writes (composed cheaply, nothing loaded); with `runs_root`,
+    where it writes with `run_dir_override(runs_root)` among its overrides."""
     from atr_grpo.hydra_app import compose_train
 
     cfg = compose_train([o for o in overrides if not o.startswith("hydra")])
     if not any(o.split("=", 1)[0] in ("run_dir", "run_name") for o in overrides):
         cfg.run_name = rundir.sweep_run_name(cfg.run_name, overrides)  # what the multirun job's resolver gives
+    if runs_root is not None:
+        return runs_root / cfg.run_name
     return Path(cfg.run_dir)
 
 
-def launch(plan: Plan, extra: list[str], dry_run: bool) -> int:
+def run_dir_override(runs_root: Path | None) -> str:
+    """The override that puts a run's directory under `runs_root`, named as usual."""
+    return f"run_dir={runs_root}/${{run_name}}"
+
+
+@dataclass
+class Tally:
+    """What a launch did: runs launched (and which failed) and runs found finished, which were not re-run."""
+
+    plan: str
+    total: int
+    launched: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    finished: list[Path] = field(default_factory=list)
+    refused: bool = False  # the overrides did not compose: nothing ran
+
+    @property
+    def exit_code(self) -> int:
+        return 2 if self.refused else 1 if self.failed else 0
+
+    def describe(self) -> str:
+        ok = len(self.launched) - len(self.failed) + len(self.finished)
+        line = (f"{self.plan}: {ok} of {self.total} runs ok; re-ran {len(self.launched)}"
+                f"{f' ({len(self.failed)} failed)' if self.failed else ''}, "
+                f"{len(self.finished)} already finished and not re-run")  # fmt: skip
+        if self.finished and not self.launched:
+            line += (f"\nnothing was re-run: the {len(self.finished)} finished runs are used as they are; `--runs DIR` "
+                     "(make reproduce-<name> RERUN=1 OUT=DIR) re-runs them into a fresh folder")  # fmt: skip
+        return line
+
+
+def _run_command(cmd: list[str], label: str | None) -> int:
+    """Run one command from the repository root; with a `label`, its output lines are printed prefixed by it."""
+    if label is None:
+        return subprocess.run(cmd, cwd=REPO).returncode
+    with subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+        for line in proc.stdout:  # type: ignore[union-attr]
+            print(f"[{label}] {line}", end="", flush=True)
+    return proc.returncode
+
+
+def run_plan(plan: Plan, extra: list[str], dry_run: bool, jobs: int = 1, runs_root: Path | None = None) -> Tally:
+    """Launch the plan's runs (`jobs` at once), skipping finished ones; returns what was done."""
     slurm = any(o.startswith("hydra/launcher=") and not o.endswith("=basic") for o in extra)
-    jobs = plan.sweeps(extra) if slurm and plan.app == "train" else plan.expand(extra)
+    if runs_root is not None:  # absolute: the runs start in the repository root, wherever this is called from
+        runs_root = runs_root.resolve()
+        extra = [*extra, run_dir_override(runs_root)]
+    jobs_overrides = plan.sweeps(extra) if slurm and plan.app == "train" else plan.expand(extra)
+    tally = Tally(plan.name, len(jobs_overrides))
     from atr_grpo.config import ConfigError
     from atr_grpo.hydra_app import check_sweep
 
-    for overrides in jobs:  # every run's config is valid before the first one starts (a dry run's too)
+    for overrides in jobs_overrides:  # every run's config is valid before the first one starts (a dry run's too)
         try:
             check_sweep(plan.app, overrides)
         except ConfigError as err:
             print(f"error: {err}", file=sys.stderr)
-            return 2
+            tally.refused = True
+            return tally
     if dry_run:
-        for overrides in jobs:
+        for overrides in jobs_overrides:
             print(shlex.join(command(plan.app, overrides)))
-        return 0
+        return tally
 
-    done, failed = [], []
-    for i, overrides in enumerate(jobs, 1):
+    pending: list[tuple[str, list[str]]] = []
+    for i, overrides in enumerate(jobs_overrides, 1):
+        label = f"{i}/{len(jobs_overrides)}"
         if plan.app == "train" and not slurm:
             try:
-                target = run_dir_of(overrides)
+                target = run_dir_of([o for o in overrides if o != run_dir_override(runs_root)], runs_root)
             except ConfigError as err:  # overrides that do not compose: nothing can run
                 print(f"error: {err}", file=sys.stderr)
-                return 2
+                tally.refused = True
+                return tally
             if run_complete(target):  # trained and every scheduled evaluation recorded
-                print(f"[{i}/{len(jobs)}] finished already, skipped: {target}", flush=True)
-                done.append(target)
+                print(f"[{label}] finished already, skipped: {target}", flush=True)
+                tally.finished.append(target)
                 continue
-        cmd = command(plan.app, overrides)
-        print(f"[{i}/{len(jobs)}] {shlex.join(cmd)}", flush=True)
-        if subprocess.run(cmd, cwd=REPO).returncode != 0:
-            failed.append(shlex.join(cmd))
-    print(f"{plan.name}: {len(jobs) - len(failed)} of {len(jobs)} runs ok ({len(done)} already finished)")
-    for cmd in failed:
+            label = target.name
+        pending.append((label, command(plan.app, overrides)))
+
+    def start(job: tuple[str, list[str]]) -> None:
+        label, cmd = job
+        print(f"[{label}] {shlex.join(cmd)}", flush=True)
+        tally.launched.append(shlex.join(cmd))
+        if _run_command(cmd, label if jobs > 1 else None) != 0:
+            tally.failed.append(shlex.join(cmd))
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        list(pool.map(start, pending))
+    print(tally.describe())
+    for cmd in tally.failed:
         print(f"failed: {cmd}", file=sys.stderr)
-    return 1 if failed else 0
+    return tally
+
+
+def launch(plan: Plan, extra: list[str], dry_run: bool, jobs: int = 1, runs_root: Path | None = None) -> int:
+    return run_plan(plan, extra, dry_run, jobs, runs_root).exit_code
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -138,6 +209,9 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m atr_grpo.launch", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--dry-run", action="store_true", help="print one command per run and run nothing")
+    parser.add_argument("--jobs", type=int, default=1, help="runs at once (default 1; CPU plans with 1 thread a run)")
+    parser.add_argument("--runs", type=Path, default=None, metavar="DIR",
+                        help="run directories go into DIR, not the experiment folder (a fresh re-run)")  # fmt: skip
     parser.add_argument("plan", help="conf/plan/<PLAN>.yaml")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides appended to every run")
     opts = parser.parse_args(argv)
@@ -146,7 +220,9 @@ def main(argv: list[str] | None = None) -> int:
     except PlanError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    return launch(plan, list(opts.overrides), opts.dry_run)
+    if opts.jobs < 1:
+        parser.error(f"--jobs must be >= 1, got {opts.jobs}")
+    return launch(plan, list(opts.overrides), opts.dry_run, opts.jobs, opts.runs)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,8 @@ CSV, Markdown and LaTeX, plus `<table>_vs_paper.md` where the paper publishes th
 (results/paper/), or its figures as PNG and PDF. Each table takes the runs of one experiment:
   table2 → table2, table3 → table3, seeds (each run's value, IQM and the seed-level tests against clip) →
   table3, delta → ablate_delta (Figure 3), passk → passk_curve (Figure 4);
-  binding (clip_binding: does the rule act or react to noise) → every run; figures 2 and the clipping
+  binding (clip_binding: does the rule act or react to noise), endpoints (step 0, final, best, AUC per method) and
+  bounds (per run: completion length, how often each bound fired) → every run; figures 2 and the clipping
   curves → table2. --experiment takes another (e.g. `demo` on a CPU).
 `all` builds every table whose runs exist and names the others. Runs with missing evaluations are listed
 in the outputs and on stderr, never silently dropped. Only files this command wrote are ever overwritten.
@@ -25,14 +26,16 @@ import argparse
 import sys
 from pathlib import Path
 
-from atr_grpo import rundir
+from atr_grpo import provenance, rundir
 from atr_grpo.evaluation.grader import DEFAULT_TIMEOUT
-from atr_grpo.reporting import binding, compare, figures, pack, regrade, stats, tables
+from atr_grpo.reporting import binding, compare, endpoints, figures, pack, regrade, stats, tables
 from atr_grpo.reporting.runs import Run, drop_repeats, find_runs
 
 # each table's experiment; None = every run
 TABLES = {"table2": "table2", "table3": "table3", "seeds": "table3", "delta": "ablate_delta",
-          "passk": "passk_curve", "clip_binding": None}  # fmt: skip
+          "passk": "passk_curve", "clip_binding": None, "endpoints": None, "bounds": None}  # fmt: skip
+# tables of any experiment's training runs (reporting/endpoints.py)
+RUN_TABLES = {"endpoints": endpoints.endpoints_table, "bounds": endpoints.bounds_table}
 COMMANDS = (*TABLES, "all", "figures", "compare", "regrade", "pack")
 
 
@@ -71,6 +74,10 @@ def build_table(name: str, runs: list[Run], runs_dir: Path, out_dir: Path, exper
         table = binding.binding_table(chosen)
         if not table.rows:
             raise ResultsError("no run has clip/frac in its metrics.jsonl")
+    elif name in RUN_TABLES:
+        table = RUN_TABLES[name](chosen)
+        if not table.rows:
+            raise ResultsError("no training run with evaluations after step 0 and metrics.jsonl")
     else:
         table = tables.BUILDERS[name](chosen)
     for line in table.missing:
@@ -154,6 +161,17 @@ def _runs(parser: argparse.ArgumentParser, opts: argparse.Namespace) -> list[Run
     return runs
 
 
+def _start_points_agree(runs: list[Run]) -> bool:
+    """Runs paired in one table or comparison must share their starting point (env.json start_point): False, with
+    the runs of each starting point named on stderr, when they do not; a note for runs that record none."""
+    errors, notes = provenance.check_start_points([run for run in runs if run.config])
+    for line in notes:
+        print(f"note: {line}", file=sys.stderr)
+    for line in errors:
+        print(f"error: {line}", file=sys.stderr)
+    return not errors
+
+
 def _resampling(opts: argparse.Namespace) -> stats.Resampling:
     return stats.Resampling(opts.resamples, opts.bootstrap_seed, 1.0 - opts.alpha)
 
@@ -167,6 +185,8 @@ def compare_main(argv: list[str]) -> int:
     parser.add_argument("--step", type=int, default=None, help="compare at this step (default: each run's final)")
     opts = parser.parse_args(argv)
     runs = [r for r in _runs(parser, opts) if opts.experiment in (None, r.experiment)]
+    if not _start_points_agree([r for r in runs if r.method in opts.methods]):
+        return 2
     resampling = _resampling(opts)
     split = lambda text: text.split(",") if text else None  # noqa: E731
     try:
@@ -249,6 +269,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown table {opts.what!r}; allowed: {', '.join(COMMANDS)}")
     out = opts.out or Path("results/figures" if opts.what == "figures" else "results/tables")
     runs = _runs(parser, opts)
+    if opts.what != "figures" and not _start_points_agree([r for r in runs if opts.experiment in (None, r.experiment)]):
+        return 2
     options = {"ddof": opts.ddof, "resampling": _resampling(opts), "alpha": opts.alpha}
     written: list[Path] = []
     try:

@@ -47,3 +47,75 @@ def test_get_field_reaches_nested_columns():
     assert get_field(row, "reward_model.ground_truth") == "34"
     with pytest.raises(KeyError, match="answer"):
         get_field(row, "answer")
+
+
+def _chain_values(problem):
+    """The running values of a chain, recomputed from its question alone (left to right)."""
+    tokens = problem.question.removeprefix("What is ").removesuffix("?").split()
+    values = [int(tokens[0])]
+    for op, operand in zip(tokens[1::2], tokens[2::2]):
+        values.append(values[-1] + int(operand) if op == "+" else values[-1] - int(operand))
+    return values
+
+
+def test_chains_write_every_intermediate_result_and_stay_in_range():
+    """A chain of lo..hi operations: its working is one `a op b = c.` per operation, each starting from the previous
+    result; every operand and running value lies in [0, max_operand]; the answer is the last value."""
+    train, evals = make_splits(400, 64, 49, ["+", "-"], seed=0, chain=(3, 5))
+    assert (train, evals) == make_splits(400, 64, 49, ["+", "-"], seed=0, chain=(3, 5))
+    assert not set(train) & set(evals) and len(set(evals)) == 64
+    assert {len(p.steps) for p in train} == {3, 4, 5}
+    for p in train[:100] + evals:
+        values = _chain_values(p)
+        assert all(0 <= v <= 49 for v in values) and all(0 <= x <= 49 for _, x in p.steps)
+        statements = p.working.split(". ")
+        assert len(statements) == len(p.steps)
+        for (op, operand), before, after, line in zip(p.steps, values, values[1:], statements):
+            assert line.rstrip(".") == f"{before} {op} {operand} = {after}"
+        assert p.answer == str(values[-1])
+        assert p.worked_solution == f"{p.working}\n\nThe final answer is $\\boxed{{{p.answer}}}$."
+
+
+def test_a_chain_of_one_is_the_single_operation_task():
+    assert make_splits(200, 20, 30, ["+", "-"], seed=5, chain=(1, 1)) == make_splits(200, 20, 30, ["+", "-"], seed=5)
+
+
+def test_chains_refuse_bad_lengths_and_operations():
+    with pytest.raises(ValueError, match="chain_min <= chain_max"):
+        make_splits(10, 5, 9, ["+"], chain=(4, 3))
+    with pytest.raises(ValueError, match="must be among '\\+', '-'"):
+        make_splits(10, 5, 9, ["+", "*"], chain=(2, 3))
+
+
+def test_power_task_completions_are_long_enough():
+    """The power experiment's SFT targets (3-5 operations, a quarter without the boxed line) average >= 48 tokens
+    of the tiny tokenizer, end-of-sequence included: the length the issue asks of every run's completions."""
+    from conftest import train_config
+
+    from atr_grpo.data.datasets import sft_dataset
+    from atr_grpo.models import build_tiny_tokenizer
+
+    cfg = train_config(["experiment=power"])
+    tokenizer = build_tiny_tokenizer(cfg.model.tiny.vocab_size)
+    rows = sft_dataset(cfg.sft, cfg.data, cfg.prompt, tokenizer, cfg.model.max_seq_length)
+    lengths = [len(tokenizer(row[0]["content"] + "<|im_end|>")["input_ids"]) for row in rows["completion"][:400]]
+    assert sum(lengths) / len(lengths) >= 48
+    assert max(lengths) < cfg.trainer.max_completion_length == cfg.eval.max_tokens
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["data.chain_min=4", "data.chain_max=3"], "data.chain_min must be in [1, chain_max=3], got 4"),
+        (["data.operations=[+,*]", "data.chain_max=3"], "data.operations[] (of a chain, data.chain_max > 1) must be"),
+        (["eval.when=after"], "eval.share_start must be false unless eval.when='during', got True"),
+    ],
+)
+def test_the_chain_task_refuses_bad_settings_naming_the_key(overrides, message):
+    from conftest import train_config
+
+    from atr_grpo.config import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        train_config(["experiment=power", *overrides])
+    assert message in str(err.value)

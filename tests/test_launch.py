@@ -131,7 +131,7 @@ def test_finished_runs_are_skipped_and_failures_reported(tmp_path, monkeypatch, 
         (run / rundir.CONFIG_FILE).write_text(json.dumps({"eval": evaluation, "trainer": {"max_steps": 2}}))
     rundir.append_jsonl(rundir.summary_path(finished), {"step": 2, "benchmark": "arithmetic"})
     targets = {"0.05": finished, "0.07": unevaluated, "0.09": tmp_path / "fresh"}
-    monkeypatch.setattr(launch, "run_dir_of", lambda o: targets[o[-1].split("=")[1]])
+    monkeypatch.setattr(launch, "run_dir_of", lambda o, root=None: targets[o[-1].split("=")[1]])
     calls = []
 
     def fake_run(cmd, cwd):
@@ -142,8 +142,57 @@ def test_finished_runs_are_skipped_and_failures_reported(tmp_path, monkeypatch, 
     assert launch.launch(plan, [], dry_run=False) == 1
     assert [call[-1] for call in calls] == ["clipping.delta=0.07", "clipping.delta=0.09"]
     out = capsys.readouterr()
-    assert "finished already, skipped" in out.out and "1 of 3 runs ok (1 already finished)" in out.out
+    assert "finished already, skipped" in out.out
+    assert "toy: 1 of 3 runs ok; re-ran 2 (2 failed), 1 already finished and not re-run" in out.out
     assert "failed:" in out.err
+
+
+def test_a_launch_that_finds_every_run_finished_says_that_nothing_was_re_run(tmp_path, monkeypatch, capsys):
+    plan = launch.Plan("toy", "train", ["experiment=smoke"], [[]], {"seed": ["0", "1"]})
+    monkeypatch.setattr(launch, "run_complete", lambda target: True)
+    monkeypatch.setattr(launch.subprocess, "run", lambda *a, **k: pytest.fail("nothing may be started"))
+    tally = launch.run_plan(plan, [], dry_run=False)
+    assert (tally.exit_code, len(tally.finished), tally.launched) == (0, 2, [])
+    out = capsys.readouterr().out
+    assert "re-ran 0, 2 already finished and not re-run" in out and "nothing was re-run" in out
+
+
+def test_runs_into_another_folder_keep_their_names(tmp_path):
+    """--runs DIR: each run's directory is DIR/<its usual name>, through a run_dir override on its command."""
+    plan = launch.load_plan("power")
+    lines = dry_run("power", "--runs", str(tmp_path))
+    assert len(lines) == 40 and all(cmd[-1] == f"run_dir={tmp_path}/${{run_name}}" for cmd in lines)
+    overrides = plan.expand()[5]
+    assert launch.run_dir_of(overrides, tmp_path) == tmp_path / "power__clip__s5"
+    assert launch.run_dir_of(overrides).as_posix() == "results/power/runs/power__clip__s5"
+
+
+def test_power_plan_is_4_methods_by_10_seeds_with_one_thread_each():
+    configs = [train_config(overrides) for overrides in launch.load_plan("power").expand()]
+    assert sorted({cfg.method for cfg in configs}) == ["atr", "clip", "clip_higher", "sapo"]
+    assert sorted({cfg.seed for cfg in configs}) == list(range(10)) and len(configs) == 40
+    assert len({cfg.run_name for cfg in configs}) == 40
+    for cfg in configs:
+        assert (cfg.trainer.num_threads, cfg.data.num_eval, cfg.eval.share_start) == (1, 256, True)
+        assert (cfg.data.chain_min, cfg.data.chain_max) == (3, 5) and cfg.optimizer_steps_per_rollout > 1
+    assert next(cfg for cfg in configs if cfg.method == "atr").clipping.delta == 0.07
+
+
+def test_jobs_run_at_once_with_each_line_labelled(tmp_path, monkeypatch, capsys):
+    """--jobs 2: two commands overlap in time (each waits for the other's file), each output line prefixed."""
+    plan = launch.Plan("toy", "train", ["experiment=smoke"], [[]], {"seed": ["0", "1"]})
+    monkeypatch.setattr(launch, "run_complete", lambda target: False)
+    script = (
+        "import pathlib, sys, time; me, other = sys.argv[1:3]; pathlib.Path(me).touch(); end = time.time() + 60\n"
+        "while not pathlib.Path(other).exists() and time.time() < end: time.sleep(0.05)\n"
+        "print('saw', pathlib.Path(other).exists())"
+    )
+    files = {"seed=0": (tmp_path / "a", tmp_path / "b"), "seed=1": (tmp_path / "b", tmp_path / "a")}
+    monkeypatch.setattr(launch, "command", lambda app, o: [sys.executable, "-c", script, *map(str, files[o[-1]])])
+    tally = launch.run_plan(plan, [], dry_run=False, jobs=2)
+    assert tally.exit_code == 0 and len(tally.launched) == 2
+    out = capsys.readouterr().out
+    assert "[smoke__atr__s0] saw True" in out and "[smoke__atr__s1] saw True" in out
 
 
 def test_unknown_plan_lists_the_plans(capsys):

@@ -13,8 +13,10 @@ from omegaconf import OmegaConf
 from transformers import TrainerCallback
 
 from atr_grpo import rundir
-from atr_grpo.config import to_object
+from atr_grpo.config import config_from_yaml, to_object
+from atr_grpo.provenance import weights_sha256
 from atr_grpo.training.pipeline import RunDirError, run_training
+from atr_grpo.training.sft import sft_cache_key
 
 pytestmark = pytest.mark.slow
 
@@ -73,6 +75,11 @@ def test_smoke_run_writes_every_run_file(atr_run):
     assert config.trainer.loss_agg == "dr_grpo" and config.trainer.scale_rewards == "none"
     env = json.loads((atr_run / rundir.ENV_FILE).read_text())
     assert {"torch", "transformers", "trl"} <= set(env["packages"])
+    start = env["start_point"]  # the adapter GRPO started from: its cache key and the hash of its weights
+    adapter = REPO / config.sft.cache_dir / start["sft_adapter"]  # (REPO / an absolute path is that path)
+    assert start["sft_adapter"] == sft_cache_key(config_from_yaml((atr_run / rundir.CONFIG_FILE).read_text()))
+    assert start["sft_adapter_sha256"] == weights_sha256(adapter) and len(start["sft_adapter_sha256"]) == 64
+    assert start["base_model"].startswith("tiny/") and len(start["base_model_sha256"]) == 64
     rows = metrics(atr_run)
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
     for row in rows:

@@ -15,7 +15,7 @@ import random
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from atr_grpo.data.arithmetic import make_splits
+from atr_grpo.data.arithmetic import task_splits
 from atr_grpo.data.prompts import build_messages, format_answer
 
 if TYPE_CHECKING:
@@ -68,7 +68,7 @@ def grpo_dataset(data: DataConfig, prompt: PromptConfig) -> Any:
     from datasets import Dataset
 
     if data.source == "arithmetic":
-        train, _ = make_splits(data.num_train, data.num_eval, data.max_operand, data.operations, data.generator_seed)
+        train, _ = task_splits(data)
         problems = [(p.question, p.answer) for p in train]
     else:
         rows = load_rows(data.hub_id, data.hub_config, data.split, data.path)
@@ -124,7 +124,7 @@ def sft_dataset(sft: SFTConfig, data: DataConfig, prompt: PromptConfig, tokenize
     from datasets import Dataset
 
     if sft.source == "arithmetic":
-        train, _ = make_splits(data.num_train, data.num_eval, data.max_operand, data.operations, data.generator_seed)
+        train, _ = task_splits(data)
         rng = random.Random(sft.seed)
         pairs = [(p.question, p.working if rng.random() < sft.unboxed_fraction else p.worked_solution) for p in train]
     else:

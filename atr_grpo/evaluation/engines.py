@@ -42,13 +42,11 @@ def sampling_config(eval_cfg: EvalConfig) -> Any:
 def load_benchmarks(eval_cfg: EvalConfig, data: DataConfig | None = None) -> list[Any]:
     """The configured benchmarks. `arithmetic` holds the held-out problems of the synthetic task: `data`'s when
     it is that task (a training run), else the task of conf/data/arithmetic.yaml (registered on import)."""
-    from atr_grpo.data.arithmetic import register_arithmetic_benchmark
+    from atr_grpo.data.arithmetic import register_task_benchmark
     from atr_grpo.evaluation.benchmarks import BenchmarkError, load_benchmark
 
     if "arithmetic" in eval_cfg.benchmarks and data is not None and data.source == "arithmetic":
-        register_arithmetic_benchmark(
-            data.num_train, data.num_eval, data.max_operand, data.operations, data.generator_seed
-        )
+        register_task_benchmark(data)
     try:
         return [
             load_benchmark(name, eval_cfg.paths.get(name), eval_cfg.max_problems, eval_cfg.strict)

@@ -133,7 +133,7 @@ def build_eval_callback(
     ev = cfg.eval
     benchmarks: list[Any] = []
 
-    def evaluate(step: int) -> dict[str, float]:
+    def evaluate_here(step: int) -> dict[str, float]:
         if not benchmarks:
             benchmarks.extend(engines.load_benchmarks(ev, cfg.data))
         if live_backend(cfg, training_backend) == "unsloth_vllm":
@@ -141,6 +141,13 @@ def build_eval_callback(
         else:
             generator = HFGenerator(trainer.model, tokenizer, ev.batch_size, show_progress=console_is_terminal())
         return _run(cfg, generator, tokenizer, benchmarks, run_dir, step)
+
+    def evaluate(step: int) -> dict[str, float]:
+        if step == 0 and ev.share_start:  # the same samples in every run from this adapter: evaluated once
+            from atr_grpo.training.shared_start import evaluate_start_once
+
+            return evaluate_start_once(cfg, run_dir, ev.benchmarks, _metadata(cfg, 0), lambda: evaluate_here(0))
+        return evaluate_here(step)
 
     def done(step: int) -> None:
         if not ev.keep_adapters:

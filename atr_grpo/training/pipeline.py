@@ -358,6 +358,12 @@ def train_grpo(cfg: TrainConfig, state: RunState, callbacks: Sequence[Any] = ())
     # built by one process per machine (in a process of its own), then read by all
     adapter = distributed.main_first(lambda: ensure_sft_adapter(cfg)) if cfg.sft.enabled else None
     main = distributed.is_main()  # the one process that writes run files
+    if main:
+        from atr_grpo.provenance import record_start_point, start_point
+
+        warning = record_start_point(state.run_dir, start_point(cfg, adapter))
+        if warning:
+            _warn(warning)
     if main:  # a run killed before its first (complete) checkpoint starts again from step 0
         last_step = 0 if state.resume_from is None else int(state.resume_from.name.split("-")[-1])
         moved = truncate_metrics(state.run_dir, last_step)

@@ -53,6 +53,8 @@ def sft_fingerprint(cfg: TrainConfig) -> dict[str, Any]:
     if cfg.sft.source == "arithmetic":  # the examples come from the task generator
         data = asdict(cfg.data)
         key["data"] = {k: data[k] for k in ("num_train", "num_eval", "max_operand", "operations", "generator_seed")}
+        if cfg.data.chain_max > 1:  # (absent for the single-operation task: its adapters keep their keys)
+            key["data"]["chain"] = [cfg.data.chain_min, cfg.data.chain_max]
     return key
 
 
