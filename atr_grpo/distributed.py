@@ -14,13 +14,13 @@ group exists, and is the single-process answer outside a launcher (rank 0 of 1).
   its error) with the others; a cache (the SFT adapter) is built by each node's first process, then reused.
 - `process_batch`: the global batch stays the config's on any number of processes (see its docstring).
 - `stage_environment`: a stage process (`training.stages`: SFT, evaluation) is one process on its own, never
-  a member of the launcher's group, whatever launched its parent.
+  a member of the launcher's group, whatever launched its parent, and it sees one GPU.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -85,13 +85,40 @@ def log_suffix() -> str:
 
 
 def stage_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment of a stage process: this one's, without the variables that made it a member of a group."""
+    """The environment of a stage process: this one's, without the variables that made it a member of a group,
+    and with CUDA_VISIBLE_DEVICES narrowed to the one GPU the stage uses (`stage_device`)."""
     source = os.environ if environ is None else environ
-    return {
+    env = {
         key: value
         for key, value in source.items()
         if key not in LAUNCHER_VARIABLES and not key.startswith(LAUNCHER_PREFIXES)
     }
+    device = stage_device(source)
+    if device is not None:
+        env["CUDA_VISIBLE_DEVICES"] = device
+    return env
+
+
+def stage_device(environ: Mapping[str, str]) -> str | None:
+    """The one GPU of a stage process: the caller's own (LOCAL_RANK among the visible ones), or the first visible.
+
+    A stage process is one process: transformers' Trainer outside a process group takes every GPU it sees
+    (`n_gpu = device_count()`), which TRL's SFTTrainer and GRPOTrainer refuse. None: no GPU is visible (an
+    empty CUDA_VISIBLE_DEVICES, or "-1"), which stays as it is.
+    """
+    visible = environ.get("CUDA_VISIBLE_DEVICES")
+    index = int(environ.get("LOCAL_RANK", "").strip() or 0)
+    if visible is None:  # every GPU of the machine, numbered from 0
+        return str(index)
+    devices = [device.strip() for device in visible.split(",") if device.strip()]
+    if not devices or devices[0] == "-1":
+        return None
+    if index >= len(devices):
+        raise RuntimeError(
+            f"LOCAL_RANK={index} but CUDA_VISIBLE_DEVICES={visible!r} shows {len(devices)} GPU(s): "
+            "a stage process would have no GPU of its own"
+        )
+    return devices[index]
 
 
 # ------------------------------------------------------------------------------------------ the global batch
