@@ -47,6 +47,11 @@ def test_the_train_entry_point_refuses_with_status_2_and_no_traceback(overrides,
         (["+trainer.foo=1"], "'trainer.foo' is not a key of trainer"),
         (["+eval.paths.amc23=/no/such/file.jsonl"], "eval.paths.amc23 must be an existing file"),
         (["eval.backend=vllm", "eval.temperature=2.5"], "eval.temperature must be <= 2.0 with eval.backend=vllm"),
+        # auto is vLLM on a GPU: refused on every machine, so that a config passing on a CPU never fails on a GPU
+        (
+            ["eval.backend=auto", "eval.temperature=2.5"],
+            "eval.temperature must be <= 2.0 with eval.backend=auto (vLLM refuses more; eval.backend=hf does not)",
+        ),
         (["sft.source=file", "sft.path=/no/such/sft.parquet"], "sft.path must be an existing file"),
         (["model.path=./no-such-model"], "model.path must be an existing file"),
     ],
@@ -54,6 +59,11 @@ def test_the_train_entry_point_refuses_with_status_2_and_no_traceback(overrides,
 def test_composed_configs_are_refused(overrides, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
         to_object(compose(["experiment=smoke", *overrides]))
+
+
+def test_a_hot_evaluation_temperature_is_allowed_with_the_hf_backend():
+    cfg = to_object(compose(["experiment=smoke", "eval.backend=hf", "eval.temperature=2.5"]))
+    assert (cfg.eval.backend, cfg.eval.temperature) == ("hf", 2.5)
 
 
 def test_vllm_rollouts_need_vllm_importable(monkeypatch):
