@@ -75,6 +75,24 @@ def test_vllm_rollouts_need_vllm_importable(monkeypatch):
         pipeline.resolve_rollout_engine(cfg)
 
 
+def test_unsloth_with_a_vllm_server_is_refused_and_auto_trains_through_trl(monkeypatch):
+    """Unsloth's trainer samples with its own colocated engine whatever rollout.vllm.mode says (it sets
+    vllm_mode='colocate'): asked for explicitly with a server it is refused, and auto picks TRL, which uses it."""
+    import torch
+
+    from atr_grpo.training import pipeline
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a GPU machine with unsloth and vllm
+    monkeypatch.setattr(pipeline, "_importable", lambda name: True)
+    server = ["experiment=smoke", "rollout.vllm.mode=server"]
+    for engine in ("rollout.engine=vllm", "rollout.engine=auto"):
+        with pytest.raises(ConfigError, match="rollout.vllm.mode='server' needs trainer.backend=trl"):
+            pipeline.choose_backend(train_config([*server, engine, "trainer.backend=unsloth"]))
+        assert pipeline.choose_backend(train_config([*server, engine, "trainer.backend=auto"])) == "trl"
+    assert pipeline.choose_backend(train_config([*server, "rollout.engine=hf", "trainer.backend=unsloth"])) == "unsloth"
+    assert pipeline.choose_backend(train_config(["experiment=smoke", "trainer.backend=auto"])) == "unsloth"
+
+
 def test_auto_rollout_engine_is_hf_without_cuda():
     from atr_grpo.training.pipeline import resolve_rollout_engine
 

@@ -422,6 +422,17 @@ def test_trainer_settings_changed_after_init_are_refused():
         check_trainer_settings(trainer, wanted)
 
 
+def test_a_vllm_server_turned_into_a_colocated_engine_is_refused():
+    """Unsloth's trainer sets vllm_mode='colocate' whenever the model carries its engine: rollouts asked from a
+    server would silently come from a second, colocated engine."""
+    wanted = {"vllm_mode": "server"}
+    trainer = SimpleNamespace(args=SimpleNamespace(vllm_mode="server"))
+    check_trainer_settings(trainer, wanted)
+    trainer.args.vllm_mode = "colocate"
+    with pytest.raises(RuntimeError, match="changed vllm_mode from 'server' to 'colocate'.*trainer.backend=trl"):
+        check_trainer_settings(trainer, wanted)
+
+
 def test_loading_an_adapter_with_missing_or_unexpected_lora_keys_fails(tmp_path, tiny_model_dir):
     """The SFT adapter must fill every LoRA weight of the fresh adapter and nothing else."""
     from peft import LoraConfig, get_peft_model

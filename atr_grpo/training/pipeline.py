@@ -153,7 +153,8 @@ def _importable(name: str) -> bool:
 
 def choose_backend(cfg: TrainConfig) -> str:
     """The training backend: trainer.backend, with auto = Unsloth on a CUDA machine where it is installed (and
-    TRL under a launcher: Unsloth trains on one GPU)."""
+    TRL under a launcher: Unsloth trains on one GPU; and TRL for rollouts from a vLLM server: Unsloth's trainer
+    samples with its own colocated engine whatever rollout.vllm.mode says)."""
     if cfg.trainer.backend == "trl":
         return "trl"
     if distributed.launched():
@@ -163,19 +164,29 @@ def choose_backend(cfg: TrainConfig) -> str:
                 "processes use trainer.backend=trl (or auto)"
             )
         return "trl"
+    server = cfg.rollout.vllm.mode == "server" and rollout_engine(cfg.rollout.engine) == "vllm"
+    if cfg.trainer.backend == "unsloth" and server:
+        raise ConfigError(
+            "invalid config: rollout.vllm.mode='server' needs trainer.backend=trl (or auto): Unsloth's trainer "
+            "samples with a colocated engine of its own and would never use the server"
+        )
     unsloth_ok = torch.cuda.is_available() and _importable("unsloth")
     if cfg.trainer.backend == "unsloth" and not unsloth_ok:
         raise ConfigError("invalid config: trainer.backend='unsloth' needs a CUDA GPU and `pip install -e .[gpu]`")
-    return "unsloth" if unsloth_ok else "trl"
+    return "unsloth" if unsloth_ok and not server else "trl"
+
+
+def rollout_engine(requested: str) -> str:
+    """rollout.engine with auto resolved: vLLM on a CUDA machine where it is installed, else transformers."""
+    if requested == "auto":
+        return "vllm" if torch.cuda.is_available() and _importable("vllm") else "hf"
+    return requested
 
 
 def resolve_rollout_engine(cfg: TrainConfig) -> str:
-    """rollout.engine with auto resolved (vLLM on a CUDA machine where it is installed), checked against the
-    machine: vLLM must be importable, the training temperature within vLLM's bound, and a rollout correction
-    needs vLLM's log-probs."""
-    engine = cfg.rollout.engine
-    if engine == "auto":
-        engine = "vllm" if torch.cuda.is_available() and _importable("vllm") else "hf"
+    """rollout.engine with auto resolved (`rollout_engine`), checked against the machine: vLLM must be
+    importable, the training temperature within vLLM's bound, and a rollout correction needs vLLM's log-probs."""
+    engine = rollout_engine(cfg.rollout.engine)
     check_correction_engine(cfg.rollout.correction, engine)
     if engine == "vllm":
         if not _importable("vllm"):

@@ -42,6 +42,7 @@ ARGS_CHECKED_AFTER_INIT = (
     "steps_per_generation",
     "bf16",
     "fp16",
+    "vllm_mode",  # Unsloth sets colocate whenever the model carries its engine
 )
 
 
@@ -73,7 +74,11 @@ def check_trainer_settings(trainer: Any, wanted: dict[str, Any]) -> None:
     for key in ARGS_CHECKED_AFTER_INIT:
         if key in wanted and getattr(trainer.args, key) != wanted[key]:
             found = getattr(trainer.args, key)
-            hint = " (set trainer.bf16=true, or use trainer.backend=trl)" if key in ("bf16", "fp16") else ""
+            hint = {
+                "bf16": " (set trainer.bf16=true, or use trainer.backend=trl)",
+                "fp16": " (set trainer.bf16=true, or use trainer.backend=trl)",
+                "vllm_mode": " (rollout.vllm.mode=server needs trainer.backend=trl)",
+            }.get(key, "")
             raise RuntimeError(f"the Unsloth trainer changed {key} from {wanted[key]!r} to {found!r}{hint}")
 
 
