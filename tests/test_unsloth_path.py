@@ -422,6 +422,39 @@ def test_trainer_settings_changed_after_init_are_refused():
         check_trainer_settings(trainer, wanted)
 
 
+GRID = (None, 1.0, 2.0)
+
+
+def test_every_valid_rollout_correction_gives_a_config_trl_accepts(tmp_path):
+    """On the Unsloth + vLLM path TRL's correction is switched on (so that Unsloth hands the engine's log-probs to
+    the loss): for every valid rollout.correction, level and thresholds, TRL's real `GRPOConfig` must accept the
+    values, where passing ours through made it raise for correction=none with both thresholds null and for
+    correction_min = correction_max = 1."""
+    import itertools
+
+    import trl
+    from conftest import train_config
+
+    from atr_grpo.rollout_correction import CORRECTIONS as KINDS
+    from atr_grpo.rollout_correction import LEVELS, correction_problem
+    from atr_grpo.training.rule_trainer import grpo_arg_values
+    from atr_grpo.training.unsloth_trainer import sampling_logprob_values
+
+    checked = 0
+    for kind, level, low, high in itertools.product(KINDS, LEVELS, GRID, GRID):
+        if correction_problem(kind, level, low, high) is not None:
+            continue
+        overrides = [f"rollout.correction={kind}", f"rollout.correction_level={level}"]
+        overrides += [f"rollout.correction_min={'null' if low is None else low}"]
+        overrides += [f"rollout.correction_max={'null' if high is None else high}"]
+        cfg = train_config(["experiment=smoke", "rollout.engine=vllm", *overrides])
+        values = {**grpo_arg_values(cfg, tmp_path), **sampling_logprob_values(cfg), "use_cpu": True}
+        args = trl.GRPOConfig(**values)
+        assert args.vllm_importance_sampling_correction is True and args.use_vllm is True
+        checked += 1
+    assert checked == 2 * (6 + 5 + 5)  # per level: (min, max) in {null, 1} × {null, 1, 2}; tis, mis need one
+
+
 def test_a_vllm_server_turned_into_a_colocated_engine_is_refused():
     """Unsloth's trainer sets vllm_mode='colocate' whenever the model carries its engine: rollouts asked from a
     server would silently come from a second, colocated engine."""

@@ -25,6 +25,12 @@ UNSUPPORTED_ENV = (
     "UNSLOTH_GRPO_LOSS_AGGREGATION",
     "UNSLOTH_GRPO_ROLLOUT_LOGPROBS_AS_OLD",
 )
+# TRL's own rollout correction, switched on only so that Unsloth hands the engine's log-probs to the loss
+UNUSED_TRL_CORRECTION = {
+    "vllm_importance_sampling_mode": "token_truncate",
+    "vllm_importance_sampling_clip_min": None,
+    "vllm_importance_sampling_clip_max": 2.0,
+}
 # Attributes GRPOTrainer copies from its args in __init__ (same names); checked after construction
 TRAINER_ATTRIBUTES = (
     "beta",
@@ -83,19 +89,17 @@ def check_trainer_settings(trainer: Any, wanted: dict[str, Any]) -> None:
 
 
 def sampling_logprob_values(cfg: TrainConfig) -> dict[str, Any]:
-    """TRL's importance-sampling switches for Unsloth's trainer: with vLLM rollouts they must be on, since Unsloth
-    keeps the engine's log-probs of the sampled tokens for the loss only then. The loss that would apply TRL's
-    correction is replaced by ours (`unsloth_loss`), which weighs with `rollout.correction` instead; mode and
-    thresholds mirror it so that Unsloth's own `sampling/*` metrics read our weight the right way."""
-    correction = cfg.rollout.rollout_correction()
+    """TRL's importance-sampling switches for Unsloth's trainer: with vLLM rollouts the correction must be on,
+    since Unsloth keeps the engine's log-probs of the sampled tokens for the loss only then.
+
+    What TRL computes with it is never used: its weight would apply in a loss that ours replaces (`unsloth_loss`,
+    which weighs with `rollout.correction`), and its `sampling/*` metrics are not recorded (`logging`). So TRL
+    gets one setting its config accepts, whatever `rollout.correction*` is: some valid settings (correction=none
+    with both thresholds null, correction_min = correction_max = 1) would make `GRPOConfig` raise.
+    """
     if cfg.rollout.engine != "vllm":
         return {"vllm_importance_sampling_correction": False}
-    return {
-        "vllm_importance_sampling_correction": True,
-        "vllm_importance_sampling_mode": f"{correction.level}_{'mask' if correction.kind == 'mis' else 'truncate'}",
-        "vllm_importance_sampling_clip_min": correction.low,
-        "vllm_importance_sampling_clip_max": correction.high,
-    }
+    return {"vllm_importance_sampling_correction": True, **UNUSED_TRL_CORRECTION}
 
 
 def check_environment() -> None:
