@@ -36,9 +36,9 @@ SETTINGS = LossSettings(loss_agg="dr_grpo", max_completion_length=MAX_LEN)
 
 
 @contextmanager
-def installed(namespace, rule, settings=SETTINGS):
+def installed(namespace, rule, settings=SETTINGS, on_policy=False):
     """The rule inside zoo's loss globals for the block; zoo's own functions are back afterwards."""
-    restore = install_rule(namespace, rule, settings)
+    restore = install_rule(namespace, rule, settings, on_policy)
     try:
         yield
     finally:
@@ -273,6 +273,49 @@ def test_accumulated_loss_wrapper_adds_extras_and_logs_rule_metrics(zoo, monkeyp
     for key, value in want_metrics.items():
         assert logged[key] == pytest.approx(value, rel=1e-5, abs=1e-7), key
     assert want_metrics["clip/frac"] > 0  # the planted batch does exercise the rule
+
+
+def test_on_policy_runs_keep_w_equal_to_1_as_on_the_trl_path(zoo, monkeypatch):
+    """rollout=on_policy with vLLM rollouts: Unsloth needs TRL's correction on, so TRL recomputes π_old in a
+    separate pass (here: π_θ plus noise of 1e-3). The installed loss ignores that copy: loss, gradient and metrics
+    are the TRL path's, which skips π_old (w ≡ 1, ratio/max exactly 1); the correction weighs π_θ/π_rollout.
+    Installed for an off-policy run, the same copy would move the ratio."""
+    from conftest import train_config
+
+    from atr_grpo.training.rule_trainer import grpo_arg_values
+
+    cfg = train_config(["rollout=on_policy"])
+    args = grpo_arg_values(cfg, "/nowhere")
+    assert args["gradient_accumulation_steps"] % (args["steps_per_generation"] * args["num_iterations"]) == 0
+    assert cfg.optimizer_steps_per_rollout == 1  # where TRL alone would skip π_old, the flag build_* passes
+
+    correction = RolloutCorrection("tis", "token", None, 1.2)
+    settings = LossSettings(loss_agg="dr_grpo", max_completion_length=MAX_LEN, correction=correction)
+    rule = build_rule("atr")
+    logp, _, advantages, mask, full_kl = random_batch(11)
+    noise = torch.Generator().manual_seed(12)
+    recomputed = logp + 1e-3 * torch.randn(logp.shape, generator=noise)
+    sampling = logp + 0.15 * torch.randn(logp.shape, generator=noise)
+    leaf = logp.clone().requires_grad_()
+    want = aggregate(rule(leaf, logp, advantages, mask).loss * correction.weight(logp, sampling, mask), mask,
+                     "dr_grpo", MAX_LEN) / GA  # fmt: skip
+    monkeypatch.setitem(zoo.__dict__, "grpo_accumulated_loss", zoo_like_accumulated_loss(zoo, logp))
+    logged = {}
+    for on_policy in (True, False):
+        trainer = FakeTrainer(rule, full_kl)
+        trainer._setup_rule(rule, settings)
+        with installed(zoo.__dict__, rule, settings, on_policy=on_policy):
+            outputs = call_accumulated_loss(
+                zoo, trainer, mask, advantages, recomputed, sampling_per_token_logps=sampling
+            )
+        logged[on_policy] = (outputs[0], trainer._step_stats.reduce())
+    loss, metrics = logged[True]
+    torch.testing.assert_close(loss, want, rtol=1e-5, atol=1e-7)
+    assert metrics["ratio/min"] == metrics["ratio/max"] == 1.0
+    assert metrics["rollout/weight_max"] == pytest.approx(
+        float(correction.weight(logp, sampling, mask)[mask.bool()].max())
+    )
+    assert logged[False][1]["ratio/max"] > 1.0  # the recomputed copy is not π_θ
 
 
 # ------------------------------------------------------------------------------ adaptive δ and correction

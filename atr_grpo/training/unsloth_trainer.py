@@ -229,5 +229,6 @@ def build_unsloth_trainer(cfg: TrainConfig, rule: ClipRule, adapter: Path | None
         delta=delta_control(cfg),
     )
     check_trainer_settings(trainer, wanted)
-    install_rule(namespace, rule, settings)  # for the life of the process: one run per process
+    # for the life of the process (one run per process); on-policy runs keep w ≡ 1 as on the TRL path
+    install_rule(namespace, rule, settings, on_policy=cfg.optimizer_steps_per_rollout == 1)
     return trainer, tokenizer
