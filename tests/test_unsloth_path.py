@@ -296,9 +296,8 @@ def test_on_policy_runs_keep_w_equal_to_1_as_on_the_trl_path(zoo, monkeypatch):
     noise = torch.Generator().manual_seed(12)
     recomputed = logp + 1e-3 * torch.randn(logp.shape, generator=noise)
     sampling = logp + 0.15 * torch.randn(logp.shape, generator=noise)
-    leaf = logp.clone().requires_grad_()
-    want = aggregate(rule(leaf, logp, advantages, mask).loss * correction.weight(logp, sampling, mask), mask,
-                     "dr_grpo", MAX_LEN) / GA  # fmt: skip
+    weight = correction.weight(logp, sampling, mask)  # π_θ/π_rollout
+    want = aggregate(rule(logp, logp, advantages, mask).loss * weight, mask, "dr_grpo", MAX_LEN) / GA
     monkeypatch.setitem(zoo.__dict__, "grpo_accumulated_loss", zoo_like_accumulated_loss(zoo, logp))
     logged = {}
     for on_policy in (True, False):
@@ -312,9 +311,7 @@ def test_on_policy_runs_keep_w_equal_to_1_as_on_the_trl_path(zoo, monkeypatch):
     loss, metrics = logged[True]
     torch.testing.assert_close(loss, want, rtol=1e-5, atol=1e-7)
     assert metrics["ratio/min"] == metrics["ratio/max"] == 1.0
-    assert metrics["rollout/weight_max"] == pytest.approx(
-        float(correction.weight(logp, sampling, mask)[mask.bool()].max())
-    )
+    assert metrics["rollout/weight_max"] == pytest.approx(float(weight[mask.bool()].max()))
     assert logged[False][1]["ratio/max"] > 1.0  # the recomputed copy is not π_θ
 
 
