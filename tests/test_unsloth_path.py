@@ -524,3 +524,59 @@ def test_loading_an_adapter_with_missing_or_unexpected_lora_keys_fails(tmp_path,
         load_adapter_weights(lora_model(["q_proj", "v_proj"]), tmp_path / "q_only")
     with pytest.raises(RuntimeError, match="1.* unexpected keys|[1-9][0-9]* unexpected keys"):
         load_adapter_weights(lora_model(["q_proj"]), tmp_path / "both")
+
+
+def installed_unsloth_mapper():
+    """unsloth's MAP_TO_UNSLOTH_16bit, read from the installed package's mapper.py (importing unsloth needs a GPU)."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("unsloth")
+    if spec is None or spec.origin is None:
+        pytest.skip("unsloth is installed by `make install`")
+    path = Path(spec.origin).parent / "models" / "mapper.py"
+    mapper_spec = importlib.util.spec_from_file_location("installed_unsloth_mapper", path)
+    mapper = importlib.util.module_from_spec(mapper_spec)
+    mapper_spec.loader.exec_module(mapper)
+    return mapper.MAP_TO_UNSLOTH_16bit
+
+
+@pytest.mark.parametrize("model", ["qwen3-1.7b", "qwen3-8b"])
+def test_grpo_on_unsloth_loads_the_weights_that_sft_and_evaluation_load(monkeypatch, tmp_path, model):
+    """Unsloth swaps the paper's hub id for its own mirror (unsloth/Qwen3-*) unless told `use_exact_model_name`:
+    GRPO would train other weights, maybe with another chat template, than the SFT stage and the evaluation load.
+    The installed unsloth does remap these names (if it stops, this test says so); the call tells it not to, and
+    env.json records one name for the three stages."""
+    from conftest import train_config
+
+    from atr_grpo import rundir
+    from atr_grpo.config import config_to_yaml
+    from atr_grpo.training import pipeline
+    from atr_grpo.training.unsloth_trainer import load_unsloth_model
+
+    cfg = train_config([f"model={model}", f"run_dir={tmp_path / 'run'}", "rollout.engine=vllm"])
+    assert installed_unsloth_mapper()[cfg.model.path.lower()] != cfg.model.path, "unsloth no longer remaps the name"
+
+    calls = {}
+
+    class FastLanguageModel:
+        @staticmethod
+        def from_pretrained(**kwargs):
+            calls["from_pretrained"] = kwargs
+            return SimpleNamespace(vllm_engine=object()), SimpleNamespace(pad_token="<pad>")
+
+        @staticmethod
+        def get_peft_model(model, **kwargs):
+            calls["get_peft_model"] = kwargs
+            return model
+
+    monkeypatch.setitem(sys.modules, "unsloth", SimpleNamespace(FastLanguageModel=FastLanguageModel))
+    load_unsloth_model(cfg, None)
+    loaded = calls["from_pretrained"]
+    assert loaded["use_exact_model_name"] is True and loaded["fast_inference"] is True
+    assert loaded["model_name"] == cfg.model.path
+
+    monkeypatch.setattr(pipeline, "choose_backend", lambda cfg: "unsloth")
+    pipeline.prepare_run_dir(cfg, config_to_yaml(cfg))
+    recorded = rundir.read_json(tmp_path / "run" / rundir.ENV_FILE)["model_loaded"]
+    assert recorded == {"sft": cfg.model.path, "grpo": loaded["model_name"], "evaluation": cfg.model.path}

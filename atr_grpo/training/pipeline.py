@@ -36,6 +36,7 @@ from atr_grpo import distributed, rundir
 from atr_grpo.clipping import RULES, build_rule
 from atr_grpo.config import ConfigError, TrainConfig, check_correction_engine, check_vllm_temperature
 from atr_grpo.evaluation.schedule import EvaluationState, record_failure, run_evaluation_state, saved_adapters
+from atr_grpo.models import loaded_models
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +96,8 @@ def prepare_run_dir(cfg: TrainConfig, config_yaml: str) -> RunState:
         if (run_dir / rundir.CHECKPOINT_DIR).exists() or (run_dir / rundir.METRICS_FILE).exists():
             raise RunDirError(f"{run_dir} holds checkpoints or metrics but no config.yaml; refusing to write into it")
         rundir.write_text(config_path, config_yaml, overwrite=False)
-        rundir.write_json(run_dir / rundir.ENV_FILE, rundir.environment(), overwrite=False)
+        env = {**rundir.environment(), "model_loaded": loaded_models(cfg, choose_backend(cfg))}
+        rundir.write_json(run_dir / rundir.ENV_FILE, env, overwrite=False)
         return RunState(run_dir, None, False)
     # A re-launch of the same config (resume=true, a requeued cluster job, the same command again) continues
     # the run; any other config is refused, so one directory never mixes two runs.

@@ -131,25 +131,38 @@ def load_adapter_weights(model: Any, adapter: Path) -> None:
         )
 
 
+def unsloth_model_arguments(cfg: TrainConfig) -> dict[str, Any]:
+    """What `FastLanguageModel.from_pretrained` is given: the configured weights, exactly.
+
+    Without `use_exact_model_name`, Unsloth swaps a hub id for its own mirror (Qwen/Qwen3-1.7B → unsloth/Qwen3-1.7B,
+    its MAP_TO_UNSLOTH_16bit), which may render prompts with another chat template: GRPO would train other weights
+    than the SFT stage and the evaluation load (`models.loaded_models`).
+    """
+    from atr_grpo.models import resolve_model_path
+
+    model_cfg = cfg.model
+    return dict(
+        model_name=resolve_model_path(model_cfg),
+        use_exact_model_name=True,
+        max_seq_length=model_cfg.max_seq_length,
+        dtype=None if model_cfg.dtype == "auto" else getattr(torch, model_cfg.dtype),
+        load_in_4bit=model_cfg.load_in_4bit,
+        fast_inference=cfg.rollout.engine == "vllm",
+        max_lora_rank=model_cfg.lora.r,
+        gpu_memory_utilization=cfg.rollout.vllm.gpu_memory_utilization,
+        random_state=cfg.seed,
+    )
+
+
 def load_unsloth_model(cfg: TrainConfig, adapter: Path | None) -> tuple[Any, Any]:
     """Unsloth's model (+ colocated vLLM for rollout.engine=vllm) with the paper's LoRA, SFT weights loaded."""
     from unsloth import FastLanguageModel  # noqa: I001  (must precede trl/transformers use)
 
-    from atr_grpo.models import resolve_model_path
     from atr_grpo.training.rule_trainer import resolve_flag
 
-    model_cfg, lora = cfg.model, cfg.model.lora
+    lora = cfg.model.lora
     use_vllm = cfg.rollout.engine == "vllm"
-    model, tokenizer = FastLanguageModel.from_pretrained(
-        model_name=resolve_model_path(model_cfg),
-        max_seq_length=model_cfg.max_seq_length,
-        dtype=None if model_cfg.dtype == "auto" else getattr(torch, model_cfg.dtype),
-        load_in_4bit=model_cfg.load_in_4bit,
-        fast_inference=use_vllm,
-        max_lora_rank=lora.r,
-        gpu_memory_utilization=cfg.rollout.vllm.gpu_memory_utilization,
-        random_state=cfg.seed,
-    )
+    model, tokenizer = FastLanguageModel.from_pretrained(**unsloth_model_arguments(cfg))
     if use_vllm and getattr(model, "vllm_engine", None) is None:  # Unsloth drops fast_inference silently
         raise RuntimeError(
             "rollout.engine=vllm, but Unsloth loaded the model without its vLLM engine (is vllm 0.31.0 installed "
