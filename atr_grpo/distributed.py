@@ -23,9 +23,13 @@ import os
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+
+# How long `main_first`'s other processes wait for the first one's cache (an SFT stage of any realistic length)
+CACHE_WAIT = timedelta(days=7)
 
 # What a launcher sets to make a process one member of a group (torchrun, its elastic agent, accelerate)
 LAUNCHER_VARIABLES = (
@@ -186,8 +190,6 @@ def process_group(timeout_seconds: float) -> Iterator[None]:
     if not launched() or _initialized():
         yield
         return
-    from datetime import timedelta
-
     import torch
     from accelerate import PartialState
 
@@ -259,11 +261,17 @@ def _portable(error: Exception) -> Exception:
 
 def main_first(work: Callable[[], T]) -> T:
     """`work()` on each machine's first process, then, once it succeeded on all of them, on the others: a
-    cache that one process of a machine builds and the others reuse. A failure anywhere stops every process."""
+    cache that one process of a machine builds and the others reuse. A failure anywhere stops every process.
+
+    The others wait in a group of their own whose timeout is `CACHE_WAIT`, not the run's `trainer.ddp_timeout`
+    (which bounds the collectives of training): building the cache (the SFT stage, a model download included)
+    may take longer than that. A process that dies still ends the run: the launcher stops the others.
+    """
     if not _initialized():
         return work()
     import torch.distributed as dist
 
+    waiting = dist.new_group(backend="gloo", timeout=CACHE_WAIT)  # every process, before any of them works
     first = local_rank() == 0
     result: Any = None
     error: Exception | None = None
@@ -273,7 +281,10 @@ def main_first(work: Callable[[], T]) -> T:
         except Exception as err:
             error = err
     errors: list[Any] = [None] * world_size()
-    dist.all_gather_object(errors, None if error is None else f"{type(error).__name__}: {error}")
+    try:
+        dist.all_gather_object(errors, None if error is None else f"{type(error).__name__}: {error}", group=waiting)
+    finally:
+        dist.destroy_process_group(waiting)
     if error is not None:
         raise error
     failed = [(index, message) for index, message in enumerate(errors) if message is not None]
