@@ -437,8 +437,10 @@ class EvalConfig:
         _one_of("eval.when", self.when, ("after", "during"))
         _check(not self.share_start or self.when == "during", "eval.share_start", "false unless eval.when='during'",
                self.share_start)  # fmt: skip
-        if self.backend == "vllm":
-            check_vllm_temperature(self.temperature, "eval.temperature", "eval.backend=vllm")
+        if self.backend != "hf":  # auto is vLLM on a GPU: a config that passes on a CPU must not fail on a GPU
+            check_vllm_temperature(
+                self.temperature, "eval.temperature", f"eval.backend={self.backend}", "; eval.backend=hf does not"
+            )
         for name, path in self.paths.items():
             _exists(f"eval.paths.{name}", path)
         _positive("eval.grader_timeout", self.grader_timeout)
@@ -619,9 +621,10 @@ class TrainConfig:
         return per_generation * self.rollout.num_iterations
 
 
-def check_vllm_temperature(value: float, key: str, why: str) -> None:
+def check_vllm_temperature(value: float, key: str, why: str, hint: str = "") -> None:
     """vLLM refuses temperatures above 2 at the first request: refuse them before anything loads."""
-    _check(value <= VLLM_MAX_TEMPERATURE, key, f"<= {VLLM_MAX_TEMPERATURE} with {why} (vLLM refuses more)", value)
+    allowed = f"<= {VLLM_MAX_TEMPERATURE} with {why} (vLLM refuses more{hint})"
+    _check(value <= VLLM_MAX_TEMPERATURE, key, allowed, value)
 
 
 @dataclass

@@ -14,18 +14,22 @@ group exists, and is the single-process answer outside a launcher (rank 0 of 1).
   its error) with the others; a cache (the SFT adapter) is built by each node's first process, then reused.
 - `process_batch`: the global batch stays the config's on any number of processes (see its docstring).
 - `stage_environment`: a stage process (`training.stages`: SFT, evaluation) is one process on its own, never
-  a member of the launcher's group, whatever launched its parent.
+  a member of the launcher's group, whatever launched its parent, and it sees one GPU.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+
+# How long `main_first`'s other processes wait for the first one's cache (an SFT stage of any realistic length)
+CACHE_WAIT = timedelta(days=7)
 
 # What a launcher sets to make a process one member of a group (torchrun, its elastic agent, accelerate)
 LAUNCHER_VARIABLES = (
@@ -85,13 +89,40 @@ def log_suffix() -> str:
 
 
 def stage_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment of a stage process: this one's, without the variables that made it a member of a group."""
+    """The environment of a stage process: this one's, without the variables that made it a member of a group,
+    and with CUDA_VISIBLE_DEVICES narrowed to the one GPU the stage uses (`stage_device`)."""
     source = os.environ if environ is None else environ
-    return {
+    env = {
         key: value
         for key, value in source.items()
         if key not in LAUNCHER_VARIABLES and not key.startswith(LAUNCHER_PREFIXES)
     }
+    device = stage_device(source)
+    if device is not None:
+        env["CUDA_VISIBLE_DEVICES"] = device
+    return env
+
+
+def stage_device(environ: Mapping[str, str]) -> str | None:
+    """The one GPU of a stage process: the caller's own (LOCAL_RANK among the visible ones), or the first visible.
+
+    A stage process is one process: transformers' Trainer outside a process group takes every GPU it sees
+    (`n_gpu = device_count()`), which TRL's SFTTrainer and GRPOTrainer refuse. None: no GPU is visible (an
+    empty CUDA_VISIBLE_DEVICES, or "-1"), which stays as it is.
+    """
+    visible = environ.get("CUDA_VISIBLE_DEVICES")
+    index = int(environ.get("LOCAL_RANK", "").strip() or 0)
+    if visible is None:  # every GPU of the machine, numbered from 0
+        return str(index)
+    devices = [device.strip() for device in visible.split(",") if device.strip()]
+    if not devices or devices[0] == "-1":
+        return None
+    if index >= len(devices):
+        raise RuntimeError(
+            f"LOCAL_RANK={index} but CUDA_VISIBLE_DEVICES={visible!r} shows {len(devices)} GPU(s): "
+            "a stage process would have no GPU of its own"
+        )
+    return devices[index]
 
 
 # ------------------------------------------------------------------------------------------ the global batch
@@ -159,8 +190,6 @@ def process_group(timeout_seconds: float) -> Iterator[None]:
     if not launched() or _initialized():
         yield
         return
-    from datetime import timedelta
-
     import torch
     from accelerate import PartialState
 
@@ -232,11 +261,17 @@ def _portable(error: Exception) -> Exception:
 
 def main_first(work: Callable[[], T]) -> T:
     """`work()` on each machine's first process, then, once it succeeded on all of them, on the others: a
-    cache that one process of a machine builds and the others reuse. A failure anywhere stops every process."""
+    cache that one process of a machine builds and the others reuse. A failure anywhere stops every process.
+
+    The others wait in a group of their own whose timeout is `CACHE_WAIT`, not the run's `trainer.ddp_timeout`
+    (which bounds the collectives of training): building the cache (the SFT stage, a model download included)
+    may take longer than that. A process that dies still ends the run: the launcher stops the others.
+    """
     if not _initialized():
         return work()
     import torch.distributed as dist
 
+    waiting = dist.new_group(backend="gloo", timeout=CACHE_WAIT)  # every process, before any of them works
     first = local_rank() == 0
     result: Any = None
     error: Exception | None = None
@@ -246,7 +281,10 @@ def main_first(work: Callable[[], T]) -> T:
         except Exception as err:
             error = err
     errors: list[Any] = [None] * world_size()
-    dist.all_gather_object(errors, None if error is None else f"{type(error).__name__}: {error}")
+    try:
+        dist.all_gather_object(errors, None if error is None else f"{type(error).__name__}: {error}", group=waiting)
+    finally:
+        dist.destroy_process_group(waiting)
     if error is not None:
         raise error
     failed = [(index, message) for index, message in enumerate(errors) if message is not None]

@@ -47,6 +47,11 @@ def test_the_train_entry_point_refuses_with_status_2_and_no_traceback(overrides,
         (["+trainer.foo=1"], "'trainer.foo' is not a key of trainer"),
         (["+eval.paths.amc23=/no/such/file.jsonl"], "eval.paths.amc23 must be an existing file"),
         (["eval.backend=vllm", "eval.temperature=2.5"], "eval.temperature must be <= 2.0 with eval.backend=vllm"),
+        # auto is vLLM on a GPU: refused on every machine, so that a config passing on a CPU never fails on a GPU
+        (
+            ["eval.backend=auto", "eval.temperature=2.5"],
+            "eval.temperature must be <= 2.0 with eval.backend=auto (vLLM refuses more; eval.backend=hf does not)",
+        ),
         (["sft.source=file", "sft.path=/no/such/sft.parquet"], "sft.path must be an existing file"),
         (["model.path=./no-such-model"], "model.path must be an existing file"),
     ],
@@ -56,6 +61,11 @@ def test_composed_configs_are_refused(overrides, message):
         to_object(compose(["experiment=smoke", *overrides]))
 
 
+def test_a_hot_evaluation_temperature_is_allowed_with_the_hf_backend():
+    cfg = to_object(compose(["experiment=smoke", "eval.backend=hf", "eval.temperature=2.5"]))
+    assert (cfg.eval.backend, cfg.eval.temperature) == ("hf", 2.5)
+
+
 def test_vllm_rollouts_need_vllm_importable(monkeypatch):
     from atr_grpo.training import pipeline
 
@@ -63,6 +73,24 @@ def test_vllm_rollouts_need_vllm_importable(monkeypatch):
     monkeypatch.setattr(pipeline, "_importable", lambda name: name != "vllm")
     with pytest.raises(ConfigError, match="rollout.engine='vllm' needs vLLM"):
         pipeline.resolve_rollout_engine(cfg)
+
+
+def test_unsloth_with_a_vllm_server_is_refused_and_auto_trains_through_trl(monkeypatch):
+    """Unsloth's trainer samples with its own colocated engine whatever rollout.vllm.mode says (it sets
+    vllm_mode='colocate'): asked for explicitly with a server it is refused, and auto picks TRL, which uses it."""
+    import torch
+
+    from atr_grpo.training import pipeline
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a GPU machine with unsloth and vllm
+    monkeypatch.setattr(pipeline, "_importable", lambda name: True)
+    server = ["experiment=smoke", "rollout.vllm.mode=server"]
+    for engine in ("rollout.engine=vllm", "rollout.engine=auto"):
+        with pytest.raises(ConfigError, match="rollout.vllm.mode='server' needs trainer.backend=trl"):
+            pipeline.choose_backend(train_config([*server, engine, "trainer.backend=unsloth"]))
+        assert pipeline.choose_backend(train_config([*server, engine, "trainer.backend=auto"])) == "trl"
+    assert pipeline.choose_backend(train_config([*server, "rollout.engine=hf", "trainer.backend=unsloth"])) == "unsloth"
+    assert pipeline.choose_backend(train_config(["experiment=smoke", "trainer.backend=auto"])) == "unsloth"
 
 
 def test_auto_rollout_engine_is_hf_without_cuda():

@@ -73,13 +73,40 @@ def test_a_stage_process_is_never_a_member_of_the_launchers_group(monkeypatch):
     variables (inherited, the SFT stage joined the group's rendezvous and every process waited forever)."""
     for key, value in LAUNCHED.items():
         monkeypatch.setenv(key, value)
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
     started = {}
     monkeypatch.setattr(stages.subprocess, "run", lambda command, env: started.update(env) or _Done())
     stages.run_stage("sft", Path("/nowhere"))
     assert not set(LAUNCHED) & set(started)
-    assert started["CUDA_VISIBLE_DEVICES"] == "3" and started["PATH"] == os.environ["PATH"]
+    assert started["CUDA_VISIBLE_DEVICES"] == "5" and started["PATH"] == os.environ["PATH"]  # LOCAL_RANK 1's GPU
     assert started["PYTHONUNBUFFERED"] == "1"
+
+
+@pytest.mark.parametrize(
+    ("visible", "launcher", "seen"),
+    [
+        ("1,2,3,4", {"LOCAL_RANK": "0", "WORLD_SIZE": "4"}, "1"),  # the README's recipe: process 0's GPU
+        ("1,2,3,4", {"LOCAL_RANK": "2", "WORLD_SIZE": "4"}, "3"),
+        ("0,1", {}, "0"),  # one process on a 2-GPU machine: the first visible GPU
+        ("GPU-aa11, GPU-bb22", {}, "GPU-aa11"),  # UUIDs, as nvidia-smi names them
+        (None, {"LOCAL_RANK": "1", "WORLD_SIZE": "2"}, "1"),  # nothing set: every GPU of the machine, from 0
+        (None, {}, "0"),
+        ("", {}, ""),  # no GPU visible stays so
+    ],
+)
+def test_a_stage_process_sees_exactly_one_gpu_when_several_are_visible(visible, launcher, seen):
+    """TRL's SFTTrainer (and GRPOTrainer) refuse a process that sees more than one GPU outside a process group
+    (n_gpu > 1), so a stage process is given the one GPU it uses: its caller's own, or the first visible one."""
+    environ = {"PATH": "/bin", **launcher, **({} if visible is None else {"CUDA_VISIBLE_DEVICES": visible})}
+    env = distributed.stage_environment(environ)
+    assert env["CUDA_VISIBLE_DEVICES"] == seen
+    assert len([device for device in seen.split(",") if device]) == (1 if seen else 0)
+    assert env["PATH"] == "/bin" and not set(launcher) & set(env)
+
+
+def test_a_stage_process_of_a_rank_without_a_visible_gpu_is_refused():
+    with pytest.raises(RuntimeError, match="LOCAL_RANK=2 but CUDA_VISIBLE_DEVICES='0,1' shows 2 GPU"):
+        distributed.stage_environment({"CUDA_VISIBLE_DEVICES": "0,1", "LOCAL_RANK": "2", "WORLD_SIZE": "3"})
 
 
 class _Done:

@@ -138,6 +138,19 @@ def test_the_sft_adapter_is_built_once_while_the_other_process_waits(runs):
     assert json.loads((cache / built[0] / "sft_info.json").read_text())["examples"] == 64
 
 
+def test_the_other_processes_wait_for_an_sft_stage_longer_than_ddp_timeout(tmp_path):
+    """The first process's SFT stage (a download and 2 epochs of an 8B model) can outlast trainer.ddp_timeout, which
+    bounds the group's collectives: the others wait for it in a group of their own, so a stage of 10 s under a
+    5 s ddp_timeout still gives both processes the adapter (waiting in the run's group, they timed out)."""
+    program = [str(REPO / "tests" / "distributed_sft_wait.py"), str(tmp_path), "5", "10"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([*TORCHRUN, *program], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    paths = {json.loads((tmp_path / f"rank{rank}.json").read_text())["path"] for rank in (0, 1)}
+    (path,) = paths
+    assert (tmp_path / "sft" / os.path.basename(path) / "adapter_config.json").exists()
+
+
 def test_kill_and_resume_under_accelerate_launch_matches_the_uninterrupted_run(runs):
     """Stopped after checkpoint 2 and re-launched with accelerate's CPU config, the 2-process run ends with the
     metrics of the uninterrupted one; evaluations of steps 0 and 2 are not repeated."""

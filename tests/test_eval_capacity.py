@@ -74,3 +74,37 @@ def test_vllm_during_training_on_the_trl_path_is_refused(tiny):
 
     with pytest.raises(ConfigError, match="eval.backend=vllm with eval.when=during.*eval.when=after"):
         check_evaluation_fits(tiny, "trl")
+
+
+@pytest.mark.parametrize(
+    ("free_gib", "share"),
+    [(79.0, 0.9), (40.0, 0.47), (1.5, None)],  # a free GPU; rank 0's process holds 40 GiB; it holds nearly all
+)
+def test_the_evaluation_engine_takes_the_gpu_memory_that_is_free(monkeypatch, caplog, free_gib, share):
+    """vLLM refuses to start when the free memory is below eval.gpu_memory_utilization × total; after a launched run
+    rank 0's training process, which starts the evaluation stage, may still hold part of its GPU. The engine of the
+    evaluation stage asks for the share that is free (less 2 GiB for its own process), and says so."""
+    import torch
+
+    from atr_grpo.evaluation.backends import VLLMGenerator
+
+    cfg = train_config(["experiment=smoke", "eval.gpu_memory_utilization=0.9"])
+    gib = 2**30
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (int(free_gib * gib), 80 * gib))
+    asked = {}
+    monkeypatch.setattr(VLLMGenerator, "from_pretrained", lambda *args, **kwargs: asked.update(kwargs) or "engine")
+    monkeypatch.setattr("atr_grpo.models.resolve_model_path", lambda cfg: "/a/model")
+    if share is None:
+        with pytest.raises(RuntimeError, match="other processes hold 78.5 of the GPU's 80.0 GiB"):
+            engines.vllm_generator(cfg.model, cfg.eval, longest=100, max_lora_rank=32)
+        return
+    with caplog.at_level("WARNING", logger=engines.__name__):
+        assert engines.vllm_generator(cfg.model, cfg.eval, longest=100, max_lora_rank=32) == "engine"
+    assert asked["gpu_memory_utilization"] == share
+    warnings = [record.getMessage() for record in caplog.records if record.levelname == "WARNING"]
+    if share < 0.9:
+        assert share * 80 * gib <= free_gib * gib - engines.ENGINE_START_HEADROOM  # vLLM's start-up check passes
+        assert len(warnings) == 1 and "takes 0.47 of it, not eval.gpu_memory_utilization=0.90" in warnings[0]
+    else:
+        assert warnings == []

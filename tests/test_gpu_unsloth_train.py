@@ -49,7 +49,10 @@ def test_unsloth_backend_trains_with_the_rule(tmp_path, tiny_model_dir, rule, en
             assert key in row and row[key] == row[key], (key, row)  # present and not NaN
     # steps 2 and 4 reuse their rollout (rollout=reuse2): the ratio moved and the rule acted
     assert rows[1]["ratio/max"] > 1.0 or rows[3]["ratio/max"] > 1.0
-    assert rows[0]["ratio/max"] == pytest.approx(1.0, abs=1e-3)
+    # step 1 is the rollout's first update: π_old is the same weights, recomputed by a separate no-grad pass under
+    # bf16 autocast, so the ratio is 1 on average and close to it on every token, not exactly 1
+    assert rows[0]["ratio/mean"] == pytest.approx(1.0, abs=1e-3)
+    assert rows[0]["ratio/max"] <= 1.05
     assert (run_dir / "DONE").exists()
     if "eval.when=after" in engine:  # every scheduled step evaluated by the engine sized for the evaluation
         summary = [json.loads(line) for line in (run_dir / "eval" / "summary.jsonl").read_text().splitlines()]

@@ -58,3 +58,22 @@ def test_the_wandb_mirror_holds_each_step_and_a_relaunch_continues_its_run(tmp_p
     }
     assert second_run["history"] == {3: {"reward": 0.75}}
     assert (first_run["exit"]["exit_code"], second_run["exit"]["exit_code"]) == (1, 0)
+
+
+def test_sampling_metrics_of_two_meanings_are_not_recorded(tmp_path):
+    """With vLLM rollouts on the Unsloth path, TRL logs `sampling/*` at generation (its own clamp of π_old/π_rollout)
+    and Unsloth logs the same keys from the loss (our correction's weight): averaged together they mean neither.
+    Only the rule's `rollout/*` keys, one meaning on both paths, are recorded."""
+    logger = RunLogger(train_config(["experiment=smoke"]), tmp_path)
+    logs = {
+        "loss": 0.1,
+        "sampling/importance_sampling_ratio/mean": 1.4,
+        "sampling/importance_sampling_ratio/max": 2.0,
+        "sampling/sampling_logp_difference/mean": 0.02,
+        "sampling/rollout_kl_k1/mean": 0.001,
+        "rollout/logp_abs_diff_mean": 0.02,
+        "rollout/weight_mean": 1.0,
+    }
+    MetricsCallback(logger).on_log(None, SimpleNamespace(global_step=5), None, logs=logs)
+    (row,) = rundir.read_jsonl(tmp_path / rundir.METRICS_FILE)
+    assert row == {"step": 5, "loss": 0.1, "rollout/logp_abs_diff_mean": 0.02, "rollout/weight_mean": 1.0}

@@ -37,9 +37,9 @@ SETTINGS = LossSettings(loss_agg="dr_grpo", max_completion_length=MAX_LEN)
 
 
 @contextmanager
-def installed(namespace, rule, settings=SETTINGS):
+def installed(namespace, rule, settings=SETTINGS, on_policy=False):
     """The rule inside zoo's loss globals for the block; zoo's own functions are back afterwards."""
-    restore = install_rule(namespace, rule, settings)
+    restore = install_rule(namespace, rule, settings, on_policy)
     try:
         yield
     finally:
@@ -277,6 +277,46 @@ def test_accumulated_loss_wrapper_adds_extras_and_logs_rule_metrics(zoo, monkeyp
     assert want_metrics["clip/frac"] > 0  # the planted batch does exercise the rule
 
 
+def test_on_policy_runs_keep_w_equal_to_1_as_on_the_trl_path(zoo, monkeypatch):
+    """rollout=on_policy with vLLM rollouts: Unsloth needs TRL's correction on, so TRL recomputes π_old in a
+    separate pass (here: π_θ plus noise of 1e-3). The installed loss ignores that copy: loss, gradient and metrics
+    are the TRL path's, which skips π_old (w ≡ 1, ratio/max exactly 1); the correction weighs π_θ/π_rollout.
+    Installed for an off-policy run, the same copy would move the ratio."""
+    from conftest import train_config
+
+    from atr_grpo.training.rule_trainer import grpo_arg_values
+
+    cfg = train_config(["rollout=on_policy"])
+    args = grpo_arg_values(cfg, "/nowhere")
+    assert args["gradient_accumulation_steps"] % (args["steps_per_generation"] * args["num_iterations"]) == 0
+    assert cfg.optimizer_steps_per_rollout == 1  # where TRL alone would skip π_old, the flag build_* passes
+
+    correction = RolloutCorrection("tis", "token", None, 1.2)
+    settings = LossSettings(loss_agg="dr_grpo", max_completion_length=MAX_LEN, correction=correction)
+    rule = build_rule("atr")
+    logp, _, advantages, mask, full_kl = random_batch(11)
+    noise = torch.Generator().manual_seed(12)
+    recomputed = logp + 1e-3 * torch.randn(logp.shape, generator=noise)
+    sampling = logp + 0.15 * torch.randn(logp.shape, generator=noise)
+    weight = correction.weight(logp, sampling, mask)  # π_θ/π_rollout
+    want = aggregate(rule(logp, logp, advantages, mask).loss * weight, mask, "dr_grpo", MAX_LEN) / GA
+    monkeypatch.setitem(zoo.__dict__, "grpo_accumulated_loss", zoo_like_accumulated_loss(zoo, logp))
+    logged = {}
+    for on_policy in (True, False):
+        trainer = FakeTrainer(rule, full_kl)
+        trainer._setup_rule(rule, settings)
+        with installed(zoo.__dict__, rule, settings, on_policy=on_policy):
+            outputs = call_accumulated_loss(
+                zoo, trainer, mask, advantages, recomputed, sampling_per_token_logps=sampling
+            )
+        logged[on_policy] = (outputs[0], trainer._step_stats.reduce())
+    loss, metrics = logged[True]
+    torch.testing.assert_close(loss, want, rtol=1e-5, atol=1e-7)
+    assert metrics["ratio/min"] == metrics["ratio/max"] == 1.0
+    assert metrics["rollout/weight_max"] == pytest.approx(float(weight[mask.bool()].max()))
+    assert logged[False][1]["ratio/max"] > 1.0  # the recomputed copy is not π_θ
+
+
 # ------------------------------------------------------------------------------ adaptive δ and correction
 DELTAS = (0.03, 0.05, 0.07, 0.1, 0.2, 0.4)
 
@@ -424,6 +464,50 @@ def test_trainer_settings_changed_after_init_are_refused():
         check_trainer_settings(trainer, wanted)
 
 
+GRID = (None, 1.0, 2.0)
+
+
+def test_every_valid_rollout_correction_gives_a_config_trl_accepts(tmp_path):
+    """On the Unsloth + vLLM path TRL's correction is switched on (so that Unsloth hands the engine's log-probs to
+    the loss): for every valid rollout.correction, level and thresholds, TRL's real `GRPOConfig` must accept the
+    values, where passing ours through made it raise for correction=none with both thresholds null and for
+    correction_min = correction_max = 1."""
+    import itertools
+
+    import trl
+    from conftest import train_config
+
+    from atr_grpo.rollout_correction import CORRECTIONS as KINDS
+    from atr_grpo.rollout_correction import LEVELS, correction_problem
+    from atr_grpo.training.rule_trainer import grpo_arg_values
+    from atr_grpo.training.unsloth_trainer import sampling_logprob_values
+
+    checked = 0
+    for kind, level, low, high in itertools.product(KINDS, LEVELS, GRID, GRID):
+        if correction_problem(kind, level, low, high) is not None:
+            continue
+        overrides = [f"rollout.correction={kind}", f"rollout.correction_level={level}"]
+        overrides += [f"rollout.correction_min={'null' if low is None else low}"]
+        overrides += [f"rollout.correction_max={'null' if high is None else high}"]
+        cfg = train_config(["experiment=smoke", "rollout.engine=vllm", *overrides])
+        values = {**grpo_arg_values(cfg, tmp_path), **sampling_logprob_values(cfg), "use_cpu": True}
+        args = trl.GRPOConfig(**values)
+        assert args.vllm_importance_sampling_correction is True and args.use_vllm is True
+        checked += 1
+    assert checked == 2 * (6 + 5 + 5)  # per level: (min, max) in {null, 1} × {null, 1, 2}; tis, mis need one
+
+
+def test_a_vllm_server_turned_into_a_colocated_engine_is_refused():
+    """Unsloth's trainer sets vllm_mode='colocate' whenever the model carries its engine: rollouts asked from a
+    server would silently come from a second, colocated engine."""
+    wanted = {"vllm_mode": "server"}
+    trainer = SimpleNamespace(args=SimpleNamespace(vllm_mode="server"))
+    check_trainer_settings(trainer, wanted)
+    trainer.args.vllm_mode = "colocate"
+    with pytest.raises(RuntimeError, match="changed vllm_mode from 'server' to 'colocate'.*trainer.backend=trl"):
+        check_trainer_settings(trainer, wanted)
+
+
 def test_loading_an_adapter_with_missing_or_unexpected_lora_keys_fails(tmp_path, tiny_model_dir):
     """The SFT adapter must fill every LoRA weight of the fresh adapter and nothing else."""
     from peft import LoraConfig, get_peft_model
@@ -442,3 +526,59 @@ def test_loading_an_adapter_with_missing_or_unexpected_lora_keys_fails(tmp_path,
         load_adapter_weights(lora_model(["q_proj", "v_proj"]), tmp_path / "q_only")
     with pytest.raises(RuntimeError, match="1.* unexpected keys|[1-9][0-9]* unexpected keys"):
         load_adapter_weights(lora_model(["q_proj"]), tmp_path / "both")
+
+
+def installed_unsloth_mapper():
+    """unsloth's MAP_TO_UNSLOTH_16bit, read from the installed package's mapper.py (importing unsloth needs a GPU)."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("unsloth")
+    if spec is None or spec.origin is None:
+        pytest.skip("unsloth is installed by `make install`")
+    path = Path(spec.origin).parent / "models" / "mapper.py"
+    mapper_spec = importlib.util.spec_from_file_location("installed_unsloth_mapper", path)
+    mapper = importlib.util.module_from_spec(mapper_spec)
+    mapper_spec.loader.exec_module(mapper)
+    return mapper.MAP_TO_UNSLOTH_16bit
+
+
+@pytest.mark.parametrize("model", ["qwen3-1.7b", "qwen3-8b"])
+def test_grpo_on_unsloth_loads_the_weights_that_sft_and_evaluation_load(monkeypatch, tmp_path, model):
+    """Unsloth swaps the paper's hub id for its own mirror (unsloth/Qwen3-*) unless told `use_exact_model_name`:
+    GRPO would train other weights, maybe with another chat template, than the SFT stage and the evaluation load.
+    The installed unsloth does remap these names (if it stops, this test says so); the call tells it not to, and
+    env.json records one name for the three stages."""
+    from conftest import train_config
+
+    from atr_grpo import rundir
+    from atr_grpo.config import config_to_yaml
+    from atr_grpo.training import pipeline
+    from atr_grpo.training.unsloth_trainer import load_unsloth_model
+
+    cfg = train_config([f"model={model}", f"run_dir={tmp_path / 'run'}", "rollout.engine=vllm"])
+    assert installed_unsloth_mapper()[cfg.model.path.lower()] != cfg.model.path, "unsloth no longer remaps the name"
+
+    calls = {}
+
+    class FastLanguageModel:
+        @staticmethod
+        def from_pretrained(**kwargs):
+            calls["from_pretrained"] = kwargs
+            return SimpleNamespace(vllm_engine=object()), SimpleNamespace(pad_token="<pad>")
+
+        @staticmethod
+        def get_peft_model(model, **kwargs):
+            calls["get_peft_model"] = kwargs
+            return model
+
+    monkeypatch.setitem(sys.modules, "unsloth", SimpleNamespace(FastLanguageModel=FastLanguageModel))
+    load_unsloth_model(cfg, None)
+    loaded = calls["from_pretrained"]
+    assert loaded["use_exact_model_name"] is True and loaded["fast_inference"] is True
+    assert loaded["model_name"] == cfg.model.path
+
+    monkeypatch.setattr(pipeline, "choose_backend", lambda cfg: "unsloth")
+    pipeline.prepare_run_dir(cfg, config_to_yaml(cfg))
+    recorded = rundir.read_json(tmp_path / "run" / rundir.ENV_FILE)["model_loaded"]
+    assert recorded == {"sft": cfg.model.path, "grpo": loaded["model_name"], "evaluation": cfg.model.path}

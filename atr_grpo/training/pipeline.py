@@ -42,6 +42,7 @@ from atr_grpo.config import (
     check_vllm_temperature,
 )
 from atr_grpo.evaluation.schedule import EvaluationState, record_failure, run_evaluation_state, saved_adapters
+from atr_grpo.models import loaded_models
 from atr_grpo.training import checkpoints
 
 log = logging.getLogger(__name__)
@@ -118,7 +119,8 @@ def prepare_run_dir(cfg: TrainConfig, config_yaml: str) -> RunState:
         if (run_dir / rundir.CHECKPOINT_DIR).exists() or (run_dir / rundir.METRICS_FILE).exists():
             raise RunDirError(f"{run_dir} holds checkpoints or metrics but no config.yaml; refusing to write into it")
         rundir.write_text(config_path, config_yaml, overwrite=False)
-        rundir.write_json(run_dir / rundir.ENV_FILE, rundir.environment(), overwrite=False)
+        env = {**rundir.environment(), "model_loaded": loaded_models(cfg, choose_backend(cfg))}
+        rundir.write_json(run_dir / rundir.ENV_FILE, env, overwrite=False)
         return RunState(run_dir, None, False)
     # A re-launch of the same config (resume=true, a requeued cluster job, the same command again) continues
     # the run; any other config is refused, so one directory never mixes two runs.
@@ -176,7 +178,8 @@ def _importable(name: str) -> bool:
 
 def choose_backend(cfg: TrainConfig) -> str:
     """The training backend: trainer.backend, with auto = Unsloth on a CUDA machine where it is installed (and
-    TRL under a launcher: Unsloth trains on one GPU)."""
+    TRL under a launcher: Unsloth trains on one GPU; and TRL for rollouts from a vLLM server: Unsloth's trainer
+    samples with its own colocated engine whatever rollout.vllm.mode says)."""
     if cfg.trainer.backend == "trl":
         return "trl"
     if distributed.launched():
@@ -186,19 +189,29 @@ def choose_backend(cfg: TrainConfig) -> str:
                 "processes use trainer.backend=trl (or auto)"
             )
         return "trl"
+    server = cfg.rollout.vllm.mode == "server" and rollout_engine(cfg.rollout.engine) == "vllm"
+    if cfg.trainer.backend == "unsloth" and server:
+        raise ConfigError(
+            "invalid config: rollout.vllm.mode='server' needs trainer.backend=trl (or auto): Unsloth's trainer "
+            "samples with a colocated engine of its own and would never use the server"
+        )
     unsloth_ok = torch.cuda.is_available() and _importable("unsloth")
     if cfg.trainer.backend == "unsloth" and not unsloth_ok:
         raise ConfigError("invalid config: trainer.backend='unsloth' needs a CUDA GPU and `pip install -e .[gpu]`")
-    return "unsloth" if unsloth_ok else "trl"
+    return "unsloth" if unsloth_ok and not server else "trl"
+
+
+def rollout_engine(requested: str) -> str:
+    """rollout.engine with auto resolved: vLLM on a CUDA machine where it is installed, else transformers."""
+    if requested == "auto":
+        return "vllm" if torch.cuda.is_available() and _importable("vllm") else "hf"
+    return requested
 
 
 def resolve_rollout_engine(cfg: TrainConfig) -> str:
-    """rollout.engine with auto resolved (vLLM on a CUDA machine where it is installed), checked against the
-    machine: vLLM must be importable, the training temperature within vLLM's bound, and a rollout correction
-    needs vLLM's log-probs."""
-    engine = cfg.rollout.engine
-    if engine == "auto":
-        engine = "vllm" if torch.cuda.is_available() and _importable("vllm") else "hf"
+    """rollout.engine with auto resolved (`rollout_engine`), checked against the machine: vLLM must be
+    importable, the training temperature within vLLM's bound, and a rollout correction needs vLLM's log-probs."""
+    engine = rollout_engine(cfg.rollout.engine)
     check_correction_engine(cfg.rollout.correction, engine)
     check_server_engine(cfg.rollout.vllm.mode, engine)
     if engine == "vllm":

@@ -83,14 +83,19 @@ def decode_extras(kwargs: dict[str, Any], mask: Tensor) -> dict[str, Tensor]:
 
 
 # ------------------------------------------------------------------------------- the compiled loss
-def make_grpo_compute_loss(rule: ClipRule, settings: LossSettings) -> Callable[..., tuple]:
+def make_grpo_compute_loss(rule: ClipRule, settings: LossSettings, on_policy: bool = False) -> Callable[..., tuple]:
     """A drop-in for unsloth_zoo's `grpo_compute_loss` whose loss is `losses.grpo_loss` with `rule`.
+
+    `on_policy` (every update is the first on its rollout): π_old is π_θ's own detached log-probs, w ≡ 1, as on
+    the TRL path, which skips π_old there. With vLLM rollouts Unsloth needs TRL's correction switched on, which
+    makes TRL recompute π_old in a separate no-grad pass; that copy differs from π_θ by numerical noise only,
+    and the rule would act on it.
 
     Returns `(loss, completion_length, mean_kl, delta, flat_is_ratio, coef_1, mask)` like zoo's. The loss is
     already normalised (Dr.GRPO constant, ÷ gradient-accumulation steps): Unsloth's backward returns the
     gradient computed here and ignores the upstream one. With the rollout engine's log-probs, `delta` is
     |log π_old − log π_rollout| and `flat_is_ratio` the correction weight ρ (1 without a correction), both `[B, T]`
-    and 0 on padding, which Unsloth logs as `sampling/*`. Pure tensor code: it runs under
+    and 0 on padding, which Unsloth logs as `sampling/*` (not recorded: `logging`). Pure tensor code: it runs under
     `torch.func.grad_and_value` and a fullgraph compile.
     """
 
@@ -111,7 +116,7 @@ def make_grpo_compute_loss(rule: ClipRule, settings: LossSettings) -> Callable[.
         result = grpo_loss(
             rule,
             new,
-            new.detach() if old is None else old,  # TRL skips π_old when on-policy: w ≡ 1
+            new.detach() if old is None or on_policy else old,  # TRL skips π_old when on-policy: w ≡ 1
             advantages,
             mask,
             settings,
@@ -156,7 +161,7 @@ class _Recorder:
         return self.real.apply(*args, **kwargs)
 
 
-def recorded_loss(rule: ClipRule, settings: LossSettings, record: dict[str, Any]) -> Any:
+def recorded_loss(rule: ClipRule, settings: LossSettings, record: dict[str, Any], on_policy: bool = False) -> Any:
     """`grpo_loss` again, eagerly and without gradient, on the tensors the compiled loss saw (its metrics)."""
     new, mask = record["_new_logps"].detach(), record["_mask"]
     valid = mask.bool()
@@ -166,7 +171,7 @@ def recorded_loss(rule: ClipRule, settings: LossSettings, record: dict[str, Any]
         return grpo_loss(
             rule,
             new,
-            new if old is None else old.detach(),
+            new if old is None or on_policy else old.detach(),
             record["_advantages"],
             mask,
             settings,
@@ -176,7 +181,9 @@ def recorded_loss(rule: ClipRule, settings: LossSettings, record: dict[str, Any]
         )
 
 
-def make_accumulated_loss(original: Callable[..., tuple], recorder: _Recorder) -> Callable[..., tuple]:
+def make_accumulated_loss(
+    original: Callable[..., tuple], recorder: _Recorder, on_policy: bool = False
+) -> Callable[..., tuple]:
     """Wrap zoo's `grpo_accumulated_loss`: add the rule's extras, then record the step's metrics."""
 
     @functools.wraps(original)  # Unsloth inspects this function's signature and source
@@ -195,13 +202,13 @@ def make_accumulated_loss(original: Callable[..., tuple], recorder: _Recorder) -
             bound["attention_mask"],
             bound["logits_to_keep"],
             completion_mask.float(),
-            bound.get("old_logps") is not None,
+            bound.get("old_logps") is not None and not on_policy,
         )
         kwargs.update(encode_extras(extras, completion_mask))
         recorder.last = None
         outputs = original(trainer, *args, **kwargs)
         if recorder.last is not None and trainer.model.training:
-            result = recorded_loss(trainer.rule, trainer.loss_settings, recorder.last)
+            result = recorded_loss(trainer.rule, trainer.loss_settings, recorder.last, on_policy)
             trainer.record_loss(result, recorder.last["_sampling_per_token_logps"])
         recorder.last = None
         return outputs
@@ -209,8 +216,12 @@ def make_accumulated_loss(original: Callable[..., tuple], recorder: _Recorder) -
     return grpo_accumulated_loss
 
 
-def install_rule(namespace: MutableMapping[str, Any], rule: ClipRule, settings: LossSettings) -> Callable[[], None]:
+def install_rule(
+    namespace: MutableMapping[str, Any], rule: ClipRule, settings: LossSettings, on_policy: bool = False
+) -> Callable[[], None]:
     """Put the rule into a namespace holding Unsloth's three GRPO loss globals; returns a `restore()`.
+
+    `on_policy`: every update of the run is the first on its rollout (π_old = π_θ, `make_grpo_compute_loss`).
 
     `namespace` is the generated trainer module's globals on a GPU (`trl.GRPOTrainer.compute_loss.__globals__`)
     or `unsloth_zoo.rl_replacements.__dict__` in the CPU tests.
@@ -220,8 +231,8 @@ def install_rule(namespace: MutableMapping[str, Any], rule: ClipRule, settings: 
         raise RuntimeError(f"Unsloth's GRPO loss globals not found ({', '.join(missing)}); is unsloth 2026.10.7 used?")
     saved = {name: namespace[name] for name in LOSS_GLOBALS}
     recorder = _Recorder(saved["UnslothEfficientGRPO"])
-    namespace["grpo_compute_loss"] = make_grpo_compute_loss(rule, settings)
-    namespace["grpo_accumulated_loss"] = make_accumulated_loss(saved["grpo_accumulated_loss"], recorder)
+    namespace["grpo_compute_loss"] = make_grpo_compute_loss(rule, settings, on_policy)
+    namespace["grpo_accumulated_loss"] = make_accumulated_loss(saved["grpo_accumulated_loss"], recorder, on_policy)
     namespace["UnslothEfficientGRPO"] = recorder
 
     def restore() -> None:

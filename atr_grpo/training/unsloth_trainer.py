@@ -25,6 +25,12 @@ UNSUPPORTED_ENV = (
     "UNSLOTH_GRPO_LOSS_AGGREGATION",
     "UNSLOTH_GRPO_ROLLOUT_LOGPROBS_AS_OLD",
 )
+# TRL's own rollout correction, switched on only so that Unsloth hands the engine's log-probs to the loss
+UNUSED_TRL_CORRECTION = {
+    "vllm_importance_sampling_mode": "token_truncate",
+    "vllm_importance_sampling_clip_min": None,
+    "vllm_importance_sampling_clip_max": 2.0,
+}
 # Attributes GRPOTrainer copies from its args in __init__ (same names); checked after construction
 TRAINER_ATTRIBUTES = (
     "beta",
@@ -42,6 +48,7 @@ ARGS_CHECKED_AFTER_INIT = (
     "steps_per_generation",
     "bf16",
     "fp16",
+    "vllm_mode",  # Unsloth sets colocate whenever the model carries its engine
 )
 
 
@@ -73,24 +80,26 @@ def check_trainer_settings(trainer: Any, wanted: dict[str, Any]) -> None:
     for key in ARGS_CHECKED_AFTER_INIT:
         if key in wanted and getattr(trainer.args, key) != wanted[key]:
             found = getattr(trainer.args, key)
-            hint = " (set trainer.bf16=true, or use trainer.backend=trl)" if key in ("bf16", "fp16") else ""
+            hint = {
+                "bf16": " (set trainer.bf16=true, or use trainer.backend=trl)",
+                "fp16": " (set trainer.bf16=true, or use trainer.backend=trl)",
+                "vllm_mode": " (rollout.vllm.mode=server needs trainer.backend=trl)",
+            }.get(key, "")
             raise RuntimeError(f"the Unsloth trainer changed {key} from {wanted[key]!r} to {found!r}{hint}")
 
 
 def sampling_logprob_values(cfg: TrainConfig) -> dict[str, Any]:
-    """TRL's importance-sampling switches for Unsloth's trainer: with vLLM rollouts they must be on, since Unsloth
-    keeps the engine's log-probs of the sampled tokens for the loss only then. The loss that would apply TRL's
-    correction is replaced by ours (`unsloth_loss`), which weighs with `rollout.correction` instead; mode and
-    thresholds mirror it so that Unsloth's own `sampling/*` metrics read our weight the right way."""
-    correction = cfg.rollout.rollout_correction()
+    """TRL's importance-sampling switches for Unsloth's trainer: with vLLM rollouts the correction must be on,
+    since Unsloth keeps the engine's log-probs of the sampled tokens for the loss only then.
+
+    What TRL computes with it is never used: its weight would apply in a loss that ours replaces (`unsloth_loss`,
+    which weighs with `rollout.correction`), and its `sampling/*` metrics are not recorded (`logging`). So TRL
+    gets one setting its config accepts, whatever `rollout.correction*` is: some valid settings (correction=none
+    with both thresholds null, correction_min = correction_max = 1) would make `GRPOConfig` raise.
+    """
     if cfg.rollout.engine != "vllm":
         return {"vllm_importance_sampling_correction": False}
-    return {
-        "vllm_importance_sampling_correction": True,
-        "vllm_importance_sampling_mode": f"{correction.level}_{'mask' if correction.kind == 'mis' else 'truncate'}",
-        "vllm_importance_sampling_clip_min": correction.low,
-        "vllm_importance_sampling_clip_max": correction.high,
-    }
+    return {"vllm_importance_sampling_correction": True, **UNUSED_TRL_CORRECTION}
 
 
 def check_environment() -> None:
@@ -122,25 +131,38 @@ def load_adapter_weights(model: Any, adapter: Path) -> None:
         )
 
 
+def unsloth_model_arguments(cfg: TrainConfig) -> dict[str, Any]:
+    """What `FastLanguageModel.from_pretrained` is given: the configured weights, exactly.
+
+    Without `use_exact_model_name`, Unsloth swaps a hub id for its own mirror (Qwen/Qwen3-1.7B → unsloth/Qwen3-1.7B,
+    its MAP_TO_UNSLOTH_16bit), which may render prompts with another chat template: GRPO would train other weights
+    than the SFT stage and the evaluation load (`models.loaded_models`).
+    """
+    from atr_grpo.models import resolve_model_path
+
+    model_cfg = cfg.model
+    return dict(
+        model_name=resolve_model_path(model_cfg),
+        use_exact_model_name=True,
+        max_seq_length=model_cfg.max_seq_length,
+        dtype=None if model_cfg.dtype == "auto" else getattr(torch, model_cfg.dtype),
+        load_in_4bit=model_cfg.load_in_4bit,
+        fast_inference=cfg.rollout.engine == "vllm",
+        max_lora_rank=model_cfg.lora.r,
+        gpu_memory_utilization=cfg.rollout.vllm.gpu_memory_utilization,
+        random_state=cfg.seed,
+    )
+
+
 def load_unsloth_model(cfg: TrainConfig, adapter: Path | None) -> tuple[Any, Any]:
     """Unsloth's model (+ colocated vLLM for rollout.engine=vllm) with the paper's LoRA, SFT weights loaded."""
     from unsloth import FastLanguageModel  # noqa: I001  (must precede trl/transformers use)
 
-    from atr_grpo.models import resolve_model_path
     from atr_grpo.training.rule_trainer import resolve_flag
 
-    model_cfg, lora = cfg.model, cfg.model.lora
+    lora = cfg.model.lora
     use_vllm = cfg.rollout.engine == "vllm"
-    model, tokenizer = FastLanguageModel.from_pretrained(
-        model_name=resolve_model_path(model_cfg),
-        max_seq_length=model_cfg.max_seq_length,
-        dtype=None if model_cfg.dtype == "auto" else getattr(torch, model_cfg.dtype),
-        load_in_4bit=model_cfg.load_in_4bit,
-        fast_inference=use_vllm,
-        max_lora_rank=lora.r,
-        gpu_memory_utilization=cfg.rollout.vllm.gpu_memory_utilization,
-        random_state=cfg.seed,
-    )
+    model, tokenizer = FastLanguageModel.from_pretrained(**unsloth_model_arguments(cfg))
     if use_vllm and getattr(model, "vllm_engine", None) is None:  # Unsloth drops fast_inference silently
         raise RuntimeError(
             "rollout.engine=vllm, but Unsloth loaded the model without its vLLM engine (is vllm 0.31.0 installed "
@@ -220,5 +242,6 @@ def build_unsloth_trainer(cfg: TrainConfig, rule: ClipRule, adapter: Path | None
         delta=delta_control(cfg),
     )
     check_trainer_settings(trainer, wanted)
-    install_rule(namespace, rule, settings)  # for the life of the process: one run per process
+    # for the life of the process (one run per process); on-policy runs keep w ≡ 1 as on the TRL path
+    install_rule(namespace, rule, settings, on_policy=cfg.optimizer_steps_per_rollout == 1)
     return trainer, tokenizer
