@@ -89,7 +89,8 @@ def test_unsloth_with_a_vllm_server_is_refused_and_auto_trains_through_trl(monke
         with pytest.raises(ConfigError, match="rollout.vllm.mode='server' needs trainer.backend=trl"):
             pipeline.choose_backend(train_config([*server, engine, "trainer.backend=unsloth"]))
         assert pipeline.choose_backend(train_config([*server, engine, "trainer.backend=auto"])) == "trl"
-    assert pipeline.choose_backend(train_config([*server, "rollout.engine=hf", "trainer.backend=unsloth"])) == "unsloth"
+    with pytest.raises(ConfigError, match="a rollout server only serves rollout.engine=vllm"):
+        train_config([*server, "rollout.engine=hf", "trainer.backend=unsloth"])  # refused before any backend
     assert pipeline.choose_backend(train_config(["experiment=smoke", "trainer.backend=auto"])) == "unsloth"
 
 

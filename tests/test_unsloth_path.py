@@ -20,6 +20,7 @@ from conftest import rules_of_each_kind, slow_beyond
 
 from atr_grpo.clipping import RULES, build_rule
 from atr_grpo.clipping.cov import key_seed_from
+from atr_grpo.config import ConfigError
 from atr_grpo.losses import LossSettings, aggregate
 from atr_grpo.rollout_correction import RolloutCorrection
 from atr_grpo.training.rule_trainer import RuleTrainerMixin, rule_generator
@@ -482,19 +483,26 @@ def test_every_valid_rollout_correction_gives_a_config_trl_accepts(tmp_path):
     from atr_grpo.training.rule_trainer import grpo_arg_values
     from atr_grpo.training.unsloth_trainer import sampling_logprob_values
 
-    checked = 0
+    checked = refused = 0
     for kind, level, low, high in itertools.product(KINDS, LEVELS, GRID, GRID):
         if correction_problem(kind, level, low, high) is not None:
             continue
         overrides = [f"rollout.correction={kind}", f"rollout.correction_level={level}"]
         overrides += [f"rollout.correction_min={'null' if low is None else low}"]
         overrides += [f"rollout.correction_max={'null' if high is None else high}"]
-        cfg = train_config(["experiment=smoke", "rollout.engine=vllm", *overrides])
+        try:
+            cfg = train_config(["experiment=smoke", "rollout.engine=vllm", *overrides])
+        except ConfigError:  # a level or thresholds set without a correction: refused at config time
+            assert kind == "none" and (level, low, high) != ("token", None, 2.0)
+            refused += 1
+            continue
         values = {**grpo_arg_values(cfg, tmp_path), **sampling_logprob_values(cfg), "use_cpu": True}
         args = trl.GRPOConfig(**values)
         assert args.vllm_importance_sampling_correction is True and args.use_vllm is True
         checked += 1
-    assert checked == 2 * (6 + 5 + 5)  # per level: (min, max) in {null, 1} × {null, 1, 2}; tis, mis need one
+    # none takes only the default level and thresholds; per level, tis and mis take (min, max) in
+    # {null, 1} × {null, 1, 2} but one (they need a threshold)
+    assert (checked, refused) == (1 + 2 * (5 + 5), 2 * 6 - 1)
 
 
 def test_a_vllm_server_turned_into_a_colocated_engine_is_refused():
