@@ -14,14 +14,44 @@ from conftest import REPO
 from wandb_offline_files import offline_runs
 
 from atr_grpo import rundir
-from atr_grpo.training.logging import WANDB_ID_FILE
+from atr_grpo.training.logging import WANDB_EVAL_FILE, WANDB_ID_FILE
 
 pytestmark = pytest.mark.slow
 
 SMOKE = ["experiment=smoke", "logger=wandb"]
+# the paper's design on the smoke run: the evaluation stage evaluates the adapters of steps 0, 2 and 4 after training
+# (HF generate on CPU); the adapters are kept, so that a relaunch runs the stage again
+AFTER = ("eval.when=after", "eval.backend=hf", "eval.keep_adapters=true")
+# the evaluation stage, stopped after step 4's evaluation is in eval/summary.jsonl and before W&B gets it
+STOP_BEFORE_MIRRORING_4 = """
+import sys
+from atr_grpo.training import logging as run_logging
+from atr_grpo.training.stages import main
+
+mirror = run_logging.EvaluationMirror.log
+
+def log(self, step, metrics):
+    if step == 4:
+        raise RuntimeError("stopped before W&B got step 4")
+    mirror(self, step, metrics)
+
+run_logging.EvaluationMirror.log = log
+sys.exit(main(["evaluate", sys.argv[1]]))
+"""
+EVAL_AXIS = {"glob_name": "eval/*", "step_metric": "eval/step", "options": {"defined": True, "step_sync": True}}
 # the keys the issue names: return, entropy, completion length and the rule's clip statistics (every generation step
 # carries reward and completion_length, every step the others)
 TRAIN_KEYS = ("reward", "entropy", "completion_length", "clip/frac", "clip/delta")
+TRAIN_ONLY = """
+import sys
+from omegaconf import OmegaConf
+from atr_grpo import hydra_app
+from atr_grpo.config import to_object
+from atr_grpo.training.pipeline import run_training
+
+cfg = hydra_app.compose("train", sys.argv[1:])
+run_training(to_object(cfg), OmegaConf.to_yaml(cfg, resolve=True))
+"""
 # a kill after the checkpoint of step 2 (the run then resumes from checkpoint-2); eval=none keeps it short
 KILL_AT_2 = """
 import sys
@@ -123,3 +153,84 @@ def test_a_relaunch_after_a_kill_continues_the_same_wandb_run(tmp_path, smoke_sf
     assert [row["step"] for row in rows] == [1, 2, 3, 4]
     for row in rows[2:]:
         assert second["history"][row["step"]]["clip/frac"] == pytest.approx(row["clip/frac"], rel=1e-12)
+
+
+@pytest.fixture(scope="module")
+def wandb_smoke_after(tmp_path_factory, smoke_sft_adapter):
+    run_dir = tmp_path_factory.mktemp("wandb_after") / "run"
+    result = train(run_dir, *AFTER)
+    assert result.returncode == 0, result.stderr[-4000:]
+    return run_dir
+
+
+def test_evaluations_after_training_reach_the_training_runs_wandb_run_on_the_eval_axis(wandb_smoke_after):
+    """eval.when=after: the evaluation stage continues the training run's W&B run (same id) and logs every
+    benchmark's Mean@k / Pass@k equal to eval/summary.jsonl, each with eval/step = the step evaluated (0, 2, 4), the
+    axis both processes define for eval/*, at W&B steps after training's (5, 6, 7), which W&B keeps."""
+    run_id = (wandb_smoke_after / WANDB_ID_FILE).read_text().strip()
+    training, evaluation = offline_runs(wandb_smoke_after)
+    assert training["run"]["run_id"] == evaluation["run"]["run_id"] == run_id
+    assert training["exit"]["exit_code"] == evaluation["exit"]["exit_code"] == 0
+    assert EVAL_AXIS in training["metrics"] and EVAL_AXIS in evaluation["metrics"]
+    assert sorted(training["history"]) == [1, 2, 3, 4]
+    assert not any(key.startswith("eval/") for row in training["history"].values() for key in row)
+    assert sorted(evaluation["history"]) == [5, 6, 7]
+    logged = {row["eval/step"]: row for row in evaluation["history"].values()}
+    summary = rundir.read_jsonl(wandb_smoke_after / rundir.EVAL_DIR / rundir.SUMMARY_FILE)
+    assert [(row["step"], row["benchmark"]) for row in summary] == [
+        (0, "arithmetic"),
+        (2, "arithmetic"),
+        (4, "arithmetic"),
+    ]
+    assert sorted(logged) == [0, 2, 4]
+    for row in summary:
+        for metric in ("mean@4", "pass@4", "mean@1", "pass@1"):
+            assert logged[row["step"]][f"eval/arithmetic/{metric}"] == pytest.approx(row[metric], rel=1e-12)
+            assert logged[row["step"]][f"eval/average/{metric}"] == pytest.approx(row[metric], rel=1e-12)
+    mirrored = rundir.read_jsonl(wandb_smoke_after / WANDB_EVAL_FILE)
+    assert [(r["step"], r["wandb_step"], r["run_id"]) for r in mirrored] == [
+        (0, 5, run_id),
+        (2, 6, run_id),
+        (4, 7, run_id),
+    ]
+
+
+def test_a_relaunch_logs_no_evaluation_twice(wandb_smoke_after):
+    """Launched again, the finished run's kept adapters run the evaluation stage again: every step is in
+    eval/summary.jsonl and in W&B, so nothing is evaluated or logged (no new W&B run, the same wandb_eval.jsonl)."""
+    runs_before = sorted(p.name for p in (wandb_smoke_after / "wandb").glob("offline-run-*"))
+    mirrored_before = (wandb_smoke_after / WANDB_EVAL_FILE).read_bytes()
+    summary_before = rundir.summary_path(wandb_smoke_after).read_bytes()
+    result = train(wandb_smoke_after, *AFTER)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "3 of 3 scheduled evaluations done" in result.stderr + result.stdout
+    assert sorted(p.name for p in (wandb_smoke_after / "wandb").glob("offline-run-*")) == runs_before
+    assert (wandb_smoke_after / WANDB_EVAL_FILE).read_bytes() == mirrored_before
+    assert rundir.summary_path(wandb_smoke_after).read_bytes() == summary_before
+
+
+def test_a_step_evaluated_but_not_mirrored_reaches_wandb_once_on_relaunch(tmp_path, smoke_sft_adapter):
+    """The evaluation stage stops after step 4's evaluation is recorded and before W&B gets it (its adapter stays).
+    The relaunch evaluates nothing again and gives W&B step 4 from eval/summary.jsonl: across the W&B runs of the one
+    id, every evaluated step appears once, equal to the summary, at increasing W&B steps."""
+    run_dir = tmp_path / "run"
+    overrides = [*SMOKE, f"run_dir={run_dir}", "eval.when=after", "eval.backend=hf"]
+    trained = run(["-c", TRAIN_ONLY, *overrides], tmp_path)  # GRPO only: the adapters of 0, 2, 4 wait
+    assert trained.returncode == 0, trained.stderr[-4000:]
+    stopped = run(["-c", STOP_BEFORE_MIRRORING_4, str(run_dir)], tmp_path)
+    assert stopped.returncode == 1 and "stopped before W&B got step 4" in stopped.stderr, stopped.stderr[-4000:]
+    summary_rows = rundir.read_jsonl(rundir.summary_path(run_dir))
+    assert [row["step"] for row in summary_rows] == [0, 2, 4]
+
+    relaunched = train(run_dir, "eval.when=after", "eval.backend=hf")  # the run's command again
+    assert relaunched.returncode == 0, relaunched.stderr[-4000:]
+    assert rundir.read_jsonl(rundir.summary_path(run_dir)) == summary_rows, "nothing was evaluated again"
+    run_id = (run_dir / WANDB_ID_FILE).read_text().strip()
+    training, first_stage, second_stage = offline_runs(run_dir)
+    assert {training["run"]["run_id"], first_stage["run"]["run_id"], second_stage["run"]["run_id"]} == {run_id}
+    assert (first_stage["exit"]["exit_code"], second_stage["exit"]["exit_code"]) == (1, 0)  # a crash shows as failed
+    eval_rows = [(step, row) for part in (first_stage, second_stage) for step, row in sorted(part["history"].items())]
+    assert [(step, row["eval/step"]) for step, row in eval_rows] == [(5, 0), (6, 2), (7, 4)]
+    for (_, logged), row in zip(eval_rows, summary_rows, strict=True):
+        assert logged["eval/arithmetic/pass@4"] == pytest.approx(row["pass@4"], rel=1e-12)
+        assert logged["eval/arithmetic/mean@4"] == pytest.approx(row["mean@4"], rel=1e-12)

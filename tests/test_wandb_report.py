@@ -96,8 +96,9 @@ class ServerStandIn:
 
 def test_saving_sends_the_panels_through_the_installed_wandb_workspaces(no_credentials, monkeypatch):
     """save_report runs wandb_workspaces' own save() and url (only the transport is stood in for): the report it
-    sends plots each panel's keys against the step the runs log (`_step`), over the runs of the group, grouped by
-    the `method` the runs put in their config; the URL comes back."""
+    sends plots each training panel's keys against the step the runs log (`_step`) and each evaluation panel's against
+    `eval/step` (the axis both evaluation paths log), over the runs of the group, grouped by the `method` the runs put
+    in their config; the URL comes back."""
     pytest.importorskip("wandb_workspaces")
     import wandb_workspaces.reports.v2.interface as interface
 
@@ -114,7 +115,12 @@ def test_saving_sends_the_panels_through_the_installed_wandb_workspaces(no_crede
     grid = json.loads(upsert["spec"])["blocks"][1]["metadata"]
     panels = grid["panelBankSectionConfig"]["panels"]
     assert [p["config"]["metrics"] for p in panels] == [list(p.keys) for p in panel_spec(8)]
-    assert {p["config"]["xAxis"] for p in panels} == {"_step"}
+    axes = {p["config"]["metrics"][0]: p["config"]["xAxis"] for p in panels}
+    assert axes == {key: "eval/step" if key.startswith("eval/") else "_step" for key in axes}
+    assert sorted(key for key, axis in axes.items() if axis == "eval/step") == [
+        "eval/average/mean@8",
+        "eval/average/pass@8",
+    ]
     (runset,) = grid["runSets"]
     assert runset["filters"]["filters"] == [
         {"key": {"section": "run", "name": "group"}, "op": "=", "value": "table2", "disabled": False}

@@ -12,7 +12,7 @@ from pathlib import Path
 
 def offline_runs(run_dir: Path) -> list[dict]:
     """Each offline W&B run under `run_dir` (W&B's dir), in start order, as {"run": its run record, "history":
-    {step: the values logged at that step}, "exit": its exit record or None}."""
+    {step: the values logged at that step}, "metrics": its define_metric records, "exit": its exit record or None}."""
     env = dict(os.environ, WANDB_MODE="offline")  # offline: the reader sends no telemetry either
     runs = []
     for path in sorted((run_dir / "wandb").glob("offline-run-*")):
@@ -28,5 +28,6 @@ def offline_runs(run_dir: Path) -> list[dict]:
                 history[item["_step"]] = {k: v for k, v in item.items() if not k.startswith("_")}
         (run,) = [r["run"] for r in records if r["type"] == "run"]
         exits = [r["exit"] for r in records if r["type"] == "exit"]
-        runs.append({"run": run, "history": history, "exit": exits[-1] if exits else None})
+        metrics = [r["metric"] for r in records if r["type"] == "metric"]
+        runs.append({"run": run, "history": history, "metrics": metrics, "exit": exits[-1] if exits else None})
     return sorted(runs, key=lambda r: r["run"]["start_time"])

@@ -25,6 +25,8 @@ from atr_grpo.evaluation.metrics import average, summarize
 from atr_grpo.evaluation.outputs import move_aside, read_summary, sample_file, write_samples
 
 log = logging.getLogger(__name__)
+# the training step an evaluation is of, logged beside its keys: the x axis of every eval/* key in W&B
+EVAL_STEP = "eval/step"
 
 
 def _grader_version() -> str:

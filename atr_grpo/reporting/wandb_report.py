@@ -11,6 +11,7 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from atr_grpo.evaluation.runner import EVAL_STEP
 from atr_grpo.wandb_auth import api_key_available
 
 
@@ -20,6 +21,7 @@ class Panel:
     keys: tuple[str, ...]
     smoothing: float = 0.0  # exponential smoothing in the W&B UI (the PNG figures use a 100-step moving average)
     log_y: bool = False
+    x: str = "Step"  # W&B's own step (the training step); evaluations use their own axis, `eval/step`
 
 
 def panel_spec(k: int = 8) -> list[Panel]:
@@ -29,8 +31,8 @@ def panel_spec(k: int = 8) -> list[Panel]:
         Panel("return (reward)", ("reward",), 0.9),
         Panel("entropy", ("entropy",), 0.9),
         Panel("completion length", ("completion_length",), 0.9),
-        Panel(f"Average Mean@{k}", (f"eval/average/mean@{k}",)),
-        Panel(f"Average Pass@{k}", (f"eval/average/pass@{k}",)),
+        Panel(f"Average Mean@{k}", (f"eval/average/mean@{k}",), x=EVAL_STEP),
+        Panel(f"Average Pass@{k}", (f"eval/average/pass@{k}",), x=EVAL_STEP),
         Panel("clip fraction", ("clip/frac", "clip/frac_low", "clip/frac_high"), 0.6),
         Panel("ratio w", ("ratio/mean", "ratio/min", "ratio/max"), 0.6, log_y=True),
         Panel("trust-region size (mean KL3)", ("kl/kl3_mean",), 0.6),
@@ -56,7 +58,7 @@ def build_report(entity: str, project: str, group: str, k: int = 8) -> Any:
             "`scripts/wandb_report.py --print-spec` prints the panels to build by hand"
         ) from err
     panels = [
-        wr.LinePlot(title=p.title, x="Step", y=list(p.keys), smoothing_factor=p.smoothing or None, log_y=p.log_y)
+        wr.LinePlot(title=p.title, x=p.x, y=list(p.keys), smoothing_factor=p.smoothing or None, log_y=p.log_y)
         for p in panel_spec(k)
     ]
     runset = wr.Runset(entity=entity, project=project, name=group, filters=f"Group = '{group}'",

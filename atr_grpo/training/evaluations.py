@@ -175,10 +175,13 @@ def evaluate_saved_adapters(cfg: TrainConfig, run_dir: Path) -> EvaluationState 
 
     from atr_grpo import rundir
     from atr_grpo.models import load_model_and_tokenizer, load_tokenizer
+    from atr_grpo.training.logging import EvaluationMirror
 
     config = OmegaConf.to_container(OmegaConf.load(run_dir / rundir.CONFIG_FILE), resolve=True)
     state = run_evaluation_state(run_dir, config)  # type: ignore[arg-type]
+    mirror = EvaluationMirror(cfg, run_dir, state.done if state else [])  # W&B first gets the done steps it lacks
     if state is None or not state.pending:
+        mirror.close()
         return state
     ev, adapters = cfg.eval, saved_adapters(run_dir)
     backend = engines.choose_backend(ev.backend)
@@ -207,7 +210,9 @@ def evaluate_saved_adapters(cfg: TrainConfig, run_dir: Path) -> EvaluationState 
             progress.update()
             continue
         progress.update(metrics=metrics)
+        mirror.log(step, metrics)
         if not ev.keep_adapters:
             remove_adapter(run_dir, step)
     progress.close()
+    mirror.close()
     return run_evaluation_state(run_dir, config)  # type: ignore[arg-type]

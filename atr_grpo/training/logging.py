@@ -1,4 +1,12 @@
-"""Per-step metrics: `metrics.jsonl` in the run directory (the truth) and W&B (a mirror with the same keys)."""
+"""Per-step metrics: `metrics.jsonl` in the run directory (the truth) and W&B (a mirror with the same keys).
+
+Evaluations reach the same W&B run from either place they run: the training process (eval.when=during,
+`RunLogger.log_eval`) or the evaluation stage after training (eval.when=after, `EvaluationMirror`). Their `eval/*`
+keys are plotted against `eval/step` (the training step of the evaluated adapter), never against W&B's own step,
+which the stage cannot reuse: W&B drops a row whose step is lower than one it already has, and training used
+0..max_steps. `wandb_eval.jsonl` in the run directory lists each evaluation step mirrored to a W&B run (at which
+W&B step) and each failed attempt; a step is mirrored once per W&B run, however often it is evaluated.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +14,8 @@ import json
 import logging
 import math
 import os
+import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +23,7 @@ from transformers import TrainerCallback
 
 from atr_grpo import rundir
 from atr_grpo.config import TrainConfig
+from atr_grpo.evaluation.runner import EVAL_STEP
 from atr_grpo.wandb_auth import api_key_available
 
 log = logging.getLogger(__name__)
@@ -28,6 +39,8 @@ SUMMARY_KEYS = ("train_runtime", "train_samples_per_second", "train_steps_per_se
 # mismatch and the correction's weight, with one meaning on both paths
 MISLEADING_PREFIXES = ("clip_ratio/", "sampling/")
 WANDB_ID_FILE = "wandb_run_id"
+WANDB_EVAL_FILE = "wandb_eval.jsonl"  # the evaluation steps mirrored to W&B (run id, W&B step) and failed attempts
+DISCARDED_FILE = "metrics.discarded.jsonl"  # metric lines set aside on resume (W&B got them before the resume)
 
 
 def _clean(value: Any) -> Any:
@@ -71,6 +84,8 @@ class RunLogger:
         )
         if run_id is None:
             rundir.write_text(id_file, run.id + "\n")
+        run.define_metric(EVAL_STEP, hidden=True)
+        run.define_metric("eval/*", step_metric=EVAL_STEP)  # W&B's globs are prefixes: every evaluation key
         log.info("W&B run %s (%s)", run.id, run.settings.mode)
         return run
 
@@ -80,16 +95,127 @@ class RunLogger:
         if self.wandb_run is not None:
             self.wandb_run.log({k: v for k, v in record.items() if k != "step" and v is not None}, step=int(step))
 
-    def log_eval(self, metrics: dict[str, float], step: int) -> None:
-        """Evaluation metrics go to W&B only: their source of truth is eval/summary.jsonl."""
-        if self.wandb_run is not None:
-            self.wandb_run.log(metrics, step=int(step))
+    def log_eval(self, metrics: dict[str, float], step: int, wandb_step: int | None = None) -> bool:
+        """Evaluation metrics go to W&B only (their source of truth is eval/summary.jsonl), with `eval/step` = `step`,
+        at W&B step `wandb_step` (default: `step`, as during training). A step this W&B run already holds is not
+        logged again (returns False): a re-evaluation on relaunch adds no second point."""
+        if self.wandb_run is None:
+            return False
+        if step in mirrored_steps(self.run_dir, self.wandb_run.id):
+            log.info("W&B already holds the evaluation of step %d; not logged again", step)
+            return False
+        wandb_step = int(step if wandb_step is None else wandb_step)
+        self.wandb_run.log({EVAL_STEP: int(step), **metrics}, step=wandb_step)
+        record = {"step": int(step), "wandb_step": wandb_step, "run_id": self.wandb_run.id}
+        rundir.append_jsonl(self.run_dir / WANDB_EVAL_FILE, record)
+        return True
 
     def finish(self, exit_code: int = 0) -> None:
         """Closes the W&B run; a nonzero `exit_code` (training raised) marks it failed there, not finished."""
         if self.wandb_run is not None:
             self.wandb_run.finish(exit_code=exit_code)
             self.wandb_run = None
+
+
+def _records(path: Path) -> list[dict[str, Any]]:
+    return rundir.read_jsonl(path) if path.exists() else []
+
+
+def mirrored_steps(run_dir: str | Path, run_id: str | None) -> set[int]:
+    """The evaluation steps the W&B run `run_id` holds, by `wandb_eval.jsonl` (none for a run not started yet)."""
+    records = _records(Path(run_dir) / WANDB_EVAL_FILE)
+    return {int(r["step"]) for r in records if run_id is not None and r.get("run_id") == run_id and "wandb_step" in r}
+
+
+def next_wandb_step(run_dir: str | Path, run: Any) -> int:
+    """A W&B step above every one the run has used: the server's count for a resumed online run (`starting_step`;
+    0 offline) and, from the run directory, the training steps logged (kept or set aside) and mirrored evaluations."""
+    run_dir = Path(run_dir)
+    used = [int(r["step"]) for name in (rundir.METRICS_FILE, DISCARDED_FILE) for r in _records(run_dir / name)]
+    used += [int(r["wandb_step"]) for r in _records(run_dir / WANDB_EVAL_FILE) if r.get("run_id") == run.id
+             and "wandb_step" in r]  # fmt: skip
+    return max([int(run.starting_step), *(step + 1 for step in used)])
+
+
+class EvaluationMirror:
+    """The evaluation stage's W&B mirror (logger=wandb): each evaluated step into the W&B run of training (the id in
+    `wandb_run_id`, resumed), with the keys the training process logs for an evaluation, at W&B steps above all the
+    run has used. Given the steps eval/summary.jsonl holds in full, it first mirrors those W&B lacks (a stage that
+    crashed between the two, an earlier W&B failure). W&B is started only when there is something to log.
+
+    W&B is a mirror: its failure never stops or undoes an evaluation. It is logged as an error, recorded in
+    `wandb_eval.jsonl`, and `close` names the steps W&B lacks and the command that mirrors them; a failed start
+    ends the mirror for this process (no retry per adapter)."""
+
+    def __init__(self, cfg: TrainConfig, run_dir: str | Path, done_steps: Iterable[int] = ()) -> None:
+        self.cfg, self.run_dir = cfg, Path(run_dir)
+        self.wanted = cfg.logger.name == "wandb"
+        self.logger: RunLogger | None = None
+        self.start_failed = False
+        self.next_step = 0
+        self.missed: list[int] = []  # steps W&B did not get in this process
+        if not self.wanted:
+            return
+        id_file = self.run_dir / WANDB_ID_FILE
+        already = mirrored_steps(self.run_dir, id_file.read_text().strip() if id_file.exists() else None)
+        for step in sorted(set(done_steps) - already):
+            self.log(step, self._recorded(step))
+
+    def _recorded(self, step: int) -> dict[str, float]:
+        """A step's metrics from eval/summary.jsonl: what its evaluation returned."""
+        from atr_grpo.evaluation.outputs import read_summary
+        from atr_grpo.evaluation.runner import flat_metrics
+
+        summary = read_summary(self.run_dir)
+        return flat_metrics({name: summary[(step, name)] for name in self.cfg.eval.benchmarks}, self.cfg.eval.k)
+
+    def _start(self) -> RunLogger:
+        logger = RunLogger(self.cfg, self.run_dir)
+        try:
+            self.next_step = next_wandb_step(self.run_dir, logger.wandb_run)
+        except Exception:
+            logger.finish(exit_code=1)
+            raise
+        return logger
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        if not self.wanted:
+            return
+        if self.start_failed:
+            self.missed.append(step)
+            return
+        try:
+            if self.logger is None:
+                self.logger = self._start()
+            if self.logger.log_eval(metrics, step, wandb_step=self.next_step):
+                self.next_step += 1
+        except Exception as err:  # shown and recorded; the evaluation files stay the truth
+            self.start_failed = self.logger is None
+            self._fail(step, "starting the W&B run" if self.start_failed else "logging to W&B", err)
+
+    def _fail(self, step: int | None, what: str, error: BaseException) -> None:
+        if step is not None:
+            self.missed.append(step)
+        log.error("%s failed (step %s); the evaluation files hold every result", what, step, exc_info=error)
+        record = {"step": step, "error": f"{what}: {type(error).__name__}: {error}",
+                  "time": time.strftime("%Y-%m-%dT%H:%M:%S")}  # fmt: skip
+        rundir.append_jsonl(self.run_dir / WANDB_EVAL_FILE, record)
+
+    def close(self) -> None:
+        """Finish the W&B run (an exception that ends the process marks it failed there, by W&B's own exit hook),
+        then name the steps W&B lacks."""
+        if self.logger is not None:
+            try:
+                self.logger.finish()
+            except Exception as err:
+                self._fail(None, "finishing the W&B run", err)
+            self.logger = None
+        if self.missed:
+            log.error(
+                "W&B lacks the evaluations of steps %s (%s says why); eval/summary.jsonl has them, and "
+                "`python -m atr_grpo.training.stages evaluate %s` mirrors them",
+                sorted(set(self.missed)), self.run_dir / WANDB_EVAL_FILE, self.run_dir,
+            )  # fmt: skip
 
 
 def _config_dict(cfg: TrainConfig) -> dict[str, Any]:
@@ -130,7 +256,7 @@ def truncate_metrics(run_dir: str | Path, last_step: int) -> int:
     keep = [r for r in records if r.get("step", 0) <= last_step]
     moved = [r for r in records if r.get("step", 0) > last_step]
     if moved:
-        rundir.append_jsonl(Path(run_dir) / "metrics.discarded.jsonl", moved)
+        rundir.append_jsonl(Path(run_dir) / DISCARDED_FILE, moved)
         text = "".join(json.dumps(r) + "\n" for r in keep)
         rundir.write_text(path, text)
     return len(moved)
