@@ -180,8 +180,12 @@ class DataConfig:
             _positive("data.max_operand", self.max_operand)
             for op in self.operations:
                 _one_of("data.operations[]", op, OPERATIONS)
-            _check(1 <= self.chain_min <= self.chain_max, "data.chain_min", f"in [1, chain_max={self.chain_max}]",
-                   self.chain_min)  # fmt: skip
+            _check(
+                1 <= self.chain_min <= self.chain_max,
+                "data.chain_min",
+                f"in [1, chain_max={self.chain_max}]",
+                self.chain_min,
+            )
             if self.chain_max > 1:
                 for op in self.operations:
                     _one_of("data.operations[] (of a chain, data.chain_max > 1)", op, CHAIN_OPERATIONS)
@@ -316,8 +320,12 @@ class VLLMRolloutConfig:
 
     def __post_init__(self) -> None:
         _one_of("rollout.vllm.mode", self.mode, ("colocate", "server"))
-        _check(0 < self.gpu_memory_utilization < 1, "rollout.vllm.gpu_memory_utilization", "in (0, 1)",
-               self.gpu_memory_utilization)  # fmt: skip
+        _check(
+            0 < self.gpu_memory_utilization < 1,
+            "rollout.vllm.gpu_memory_utilization",
+            "in (0, 1)",
+            self.gpu_memory_utilization,
+        )
         _check(0 < self.server_port < 65536, "rollout.vllm.server_port", "a port number", self.server_port)
         _check(0 < self.group_port < 65536, "rollout.vllm.group_port", "a port number (1-65535)", self.group_port)
         _check(self.server_timeout > 0, "rollout.vllm.server_timeout", "> 0", self.server_timeout)
@@ -353,9 +361,13 @@ class RolloutConfig:
         if self.correction == "none":  # the correction's settings would be accepted and never read
             for key in ("correction_level", "correction_min", "correction_max"):
                 default = ROLLOUT_DEFAULTS[key]
-                _check(getattr(self, key) == default, f"rollout.{key}",
-                       f"left at its default {default!r} with rollout.correction='none' (set rollout.correction=tis "
-                       "or mis for it to act)", getattr(self, key))  # fmt: skip
+                _check(
+                    getattr(self, key) == default,
+                    f"rollout.{key}",
+                    f"left at its default {default!r} with rollout.correction='none' (set rollout.correction=tis "
+                    "or mis for it to act)",
+                    getattr(self, key),
+                )
         check_correction_engine(self.correction, self.engine)
         check_server_engine(self.vllm.mode, self.engine)
 
@@ -368,8 +380,12 @@ ROLLOUT_DEFAULTS = {f.name: f.default for f in dataclasses.fields(RolloutConfig)
 
 def check_server_engine(mode: str, engine: str) -> None:
     """A `trl vllm-serve` server only serves vLLM rollouts: with transformers' generate it would never be asked."""
-    _check(mode != "server" or engine != "hf", "rollout.vllm.mode",
-           "'colocate' with rollout.engine='hf' (a rollout server only serves rollout.engine=vllm)", mode)  # fmt: skip
+    _check(
+        mode != "server" or engine != "hf",
+        "rollout.vllm.mode",
+        "'colocate' with rollout.engine='hf' (a rollout server only serves rollout.engine=vllm)",
+        mode,
+    )
 
 
 def check_correction_engine(correction: str, engine: str) -> None:
@@ -435,8 +451,12 @@ class EvalConfig:
         _positive("eval.max_tokens", self.max_tokens)
         _one_of("eval.backend", self.backend, ("auto", "vllm", "hf"))
         _one_of("eval.when", self.when, ("after", "during"))
-        _check(not self.share_start or self.when == "during", "eval.share_start", "false unless eval.when='during'",
-               self.share_start)  # fmt: skip
+        _check(
+            not self.share_start or self.when == "during",
+            "eval.share_start",
+            "false unless eval.when='during'",
+            self.share_start,
+        )
         if self.backend != "hf":  # auto is vLLM on a GPU: a config that passes on a CPU must not fail on a GPU
             check_vllm_temperature(
                 self.temperature, "eval.temperature", f"eval.backend={self.backend}", "; eval.backend=hf does not"

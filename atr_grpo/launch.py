@@ -126,12 +126,16 @@ class Tally:
 
     def describe(self) -> str:
         ok = len(self.launched) - len(self.failed) + len(self.finished)
-        line = (f"{self.plan}: {ok} of {self.total} runs ok; re-ran {len(self.launched)}"
-                f"{f' ({len(self.failed)} failed)' if self.failed else ''}, "
-                f"{len(self.finished)} already finished and not re-run")  # fmt: skip
+        line = (
+            f"{self.plan}: {ok} of {self.total} runs ok; re-ran {len(self.launched)}"
+            f"{f' ({len(self.failed)} failed)' if self.failed else ''}, "
+            f"{len(self.finished)} already finished and not re-run"
+        )
         if self.finished and not self.launched:
-            line += (f"\nnothing was re-run: the {len(self.finished)} finished runs are used as they are; `--runs DIR` "
-                     "(make reproduce-<name> RERUN=1 OUT=DIR) re-runs them into a fresh folder")  # fmt: skip
+            line += (
+                f"\nnothing was re-run: the {len(self.finished)} finished runs are used as they are; `--runs DIR` "
+                "(make reproduce-<name> RERUN=1 OUT=DIR) re-runs them into a fresh folder"
+            )
         return line
 
 
@@ -210,8 +214,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--dry-run", action="store_true", help="print one command per run and run nothing")
     parser.add_argument("--jobs", type=int, default=1, help="runs at once (default 1; CPU plans with 1 thread a run)")
-    parser.add_argument("--runs", type=Path, default=None, metavar="DIR",
-                        help="run directories go into DIR, not the experiment folder (a fresh re-run)")  # fmt: skip
+    parser.add_argument(
+        "--runs",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="run directories go into DIR, not the experiment folder (a fresh re-run)",
+    )
     parser.add_argument("plan", help="conf/plan/<PLAN>.yaml")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides appended to every run")
     opts = parser.parse_args(argv)

@@ -67,8 +67,10 @@ def record_start_point(run_dir: Path, start: dict[str, Any]) -> str | None:
         return None
     if recorded != start:
         changed = sorted(k for k in start if recorded.get(k) != start[k])
-        return (f"WARNING: {run_dir} started from another base model or SFT adapter than the cache holds now "
-                f"(differs: {', '.join(changed)}); env.json keeps the one it started from")  # fmt: skip
+        return (
+            f"WARNING: {run_dir} started from another base model or SFT adapter than the cache holds now "
+            f"(differs: {', '.join(changed)}); env.json keeps the one it started from"
+        )
     return None
 
 
@@ -116,10 +118,14 @@ def check_start_points(runs: list[Any]) -> tuple[list[str], list[str]]:
             described[identity(start)] = describe(start)
         if len(by_start) > 1:
             listing = "; ".join(f"{described[key]}: {', '.join(names)}" for key, names in by_start.items())
-            errors.append(f"{experiment}/{model}: the runs started from different base models or SFT adapters, so "
-                          f"they cannot be paired ({listing})")  # fmt: skip
+            errors.append(
+                f"{experiment}/{model}: the runs started from different base models or SFT adapters, so "
+                f"they cannot be paired ({listing})"
+            )
         if unrecorded:
-            notes.append(f"{experiment}/{model}: {len(unrecorded)} of {len(group)} runs record no starting adapter "
-                         "(env.json start_point; runs made before it was recorded): their pairing assumes that they "
-                         "all started from the same one")  # fmt: skip
+            notes.append(
+                f"{experiment}/{model}: {len(unrecorded)} of {len(group)} runs record no starting adapter "
+                "(env.json start_point; runs made before it was recorded): their pairing assumes that they "
+                "all started from the same one"
+            )
     return errors, notes

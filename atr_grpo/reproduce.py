@@ -18,8 +18,9 @@ from atr_grpo import launch, results
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m atr_grpo.reproduce", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="python -m atr_grpo.reproduce", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("plan", help="conf/plan/<PLAN>.yaml (its runs must be of one experiment)")
     parser.add_argument("--runs", type=Path, required=True, help="the experiment's run folder (without --rerun)")
     parser.add_argument("--out", type=Path, required=True, help="where tables/ and figures/ go (and runs/, --rerun)")
@@ -48,9 +49,11 @@ def main(argv: list[str] | None = None) -> int:
     status = status or results.main(figures + (["--methods", opts.methods] if opts.methods else []))
     status = status or results.main(["pack", "--runs", str(runs)])
     used = len(tally.finished) + len(tally.launched) - len(tally.failed)
-    print(f"{opts.plan}: rebuilt tables from {used} runs in {runs} ({len(tally.finished)} finished before this "
-          "command, not re-run); "
-          f"re-ran {len(tally.launched)}{f', {len(tally.failed)} failed' if tally.failed else ''}")  # fmt: skip
+    print(
+        f"{opts.plan}: rebuilt tables from {used} runs in {runs} ({len(tally.finished)} finished before this "
+        "command, not re-run); "
+        f"re-ran {len(tally.launched)}{f', {len(tally.failed)} failed' if tally.failed else ''}"
+    )
     return status or tally.exit_code
 
 

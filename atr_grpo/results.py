@@ -32,8 +32,16 @@ from atr_grpo.reporting import binding, compare, endpoints, figures, pack, regra
 from atr_grpo.reporting.runs import Run, drop_repeats, find_runs
 
 # each table's experiment; None = every run
-TABLES = {"table2": "table2", "table3": "table3", "seeds": "table3", "delta": "ablate_delta",
-          "passk": "passk_curve", "clip_binding": None, "endpoints": None, "bounds": None}  # fmt: skip
+TABLES = {
+    "table2": "table2",
+    "table3": "table3",
+    "seeds": "table3",
+    "delta": "ablate_delta",
+    "passk": "passk_curve",
+    "clip_binding": None,
+    "endpoints": None,
+    "bounds": None,
+}
 # tables of any experiment's training runs (reporting/endpoints.py)
 RUN_TABLES = {"endpoints": endpoints.endpoints_table, "bounds": endpoints.bounds_table}
 COMMANDS = (*TABLES, "all", "figures", "compare", "regrade", "pack")
@@ -55,13 +63,21 @@ def _select(runs: list[Run], runs_dir: Path, experiment: str | None) -> list[Run
     listing = ", ".join(f"{name} ({n} runs)" for name, n in sorted(found.items()))
     if experiment is None:
         raise ResultsError(f"no readable config.yaml under {runs_dir} (found: {listing})")
-    raise ResultsError(f"no runs of experiment {experiment!r} under {runs_dir} (found: {listing}); "
-                       "--experiment NAME tabulates another")  # fmt: skip
+    raise ResultsError(
+        f"no runs of experiment {experiment!r} under {runs_dir} (found: {listing}); --experiment NAME tabulates another"
+    )
 
 
-def build_table(name: str, runs: list[Run], runs_dir: Path, out_dir: Path, experiment: str | None = None,
-                ddof: int = 0, resampling: stats.Resampling | None = None,
-                alpha: float = tables.ALPHA) -> list[Path]:  # fmt: skip
+def build_table(
+    name: str,
+    runs: list[Run],
+    runs_dir: Path,
+    out_dir: Path,
+    experiment: str | None = None,
+    ddof: int = 0,
+    resampling: stats.Resampling | None = None,
+    alpha: float = tables.ALPHA,
+) -> list[Path]:
     """Write one table from the runs of its experiment; raises ResultsError when there are none."""
     chosen = _select(runs, runs_dir, experiment or TABLES[name])
     if name == "table2":
@@ -85,8 +101,9 @@ def build_table(name: str, runs: list[Run], runs_dir: Path, out_dir: Path, exper
     return tables.write_table(table, out_dir)
 
 
-def build_figures(runs: list[Run], runs_dir: Path, out_dir: Path, experiment: str | None = None,
-                  methods: list[str] | None = None) -> tuple[list[Path], list[str]]:  # fmt: skip
+def build_figures(
+    runs: list[Run], runs_dir: Path, out_dir: Path, experiment: str | None = None, methods: list[str] | None = None
+) -> tuple[list[Path], list[str]]:
     """Every figure whose data exist; returns (files written, figures skipped with the reason)."""
     written, skipped = figures.figure1(out_dir), []
     try:
@@ -134,14 +151,25 @@ def _common(parser: argparse.ArgumentParser, statistics: bool = True) -> None:
     parser.add_argument("--runs", type=Path, default=Path("results/runs"), help="where the run directories are")
     parser.add_argument("--experiment", default=None, help="take the runs of this experiment only")
     if statistics:
-        parser.add_argument("--resamples", type=_positive, default=10_000,
-                            help="bootstrap resamples and sign flips per interval / test (default 10,000)")  # fmt: skip
+        parser.add_argument(
+            "--resamples",
+            type=_positive,
+            default=10_000,
+            help="bootstrap resamples and sign flips per interval / test (default 10,000)",
+        )
         parser.add_argument("--bootstrap-seed", type=int, default=0, help="seed of every resampling (default 0)")
-        parser.add_argument("--alpha", type=_level, default=tables.ALPHA,
-                            help="significance level; intervals are (1 − alpha) (default 0.05)")  # fmt: skip
-        parser.add_argument("--grader", default=None, metavar="TAG",
-                            help="use the verdicts of `regrade` with this tag (eval/regrade/TAG/) instead of the "
-                            "original ones")  # fmt: skip
+        parser.add_argument(
+            "--alpha",
+            type=_level,
+            default=tables.ALPHA,
+            help="significance level; intervals are (1 − alpha) (default 0.05)",
+        )
+        parser.add_argument(
+            "--grader",
+            default=None,
+            metavar="TAG",
+            help="use the verdicts of `regrade` with this tag (eval/regrade/TAG/) instead of the original ones",
+        )
 
 
 def _runs(parser: argparse.ArgumentParser, opts: argparse.Namespace) -> list[Run]:
@@ -152,8 +180,10 @@ def _runs(parser: argparse.ArgumentParser, opts: argparse.Namespace) -> list[Run
     if grader is not None:
         found = sorted({tag for path in rundir.find_run_dirs(opts.runs) for tag in regrade.tags(path)})
         if grader not in found:
-            parser.error(f"--grader {grader!r}: no run under {opts.runs} has eval/regrade/{grader}/; regrades found: "
-                         f"{', '.join(found) or 'none (python -m atr_grpo.results regrade writes them)'}")  # fmt: skip
+            parser.error(
+                f"--grader {grader!r}: no run under {opts.runs} has eval/regrade/{grader}/; regrades found: "
+                f"{', '.join(found) or 'none (python -m atr_grpo.results regrade writes them)'}"
+            )
     runs = find_runs(opts.runs, grader=grader)
     for run in runs:
         if not run.config:  # it cannot be placed in any table: say so here
@@ -190,8 +220,9 @@ def compare_main(argv: list[str]) -> int:
     resampling = _resampling(opts)
     split = lambda text: text.split(",") if text else None  # noqa: E731
     try:
-        rows = compare.compare_methods(runs, *opts.methods, resampling, split(opts.benchmark), split(opts.metric),
-                                       opts.step)  # fmt: skip
+        rows = compare.compare_methods(
+            runs, *opts.methods, resampling, split(opts.benchmark), split(opts.metric), opts.step
+        )
     except compare.CompareError as err:
         where = "" if opts.experiment is None else f" (among the runs of --experiment {opts.experiment!r})"
         print(f"error: {err}{where}", file=sys.stderr)
@@ -201,8 +232,11 @@ def compare_main(argv: list[str]) -> int:
 
 
 def regrade_main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m atr_grpo.results regrade", description=regrade.__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="python -m atr_grpo.results regrade",
+        description=regrade.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     _common(parser, statistics=False)
     parser.add_argument("--workers", type=int, default=None, help="grading processes (default: one per CPU)")
     parser.add_argument("--timeout", type=_seconds, default=DEFAULT_TIMEOUT, help="seconds per answer (default 5)")
@@ -211,8 +245,10 @@ def regrade_main(argv: list[str]) -> int:
     opts = parser.parse_args(argv)
     runs = [r for r in _runs(parser, opts) if r.config and opts.experiment in (None, r.experiment)]
     if not runs:
-        print(f"error: no run directories{'' if opts.experiment is None else ' of ' + opts.experiment} under "
-              f"{opts.runs}", file=sys.stderr)  # fmt: skip
+        print(
+            f"error: no run directories{'' if opts.experiment is None else ' of ' + opts.experiment} under {opts.runs}",
+            file=sys.stderr,
+        )
         return 2
     identity = regrade.grader_identity()
     versions = ", ".join(f"{name} {version}" for name, version in identity["packages"].items())
@@ -220,20 +256,33 @@ def regrade_main(argv: list[str]) -> int:
     total = changed = 0
     for run in runs:
         warn = lambda line: print(f"warning: {line}", file=sys.stderr)  # noqa: E731
-        found = regrade.regrade_run(run.path, identity, opts.workers, opts.timeout, opts.examples,
-                                    not opts.no_progress, warn, run.credit_inside_think)  # fmt: skip
+        found = regrade.regrade_run(
+            run.path,
+            identity,
+            opts.workers,
+            opts.timeout,
+            opts.examples,
+            not opts.no_progress,
+            warn,
+            run.credit_inside_think,
+        )
         for line in regrade.format_changes(found):
             print(line)
         total += sum(c.samples for c in found)
         changed += sum(c.changed for c in found)
-    print(f"{changed} of {total} verdicts changed in {len(runs)} runs; summaries in "
-          f"<run>/eval/regrade/{identity['tag']}/summary.jsonl (tables: --grader {identity['tag']})")  # fmt: skip
+    print(
+        f"{changed} of {total} verdicts changed in {len(runs)} runs; summaries in "
+        f"<run>/eval/regrade/{identity['tag']}/summary.jsonl (tables: --grader {identity['tag']})"
+    )
     return 0
 
 
 def pack_main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m atr_grpo.results pack", description=pack.__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="python -m atr_grpo.results pack",
+        description=pack.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--runs", type=Path, required=True, help="a folder of run directories")
     opts = parser.parse_args(argv)
     if not opts.runs.is_dir():
@@ -256,13 +305,19 @@ def main(argv: list[str] | None = None) -> int:
         return compare_main(argv[1:])
     if argv and argv[0] == "regrade":
         return regrade_main(argv[1:])
-    parser = argparse.ArgumentParser(prog="python -m atr_grpo.results", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="python -m atr_grpo.results", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("what", help=f"one of {', '.join(COMMANDS)}")
     _common(parser)
     parser.add_argument("--out", type=Path, default=None, help="output folder (results/tables or results/figures)")
-    parser.add_argument("--ddof", type=int, choices=(0, 1), default=0,
-                        help="table3's std over seeds: 0 as in the paper (default), 1 for the sample std")  # fmt: skip
+    parser.add_argument(
+        "--ddof",
+        type=int,
+        choices=(0, 1),
+        default=0,
+        help="table3's std over seeds: 0 as in the paper (default), 1 for the sample std",
+    )
     parser.add_argument("--methods", default=None, help="figures: comma-separated methods to draw (default all)")
     opts = parser.parse_args(argv)
     if opts.what not in COMMANDS:

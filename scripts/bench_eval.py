@@ -76,16 +76,20 @@ def main(argv: list[str] | None = None) -> int:
                 times[name].append(time.perf_counter() - started)
                 scores[name].append(metrics["eval/arithmetic/mean@8"])
     n = len(benchmarks[0].problems)
-    print(f"demo evaluation: {n} problems x {cfg.eval.n} samples, <= {cfg.eval.max_tokens} new tokens, "
-          f"{torch.get_num_threads()} threads, {opts.repeats} evaluations per backend")  # fmt: skip
+    print(
+        f"demo evaluation: {n} problems x {cfg.eval.n} samples, <= {cfg.eval.max_tokens} new tokens, "
+        f"{torch.get_num_threads()} threads, {opts.repeats} evaluations per backend"
+    )
     print("| backend | setup (s) | evaluation (s) | setup + one evaluation (s) | Mean@8 | × HF (evaluation) |")
     print("|---|---:|---:|---:|---:|---:|")
     hf_eval = statistics.median(times["hf"])
     for name in ("hf", "vllm"):
         evaluation = statistics.median(times[name])
         mean = statistics.fmean(scores[name])
-        print(f"| {name} | {setup[name]:.1f} | {evaluation:.1f} | {setup[name] + evaluation:.1f} | {100 * mean:.1f}% "
-              f"| {evaluation / hf_eval:.2f} |")  # fmt: skip
+        print(
+            f"| {name} | {setup[name]:.1f} | {evaluation:.1f} | {setup[name] + evaluation:.1f} | {100 * mean:.1f}% "
+            f"| {evaluation / hf_eval:.2f} |"
+        )
     return 0
 
 

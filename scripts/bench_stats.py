@@ -34,10 +34,15 @@ SAMPLES, LAST_STEP, EVERY = 8, 500, 50
 def write_run(root: Path, model: str, method: str, seed: int, chars: int, rng: random.Random) -> None:
     path = root / f"table2__{method}__s{seed}__model={model}"
     (path / "eval").mkdir(parents=True)
-    config = {"experiment": "table2", "seed": seed, "method": method, "model": {"name": model},
-              "clipping": {"name": method}, "trainer": {"max_steps": LAST_STEP},
-              "eval": {"benchmarks": list(BENCHMARKS), "k": SAMPLES, "n": SAMPLES, "every_steps": EVERY,
-                       "at_start": True}}  # fmt: skip
+    config = {
+        "experiment": "table2",
+        "seed": seed,
+        "method": method,
+        "model": {"name": model},
+        "clipping": {"name": method},
+        "trainer": {"max_steps": LAST_STEP},
+        "eval": {"benchmarks": list(BENCHMARKS), "k": SAMPLES, "n": SAMPLES, "every_steps": EVERY, "at_start": True},
+    }
     OmegaConf.save(OmegaConf.create(config), path / "config.yaml")
     filler = "Let us reason step by step. " * (chars // 28 + 1)
     lines = []
@@ -45,13 +50,31 @@ def write_run(root: Path, model: str, method: str, seed: int, chars: int, rng: r
         for bench, problems in BENCHMARKS.items():
             skill = rng.uniform(0.1, 0.5)
             matrix = [[rng.random() < skill * rng.random() * 2 for _ in range(SAMPLES)] for _ in range(problems)]
-            lines.append({"step": step, "benchmark": bench, "num_problems": problems, "n": SAMPLES,
-                          **summarize(matrix, ks=[SAMPLES])})  # fmt: skip
+            lines.append(
+                {
+                    "step": step,
+                    "benchmark": bench,
+                    "num_problems": problems,
+                    "n": SAMPLES,
+                    **summarize(matrix, ks=[SAMPLES]),
+                }
+            )
             if step in (0, LAST_STEP):
-                records = [{"problem_id": p, "sample": s, "completion": filler[:chars] + f"\\boxed{{{int(c)}}}",
-                            "extracted": str(int(c)), "gold": "1", "correct": c, "status": "correct" if c else "wrong",
-                            "finish_reason": "stop", "num_tokens": chars // 4}
-                           for p, row in enumerate(matrix) for s, c in enumerate(row)]  # fmt: skip
+                records = [
+                    {
+                        "problem_id": p,
+                        "sample": s,
+                        "completion": filler[:chars] + f"\\boxed{{{int(c)}}}",
+                        "extracted": str(int(c)),
+                        "gold": "1",
+                        "correct": c,
+                        "status": "correct" if c else "wrong",
+                        "finish_reason": "stop",
+                        "num_tokens": chars // 4,
+                    }
+                    for p, row in enumerate(matrix)
+                    for s, c in enumerate(row)
+                ]
                 step_dir = path / "eval" / f"step_{step:06d}"
                 step_dir.mkdir(exist_ok=True)
                 (step_dir / f"{bench}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
@@ -102,8 +125,10 @@ def main() -> None:
         total_s, _ = timed(lambda: tables.table2(find_runs(tmp), resampling), opts.repeat)
     cells = sum(1 for r in table.rows if r["ci_low"] == r["ci_low"])  # type: ignore[attr-defined]
     tests = sum(1 for r in table.rows if r["p_seeds_vs_clip"] == r["p_seeds_vs_clip"])  # type: ignore[attr-defined]
-    print(f"tree: {len(MODELS) * len(METHODS) * opts.seeds} runs, {size:.0f} MiB of JSONL; table2: {cells} "
-          f"intervals, {tests} tests, {opts.resamples:,} resamples each")  # fmt: skip
+    print(
+        f"tree: {len(MODELS) * len(METHODS) * opts.seeds} runs, {size:.0f} MiB of JSONL; table2: {cells} "
+        f"intervals, {tests} tests, {opts.resamples:,} resamples each"
+    )
     print(f"read per-sample files  {read_s:7.2f} s")
     print(f"statistics             {stats_s:7.2f} s   ({stats_s / read_s:.2f}× the read)")
     print(f"total (fresh tree)     {total_s:7.2f} s")

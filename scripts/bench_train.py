@@ -70,8 +70,9 @@ def run_once(kind: str, cfg: object, adapter: Path, out_dir: Path, steps: int) -
     # tokens per step (otherwise step times follow whatever lengths each policy happens to sample)
     full_length = "min_tokens" if kind == "vllm" else "min_new_tokens"  # vLLM's / transformers' name
     args.generation_kwargs = {full_length: cfg.trainer.max_completion_length}
-    common = dict(model=model, reward_funcs=[math_verify_reward], args=args, train_dataset=dataset,
-                  processing_class=tokenizer)  # fmt: skip
+    common = dict(
+        model=model, reward_funcs=[math_verify_reward], args=args, train_dataset=dataset, processing_class=tokenizer
+    )
     if kind in ("ours", "vllm"):
         trainer = RuleGRPOTrainer(**common, rule=build_rule("clip", eps=0.2), settings=loss_settings(cfg))
     else:
@@ -118,13 +119,17 @@ def main(argv: list[str] | None = None) -> int:
                 for kind in (first, second) if repeat % 2 == 0 else (second, first):
                     seconds = run_once(kind, cfg, adapter, Path(tmp) / f"{first}-r{repeat}", opts.steps)
                     times[kind].extend(seconds[opts.warmup :])
-                    print(f"  run {repeat + 1}/{opts.repeats} {kind:5s}: mean step {statistics.fmean(seconds):.3f} s",
-                          file=sys.stderr)  # fmt: skip
+                    print(
+                        f"  run {repeat + 1}/{opts.repeats} {kind:5s}: mean step {statistics.fmean(seconds):.3f} s",
+                        file=sys.stderr,
+                    )
 
     g = cfg.trainer
-    print(f"tiny config: batch {g.per_device_train_batch_size} x GA {g.gradient_accumulation_steps}, "
-          f"G = {g.num_generations}, {cfg.optimizer_steps_per_rollout} steps per rollout, "
-          f"{torch.get_num_threads()} threads; {len(times['ours'])} timed steps each")  # fmt: skip
+    print(
+        f"tiny config: batch {g.per_device_train_batch_size} x GA {g.gradient_accumulation_steps}, "
+        f"G = {g.num_generations}, {cfg.optimizer_steps_per_rollout} steps per rollout, "
+        f"{torch.get_num_threads()} threads; {len(times['ours'])} timed steps each"
+    )
     labels = {
         "stock": "stock TRL GRPOTrainer (dr_grpo, ε = 0.2), HF rollouts",
         "ours": "atr-grpo RuleGRPOTrainer (clip, ε = 0.2), HF rollouts",

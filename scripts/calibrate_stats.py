@@ -47,14 +47,26 @@ def main() -> None:
     for name in REGIMES:
         for problems in PROBLEMS:
             for seeds in SEEDS:
-                null = calibrate(regime(name, problems=problems, seeds=seeds), opts.datasets, resampling, opts.alpha,
-                                 cell_coverage=opts.cell_coverage)  # fmt: skip
-                real = calibrate(regime(name, problems=problems, seeds=seeds, effect=opts.effect), opts.datasets,
-                                 resampling, opts.alpha, seed=1)  # fmt: skip
+                null = calibrate(
+                    regime(name, problems=problems, seeds=seeds),
+                    opts.datasets,
+                    resampling,
+                    opts.alpha,
+                    cell_coverage=opts.cell_coverage,
+                )
+                real = calibrate(
+                    regime(name, problems=problems, seeds=seeds, effect=opts.effect),
+                    opts.datasets,
+                    resampling,
+                    opts.alpha,
+                    seed=1,
+                )
                 extra = f" {null.coverage:.3f} |" if opts.cell_coverage else ""
-                print(f"| {name} | {problems} | {seeds} | {null.run_sd:.2f} | {null.difference_sd:.2f} "
-                      f"| {null.marked_rate:.3f} | {real.marked_rate:.3f} | {null.t_rate:.3f} / {real.t_rate:.3f} "
-                      f"| {null.difference_coverage:.3f} | {null.problem_rate:.3f} |{extra}")  # fmt: skip
+                print(
+                    f"| {name} | {problems} | {seeds} | {null.run_sd:.2f} | {null.difference_sd:.2f} "
+                    f"| {null.marked_rate:.3f} | {real.marked_rate:.3f} | {null.t_rate:.3f} / {real.t_rate:.3f} "
+                    f"| {null.difference_coverage:.3f} | {null.problem_rate:.3f} |{extra}"
+                )
     print(f"\n{time.perf_counter() - started:.0f} s")
 
 

@@ -24,9 +24,17 @@ def counts_matrix(counts: list[int]) -> list[list[bool]]:
 def record(problem: int, sample: int, correct: bool) -> dict:
     gold = str(100 + problem)
     answer = gold if correct else "7"
-    return {"problem_id": problem, "sample": sample, "completion": f"So the answer is \\boxed{{{answer}}}.",
-            "extracted": answer, "gold": gold, "correct": correct, "status": "correct" if correct else "wrong",
-            "finish_reason": "stop", "num_tokens": 12}  # fmt: skip
+    return {
+        "problem_id": problem,
+        "sample": sample,
+        "completion": f"So the answer is \\boxed{{{answer}}}.",
+        "extracted": answer,
+        "gold": gold,
+        "correct": correct,
+        "status": "correct" if correct else "wrong",
+        "finish_reason": "stop",
+        "num_tokens": 12,
+    }
 
 
 def write_sample_file(path, matrix, compress=False):
@@ -40,10 +48,16 @@ def write_sample_file(path, matrix, compress=False):
 
 def sampled_run(root, experiment, method, seed, matrices, model="qwen3-1.7b", compress=False, name=None):
     """A run evaluated at every step of `matrices` ({step: {bench: matrix}}), with its per-sample files."""
-    evals = {step: {b: tuple(summarize(m, ks=[SAMPLES])[f"{x}@{SAMPLES}"] for x in ("mean", "pass"))
-                    for b, m in per_bench.items()} for step, per_bench in matrices.items()}  # fmt: skip
-    path = make_run(root, experiment, model, method, {"name": method.split("-")[0]}, seed, evals,
-                    max_steps=max(matrices), name=name)  # fmt: skip
+    evals = {
+        step: {
+            b: tuple(summarize(m, ks=[SAMPLES])[f"{x}@{SAMPLES}"] for x in ("mean", "pass"))
+            for b, m in per_bench.items()
+        }
+        for step, per_bench in matrices.items()
+    }
+    path = make_run(
+        root, experiment, model, method, {"name": method.split("-")[0]}, seed, evals, max_steps=max(matrices), name=name
+    )
     for step, per_bench in matrices.items():
         for bench, matrix in per_bench.items():
             write_sample_file(path / "eval" / f"step_{step:06d}" / f"{bench}.jsonl", matrix, compress)

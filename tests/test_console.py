@@ -217,9 +217,15 @@ def test_tiny_model_pretraining_prints_one_line_with_its_loss(capsys):
     tokenizer = build_tiny_tokenizer(cfg.vocab_size)
     torch.manual_seed(0)
     model_cfg = Qwen3Config(
-        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-        num_attention_heads=2, num_key_value_heads=1, head_dim=16, pad_token_id=tokenizer.pad_token_id,
-    )  # fmt: skip
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        pad_token_id=tokenizer.pad_token_id,
+    )
     losses = pretrain_tiny(Qwen3ForCausalLM(model_cfg), tokenizer, cfg)
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 4 and all(line.startswith("tiny model pretraining: ") for line in lines)

@@ -20,9 +20,18 @@ from atr_grpo.losses import AGGREGATIONS, LossSettings, grpo_loss
 from atr_grpo.training import pipeline, stages
 from atr_grpo.training.rule_trainer import grpo_arg_values
 
-LAUNCHED = {"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": "29511", "TORCHELASTIC_RUN_ID": "x", "TORCHELASTIC_USE_AGENT_STORE": "True",
-            "ACCELERATE_USE_DEEPSPEED": "true", "ACCELERATE_MIXED_PRECISION": "bf16"}  # fmt: skip
+LAUNCHED = {
+    "RANK": "1",
+    "LOCAL_RANK": "1",
+    "WORLD_SIZE": "2",
+    "LOCAL_WORLD_SIZE": "2",
+    "MASTER_ADDR": "127.0.0.1",
+    "MASTER_PORT": "29511",
+    "TORCHELASTIC_RUN_ID": "x",
+    "TORCHELASTIC_USE_AGENT_STORE": "True",
+    "ACCELERATE_USE_DEEPSPEED": "true",
+    "ACCELERATE_MIXED_PRECISION": "bf16",
+}
 
 
 def launched_as(monkeypatch, processes: int, rank: int = 0) -> None:
@@ -125,8 +134,12 @@ def test_n_processes_accumulating_ga_over_n_take_the_one_process_step(mode):
     mask = torch.rand(4, 3, 7, generator=g) > 0.3
 
     def accumulated(micro_batches, accumulation):
-        total = sum(grpo_loss(rule, logp[i], old_logp[i], advantages[i], mask[i], settings,
-                              gradient_accumulation_steps=accumulation).loss for i in micro_batches)  # fmt: skip
+        total = sum(
+            grpo_loss(
+                rule, logp[i], old_logp[i], advantages[i], mask[i], settings, gradient_accumulation_steps=accumulation
+            ).loss
+            for i in micro_batches
+        )
         return torch.autograd.grad(total, logp)[0]
 
     one_process = accumulated(range(4), 4)
@@ -158,8 +171,9 @@ def test_each_process_logs_to_its_own_file(monkeypatch):
 # ------------------------------------------------------------------------------ a real 2-process gloo group
 def _agree(rank: int, port: int, folder: str) -> None:
     """One process of the group: what on_main and main_first let each process see."""
-    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
-                      MASTER_PORT=str(port))  # fmt: skip
+    os.environ.update(
+        RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)
+    )
     out, marker = Path(folder), Path(folder) / "built"
     seen: dict = {}
 

@@ -25,11 +25,22 @@ from atr_grpo.clipping.base import make_batch, rule_metrics
 
 pytestmark = pytest.mark.slow
 
-OVERRIDES = ["experiment=smoke", "logger=none", "trainer.num_threads=1", "clipping=clip", "clipping.eps=0.05",
-             "trainer.learning_rate=1e-3"]  # fmt: skip
+OVERRIDES = [
+    "experiment=smoke",
+    "logger=none",
+    "trainer.num_threads=1",
+    "clipping=clip",
+    "clipping.eps=0.05",
+    "trainer.learning_rate=1e-3",
+]
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-ACCELERATE = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
-              str(REPO / "examples" / "accelerate" / "cpu.yaml")]  # fmt: skip
+ACCELERATE = [
+    sys.executable,
+    "-m",
+    "accelerate.commands.launch",
+    "--config_file",
+    str(REPO / "examples" / "accelerate" / "cpu.yaml"),
+]
 TRAIN = ["-m", "atr_grpo.train"]
 PROBE = [str(REPO / "tests" / "distributed_probe.py")]
 # values of a step that depend on the process's clock, not on what it computed
@@ -67,8 +78,11 @@ def test_the_torchrun_smoke_run_finishes_and_writes_each_run_file_once(runs):
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
     assert [row["step"] for row in metrics(run_dir)] == [1, 2, 3, 4]
     summary = records(rundir.summary_path(run_dir))
-    assert [(row["step"], row["benchmark"]) for row in summary] == [(0, "arithmetic"), (2, "arithmetic"),
-                                                                     (4, "arithmetic")]  # fmt: skip
+    assert [(row["step"], row["benchmark"]) for row in summary] == [
+        (0, "arithmetic"),
+        (2, "arithmetic"),
+        (4, "arithmetic"),
+    ]
     outcome = f"{run_dir}: training finished; 3 of 3 scheduled evaluations done"
     assert result.stdout.splitlines().count(outcome) == 1, "the main process alone reports the outcome"
     done = json.loads((run_dir / rundir.DONE_FILE).read_text())
@@ -99,14 +113,17 @@ def test_pooled_rule_metrics_equal_those_of_the_concatenated_batch(runs):
 
     def rule_metrics_of(parts):
         width = max(part["logp"].shape[1] for part in parts)
-        padded = {key: torch.cat([torch.nn.functional.pad(part[key], (0, width - part[key].shape[1]))
-                                  for part in parts]) for key in parts[0]}  # fmt: skip
+        padded = {
+            key: torch.cat([torch.nn.functional.pad(part[key], (0, width - part[key].shape[1])) for part in parts])
+            for key in parts[0]
+        }
         batch = make_batch(padded["logp"], padded["old_logp"], padded["advantages"], padded["mask"])
         return rule_metrics(batch, rule.terms(batch))
 
     for step in (1, 2):
-        shards = [[torch.load(path) for path in sorted((probe / f"rank{rank}").glob(f"batch_{step}_*.pt"))]
-                  for rank in (0, 1)]  # fmt: skip
+        shards = [
+            [torch.load(path) for path in sorted((probe / f"rank{rank}").glob(f"batch_{step}_*.pt"))] for rank in (0, 1)
+        ]
         assert all(len(shard) == 1 for shard in shards), "1 micro-batch per process: GA 2 split over 2 processes"
         pooled = rule_metrics_of(shards[0] + shards[1])
         for key, value in pooled.items():

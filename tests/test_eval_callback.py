@@ -95,8 +95,9 @@ def test_under_a_launcher_every_process_saves_and_the_others_wait_for_the_main_o
     main, other = [], []
     train(launched_callback(main), max_steps=4)
     train(launched_callback(other), max_steps=4, world_zero=False)
-    assert main == [event for step in (0, 2, 4) for event in (("save", step), ("evaluate", step), ("log", step),
-                                                               ("wait",))]  # fmt: skip
+    assert main == [
+        event for step in (0, 2, 4) for event in (("save", step), ("evaluate", step), ("log", step), ("wait",))
+    ]
     assert other == [event for step in (0, 2, 4) for event in (("save", step), ("wait",))]
 
 

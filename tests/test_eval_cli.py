@@ -99,8 +99,14 @@ def test_an_adapter_is_evaluated_and_a_rerun_is_skipped(tmp_path, monkeypatch):
 def test_the_vllm_backend_writes_what_the_hf_backend_writes(tmp_path, smoke_sft_adapter):
     """`python -m atr_grpo.evaluate model=tiny eval=arithmetic eval.backend=vllm adapter=DIR out_dir=DIR` on CPU:
     the same files, problems, samples, fields and prompt as with eval.backend=hf; only the backend differs."""
-    common = ["model=tiny", "eval=arithmetic", f"adapter={smoke_sft_adapter}", "eval.max_problems=16", "eval.n=2",
-              "eval.k=2"]  # fmt: skip
+    common = [
+        "model=tiny",
+        "eval=arithmetic",
+        f"adapter={smoke_sft_adapter}",
+        "eval.max_problems=16",
+        "eval.n=2",
+        "eval.k=2",
+    ]
     outputs = {}
     for backend in ("hf", "vllm"):
         out_dir = tmp_path / backend

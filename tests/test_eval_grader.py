@@ -170,9 +170,18 @@ def test_golds_are_read_as_what_they_are(completion, gold, expected):
 
 @pytest.mark.parametrize(
     ("gold", "reading"),
-    [("2x+3", "2*x + 3"), ("(3, -1)", "(3, -1)"), ("5, 7", "{5, 7}"), ("[1, 3)", "Interval.Ropen(1, 3)"),
-     ("12:00", "12:00"), ("9:30 p.m.", "21:30"), ("1\\,000", "1000"), ("1,000", "1000"), ("-3/4", "-3/4")],
-)  # fmt: skip
+    [
+        ("2x+3", "2*x + 3"),
+        ("(3, -1)", "(3, -1)"),
+        ("5, 7", "{5, 7}"),
+        ("[1, 3)", "Interval.Ropen(1, 3)"),
+        ("12:00", "12:00"),
+        ("9:30 p.m.", "21:30"),
+        ("1\\,000", "1000"),
+        ("1,000", "1000"),
+        ("-3/4", "-3/4"),
+    ],
+)
 def test_parse_gold_reads_the_whole_gold(gold, reading):
     assert str(parse_gold(gold)[0]) == reading
 

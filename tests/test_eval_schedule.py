@@ -68,8 +68,10 @@ def test_a_later_success_clears_a_failure(tmp_path):
 
 
 def test_run_state_from_the_config(tmp_path):
-    config = {"eval": {"enabled": True, "every_steps": 2, "at_start": True, "benchmarks": ["arithmetic"]},
-              "trainer": {"max_steps": 4}}  # fmt: skip
+    config = {
+        "eval": {"enabled": True, "every_steps": 2, "at_start": True, "benchmarks": ["arithmetic"]},
+        "trainer": {"max_steps": 4},
+    }
     assert run_evaluation_state(tmp_path, {**config, "eval": {"enabled": False}}) is None
     state = run_evaluation_state(tmp_path, config)
     assert state.scheduled == [0, 2, 4] and state.missing == [], "a run still training misses nothing yet"
@@ -108,14 +110,21 @@ def run_callback(callback, max_steps):
 
 def test_during_training_each_step_is_saved_then_evaluated_and_a_failure_is_recorded():
     hooks = Hooks(fail_at={2})
-    callback = EvaluationCallback(hooks.evaluate, 2, at_start=True, save_fn=hooks.save,
-                                  failure_fn=hooks.failure, done_fn=hooks.done)  # fmt: skip
+    callback = EvaluationCallback(
+        hooks.evaluate, 2, at_start=True, save_fn=hooks.save, failure_fn=hooks.failure, done_fn=hooks.done
+    )
     run_callback(callback, 4)
     assert hooks.calls == [
-        ("save", 0), ("evaluate", 0), ("done", 0),
-        ("save", 2), ("evaluate", 2), ("failure", 2, "boom at 2"),  # the adapter of step 2 is kept
-        ("save", 4), ("evaluate", 4), ("done", 4),
-    ]  # fmt: skip
+        ("save", 0),
+        ("evaluate", 0),
+        ("done", 0),
+        ("save", 2),
+        ("evaluate", 2),
+        ("failure", 2, "boom at 2"),  # the adapter of step 2 is kept
+        ("save", 4),
+        ("evaluate", 4),
+        ("done", 4),
+    ]
     assert callback.failures == [2]
 
 

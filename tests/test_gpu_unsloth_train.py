@@ -37,9 +37,17 @@ VLLM_ROLLOUTS_AND_EVAL = ["rollout.engine=vllm", "eval.when=after", "eval.backen
 def test_unsloth_backend_trains_with_the_rule(tmp_path, tiny_model_dir, rule, engine):
     run_dir = tmp_path / rule
     cmd = [
-        sys.executable, "-m", "atr_grpo.train", "experiment=smoke", f"clipping={rule}", "trainer.backend=unsloth",
-        "trainer.bf16=true", *engine, f"run_dir={run_dir}", "trainer.learning_rate=5e-3",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "atr_grpo.train",
+        "experiment=smoke",
+        f"clipping={rule}",
+        "trainer.backend=unsloth",
+        "trainer.bf16=true",
+        *engine,
+        f"run_dir={run_dir}",
+        "trainer.learning_rate=5e-3",
+    ]
     done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]

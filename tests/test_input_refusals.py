@@ -79,8 +79,14 @@ def test_a_refused_seed_leaves_no_trace_that_blocks_the_fixed_run(tmp_path):
 @pytest.mark.slow
 def test_a_sweep_with_a_bad_value_starts_no_job(tmp_path):
     """`-m clipping.delta=0.05,-1`: the -1 job is found before the 0.05 job trains."""
-    sweep = cli("atr_grpo.train", "-m", "experiment=smoke", "logger=none", "clipping.delta=0.05,-1",
-                f"hydra.sweep.dir={tmp_path}")  # fmt: skip
+    sweep = cli(
+        "atr_grpo.train",
+        "-m",
+        "experiment=smoke",
+        "logger=none",
+        "clipping.delta=0.05,-1",
+        f"hydra.sweep.dir={tmp_path}",
+    )
     refused_in_one_line(sweep, "sweep job 2 of 2 (experiment=smoke logger=none clipping.delta=-1)")
     assert "no job of the sweep was started" in sweep.stderr and not any(tmp_path.iterdir())
 
@@ -132,8 +138,16 @@ def other_tiny_adapter(tmp_path, **architecture):
 
     from atr_grpo.models import peft_lora_config
 
-    base = dict(vocab_size=384, hidden_size=64, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
-                num_key_value_heads=2, head_dim=32, tie_word_embeddings=True)  # fmt: skip
+    base = dict(
+        vocab_size=384,
+        hidden_size=64,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        tie_word_embeddings=True,
+    )
     model = Qwen3ForCausalLM(Qwen3Config(**(base | architecture)))
     lora = train_config(["experiment=smoke"]).model.lora
     adapter = tmp_path / "adapter"

@@ -18,8 +18,12 @@ from atr_grpo.results import main
 
 
 def start(adapter_sha: str) -> dict:
-    return {"base_model": "tiny/abc", "base_model_sha256": "b" * 64, "sft_adapter": "tiny-arithmetic-123",
-            "sft_adapter_sha256": adapter_sha}  # fmt: skip
+    return {
+        "base_model": "tiny/abc",
+        "base_model_sha256": "b" * 64,
+        "sft_adapter": "tiny-arithmetic-123",
+        "sft_adapter_sha256": adapter_sha,
+    }
 
 
 def test_weights_hash_covers_the_weights_only_in_a_stable_order(tmp_path):
@@ -79,10 +83,12 @@ def test_runs_from_different_adapters_are_not_paired_and_are_named(tmp_path):
 
 def test_runs_that_agree_or_record_nothing_are_compared_with_a_note(tmp_path):
     same = {(m, s): start("1" * 64) for m in ("clip", "atr") for s in range(2)}
-    code, out, err = cli("compare", "atr", "clip", "--runs", str(tree_with_starts(tmp_path / "a", same)),
-                         "--resamples", "200")  # fmt: skip
+    code, out, err = cli(
+        "compare", "atr", "clip", "--runs", str(tree_with_starts(tmp_path / "a", same)), "--resamples", "200"
+    )
     assert code == 0 and "atr" in out and "note:" not in err
-    code, out, err = cli("compare", "atr", "clip", "--runs", str(tree_with_starts(tmp_path / "b", {})),
-                         "--resamples", "200")  # fmt: skip
+    code, out, err = cli(
+        "compare", "atr", "clip", "--runs", str(tree_with_starts(tmp_path / "b", {})), "--resamples", "200"
+    )
     assert code == 0 and "atr" in out
     assert "note: power/qwen3-1.7b: 4 of 4 runs record no starting adapter" in err

@@ -31,16 +31,26 @@ def recorded(monkeypatch):
 
 
 def test_without_rerun_the_tables_are_rebuilt_and_the_line_says_nothing_was_re_run(recorded, capsys):
-    code = reproduce.main(["power", "--runs", "results/power/runs", "--out", "results/power", "--jobs", "2",
-                           "--methods", "clip,atr"])  # fmt: skip
+    code = reproduce.main(
+        ["power", "--runs", "results/power/runs", "--out", "results/power", "--jobs", "2", "--methods", "clip,atr"]
+    )
     assert code == 0 and recorded["launch"] == [("power", 2, None)]
     assert [argv[0] for argv in recorded["results"]] == ["all", "figures", "pack"]
-    assert recorded["results"][0] == ["all", "--runs", "results/power/runs", "--experiment", "power", "--out",
-                                      "results/power/tables"]  # fmt: skip
+    assert recorded["results"][0] == [
+        "all",
+        "--runs",
+        "results/power/runs",
+        "--experiment",
+        "power",
+        "--out",
+        "results/power/tables",
+    ]
     assert recorded["results"][1][-2:] == ["--methods", "clip,atr"]
     last = capsys.readouterr().out.splitlines()[-1]
-    assert last == ("power: rebuilt tables from 40 runs in results/power/runs (40 finished before this command, "
-                    "not re-run); re-ran 0")  # fmt: skip
+    assert last == (
+        "power: rebuilt tables from 40 runs in results/power/runs (40 finished before this command, "
+        "not re-run); re-ran 0"
+    )
 
 
 def test_rerun_runs_everything_into_a_fresh_folder(recorded, tmp_path, capsys):

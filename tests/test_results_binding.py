@@ -22,20 +22,34 @@ def binding_run(root, name, rollout, steps, logging_steps=1, rollout_logged=Fals
     path = root / name
     path.mkdir(parents=True)
     spg, iterations = rollout
-    config = {"experiment": "table2", "method": name, "seed": 0, "model": {"name": "m"},
-              "trainer": {"gradient_accumulation_steps": 2, "logging_steps": logging_steps, "max_steps": steps},
-              "rollout": {"steps_per_generation": spg, "num_iterations": iterations}}  # fmt: skip
+    config = {
+        "experiment": "table2",
+        "method": name,
+        "seed": 0,
+        "model": {"name": "m"},
+        "trainer": {"gradient_accumulation_steps": 2, "logging_steps": logging_steps, "max_steps": steps},
+        "rollout": {"steps_per_generation": spg, "num_iterations": iterations},
+    }
     OmegaConf.save(OmegaConf.create(config), path / "config.yaml")
     per_rollout = (spg or 2) // 2 * iterations
     rows = []
     for step in range(1, steps + 1):
         fresh = (step - 1) % per_rollout == 0
         noise = 0.002 + step / 1e4
-        row = {"step": step, "clip/frac": 0.0 if fresh else 0.05,
-               "ratio/min": 1 - noise if fresh else 0.7, "ratio/max": 1 + noise / 2 if fresh else 1.5}  # fmt: skip
+        row = {
+            "step": step,
+            "clip/frac": 0.0 if fresh else 0.05,
+            "ratio/min": 1 - noise if fresh else 0.7,
+            "ratio/max": 1 + noise / 2 if fresh else 1.5,
+        }
         if rollout_logged:
-            row.update({"rollout/logp_abs_diff_mean": 0.01, "rollout/logp_abs_diff_max": 0.5,
-                        "rollout/ratio_out_of_band_frac": 0.001 * step})  # fmt: skip
+            row.update(
+                {
+                    "rollout/logp_abs_diff_mean": 0.01,
+                    "rollout/logp_abs_diff_max": 0.5,
+                    "rollout/ratio_out_of_band_frac": 0.001 * step,
+                }
+            )
         rows.append(row)
     rows.append({"step": steps, "eval/amc23/mean@8": 0.3})  # a line without clip metrics is not a step
     (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -81,7 +95,9 @@ def test_cli_writes_the_table_and_marks_unlogged_rollout_metrics(tmp_path):
     assert main(["clip_binding", "--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "out")]) == 0
     rows = read_csv(tmp_path / "out" / "clip_binding.csv")
     assert [(r["method"], r["noise_floor"], r["logp_abs_diff_mean"]) for r in rows] == [
-        ("atr", "0.0025", "nan"), ("sapo", "0.0025", "0.01")]  # fmt: skip
+        ("atr", "0.0025", "nan"),
+        ("sapo", "0.0025", "0.01"),
+    ]
     md = (tmp_path / "out" / "clip_binding.md").read_text()
     row = "| table2 | m | atr | 0 | 10 | 2 | 0.5 | 0.025 | 0 | 0.05 | 0.0025 | 0.0029 | not logged | not logged |"
     assert row in md

@@ -94,12 +94,18 @@ def test_table3_with_three_seeds_gives_the_floor_and_no_mark(built):
     same = cell(rows, method="kl1", benchmark="amc23", metric="pass@8")
     assert (same["diff_vs_clip"], same["p_seeds_vs_clip"], same["p_holm_vs_clip"]) == ("0.00", "1", "1")
     atr = cell(rows, method="atr", benchmark="amc23", metric="mean@8")
-    assert (atr["diff_ci_low"], atr["diff_ci_high"], atr["p_seeds_vs_clip"], atr["p_min_vs_clip"],
-            atr["p_holm_vs_clip"]) == ("25.00", "25.00", "0.25", "0.25", "0.5")  # fmt: skip
+    assert (
+        atr["diff_ci_low"],
+        atr["diff_ci_high"],
+        atr["p_seeds_vs_clip"],
+        atr["p_min_vs_clip"],
+        atr["p_holm_vs_clip"],
+    ) == ("25.00", "25.00", "0.25", "0.25", "0.5")
     md = (built / "table3.md").read_text()
     assert "| qwen3-1.7b | kl1 | 25.00 ± 0.00 [" in md and "| qwen3-1.7b | atr | **50.00** ± 0.00 [" in md
-    assert "with 3 seeds (all 2^S sign patterns) the smallest attainable p is 0.25, so no difference can be marked" \
-        in md  # fmt: skip
+    assert (
+        "with 3 seeds (all 2^S sign patterns) the smallest attainable p is 0.25, so no difference can be marked" in md
+    )
 
 
 def ten_seed_tree(root):
@@ -139,8 +145,11 @@ def test_ten_seeds_that_all_favour_a_method_are_marked(ten_seeds):
 
 
 def _rows_of(text, first_cells):
-    return [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines()
-            if line.startswith("| " + " | ".join(first_cells) + " |")]  # fmt: skip
+    return [
+        [c.strip() for c in line.strip("|").split("|")]
+        for line in text.splitlines()
+        if line.startswith("| " + " | ".join(first_cells) + " |")
+    ]
 
 
 @pytest.mark.parametrize("tree_of", ["three", "ten"])
@@ -152,8 +161,9 @@ def test_compare_and_the_seeds_table_print_the_same_numbers(tree_of, tree, ten_s
     out = tmp_path / "tables"
     assert run_cli("seeds", "--runs", root, "--out", out, "--resamples", RESAMPLES)[0] == 0
     assert run_cli("table3", "--runs", root, "--out", out, "--resamples", RESAMPLES)[0] == 0
-    code, printed, _ = run_cli("compare", "atr", "clip", "--runs", root, "--experiment", "table3", "--resamples",
-                               RESAMPLES)  # fmt: skip
+    code, printed, _ = run_cli(
+        "compare", "atr", "clip", "--runs", root, "--experiment", "table3", "--resamples", RESAMPLES
+    )
     assert code == 0
     table = (out / "seeds.md").read_text()
     for bench in (*BENCHES, "average"):
@@ -182,32 +192,74 @@ def test_another_bootstrap_seed_moves_the_interval_only_slightly(tree, built, tm
 
 
 def test_compare_prints_the_seed_level_difference_per_benchmark_and_seed(tree):
-    code, out, err = run_cli("compare", "atr", "clip", "--runs", tree, "--experiment", "table3",
-                             "--resamples", RESAMPLES, "--metric", "mean@8")  # fmt: skip
+    code, out, err = run_cli(
+        "compare",
+        "atr",
+        "clip",
+        "--runs",
+        tree,
+        "--experiment",
+        "table3",
+        "--resamples",
+        RESAMPLES,
+        "--metric",
+        "mean@8",
+    )
     assert code == 0, err
     assert "## atr − clip: table3, qwen3-1.7b (seeds 0, 1, 2; evaluation steps 100)" in out
     # the same gain in the 3 seed pairs: p = 0.25 = the floor; Holm over the family {atr, kl1}: 0.5; no spread
-    assert "| amc23 | mean@8 | 50.00 | 25.00 | +25.00 | +25.00, +25.00, +25.00 | [+25.00, +25.00] | 0.25 | 0.25 " \
-        "| 0.5 |  | 0 | 0.00 |" in out  # fmt: skip
+    assert (
+        "| amc23 | mean@8 | 50.00 | 25.00 | +25.00 | +25.00, +25.00, +25.00 | [+25.00, +25.00] | 0.25 | 0.25 "
+        "| 0.5 |  | 0 | 0.00 |" in out
+    )
     assert f"| amc23 | mean@8 | 50.00 | 25.00 | 1.00 | [1.00, 1.00] | < {1 / RESAMPLES:.0e}".replace("e-0", "e-") in out
     assert "| average | mean@8 | 50.00 | 25.00 | +25.00 |" in out and "| 90 |" in out  # 3 benchmarks × 30 problems
     assert "Holm family: 2 method(s) compared with clip in each benchmark × metric column: atr, kl1." in out
-    assert "with 3 seeds (all 2^S sign patterns) the smallest attainable p is 0.25, so no difference can be marked" \
-        in out  # fmt: skip
+    assert (
+        "with 3 seeds (all 2^S sign patterns) the smallest attainable p is 0.25, so no difference can be marked" in out
+    )
 
 
 def test_compare_of_identical_methods_finds_nothing(tree):
-    code, out, _ = run_cli("compare", "kl1", "clip", "--runs", tree, "--resamples", RESAMPLES,
-                           "--benchmark", "aime25", "--metric", "pass@8")  # fmt: skip
+    code, out, _ = run_cli(
+        "compare",
+        "kl1",
+        "clip",
+        "--runs",
+        tree,
+        "--resamples",
+        RESAMPLES,
+        "--benchmark",
+        "aime25",
+        "--metric",
+        "pass@8",
+    )
     assert code == 0
-    assert "| aime25 | pass@8 | 80.00 | 80.00 | +0.00 | +0.00, +0.00, +0.00 | [+0.00, +0.00] | 1 | 0.25 | 1 |  | 1 " \
-        "| 0.00 |" in out  # fmt: skip
+    assert (
+        "| aime25 | pass@8 | 80.00 | 80.00 | +0.00 | +0.00, +0.00, +0.00 | [+0.00, +0.00] | 1 | 0.25 | 1 |  | 1 "
+        "| 0.00 |" in out
+    )
     assert "| aime25 | pass@8 | 80.00 | 80.00 | 0.50 | [0.50, 0.50] | 1 | 30 |" in out
 
 
 def test_compare_at_an_earlier_step(tree):
-    code, out, _ = run_cli("compare", "atr", "clip", "--runs", tree, "--experiment", "table2", "--step", 50,
-                           "--benchmark", "amc23", "--metric", "mean@8", "--resamples", RESAMPLES)  # fmt: skip
+    code, out, _ = run_cli(
+        "compare",
+        "atr",
+        "clip",
+        "--runs",
+        tree,
+        "--experiment",
+        "table2",
+        "--step",
+        50,
+        "--benchmark",
+        "amc23",
+        "--metric",
+        "mean@8",
+        "--resamples",
+        RESAMPLES,
+    )
     assert code == 0 and "(seeds 0; evaluation steps 50)" in out
     # step 50 has one correct sample fewer per problem, floored at 0: atr 1..5 of 8, clip 0, 0..3
     clip = sum(max(i % 5 - 1, 0) for i in range(PROBLEMS)) / (PROBLEMS * SAMPLES)
@@ -216,8 +268,9 @@ def test_compare_at_an_earlier_step(tree):
 
 def test_compressed_per_sample_files_give_the_same_comparison(tree, tmp_path):
     packed = build_tree(tmp_path / "runs", compress=True)
-    assert not list(packed.rglob("*.jsonl")) or all(p.name in ("summary.jsonl", "metrics.jsonl")
-                                                    for p in packed.rglob("*.jsonl"))  # fmt: skip
+    assert not list(packed.rglob("*.jsonl")) or all(
+        p.name in ("summary.jsonl", "metrics.jsonl") for p in packed.rglob("*.jsonl")
+    )
     argv = ("compare", "atr", "clip", "--experiment", "table3", "--resamples", RESAMPLES)
     assert run_cli(*argv, "--runs", packed)[1] == run_cli(*argv, "--runs", tree)[1]
 

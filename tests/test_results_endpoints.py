@@ -40,10 +40,12 @@ def test_auc_is_the_mean_after_step_0_and_seeds_are_summarised_with_their_sd(run
 
 def test_bounds_table_counts_the_steps_each_bound_fired(tmp_path):
     path = make_run(tmp_path, "power", "tiny", "dual_clip", {"name": "dual_clip"}, 0, evals(0.1, 0.2), max_steps=4)
-    rows = [{"step": 1, "completion_length": 50.0, "clip/frac": 0.0, "clip/frac_low": 0.0, "clip/frac_dual": 0.0},
-            {"step": 2, "clip/frac": 0.02, "clip/frac_low": 0.02, "clip/frac_dual": 0.0},
-            {"step": 3, "completion_length": 70.0, "clip/frac": 0.04, "clip/frac_low": 0.03, "clip/frac_dual": 0.01},
-            {"step": 4, "clip/frac": 0.02, "clip/frac_low": 0.02, "clip/frac_dual": 0.0}]  # fmt: skip
+    rows = [
+        {"step": 1, "completion_length": 50.0, "clip/frac": 0.0, "clip/frac_low": 0.0, "clip/frac_dual": 0.0},
+        {"step": 2, "clip/frac": 0.02, "clip/frac_low": 0.02, "clip/frac_dual": 0.0},
+        {"step": 3, "completion_length": 70.0, "clip/frac": 0.04, "clip/frac_low": 0.03, "clip/frac_dual": 0.01},
+        {"step": 4, "clip/frac": 0.02, "clip/frac_low": 0.02, "clip/frac_dual": 0.0},
+    ]
     (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     make_run(tmp_path, "power", "tiny", "clip", {"name": "clip"}, 0, evals(0.1, 0.2), max_steps=2)
     table = bounds_table(find_runs(tmp_path))

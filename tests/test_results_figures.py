@@ -25,8 +25,16 @@ def tree(tmp_path_factory):
         for model in ("qwen3-1.7b", "qwen3-8b"):
             make_run(root, "table2", model, method, clipping, 0, evals_of({0: (0.1,) * 3, 50: (0.2,) * 3}), 60)
     for delta in (0.05, 0.07):
-        make_run(root, "ablate_delta", "qwen3-1.7b", f"atr-delta{delta:g}", {"name": "atr", "delta": delta}, 0,
-                 evals_of({50: (delta,) * 3}), 50)  # fmt: skip
+        make_run(
+            root,
+            "ablate_delta",
+            "qwen3-1.7b",
+            f"atr-delta{delta:g}",
+            {"name": "atr", "delta": delta},
+            0,
+            evals_of({50: (delta,) * 3}),
+            50,
+        )
     write_passk_run(root, {b: [[1, 0, 0, 0, 0, 0], [0, 0, 1, 1, 0, 0]] for b in BENCHES})
     return root
 

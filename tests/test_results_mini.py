@@ -28,8 +28,13 @@ def _files(folder):
 
 def _kept(folder):
     """The files under `folder` that git keeps (tracked, or new and not ignored): a run's weights stay local."""
-    listing = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "--", "."],
-                             cwd=folder, capture_output=True, text=True, check=True)  # fmt: skip
+    listing = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "--", "."],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return sorted(listing.stdout.split())
 
 
@@ -69,8 +74,9 @@ def _cells(line):
 def test_compare_pairs_atr_with_clip_on_the_committed_runs_as_the_seeds_table_does(capsys):
     """The seed level with 3 seeds: p = 0.25 (all three seed pairs favour clip), which is also the smallest p
     3 seeds allow, so no mark; the numbers are the committed seeds table's, cell for cell."""
-    assert results.main(["compare", "atr", "clip", "--runs", str(RUNS), "--experiment", "mini",
-                         "--metric", "mean@8"]) == 0  # fmt: skip
+    assert (
+        results.main(["compare", "atr", "clip", "--runs", str(RUNS), "--experiment", "mini", "--metric", "mean@8"]) == 0
+    )
     out = capsys.readouterr().out
     assert out.startswith("## atr − clip: mini, tiny (seeds 0, 1, 2; evaluation steps 192)")
     seed_level, robust = [_cells(line) for line in out.splitlines() if line.startswith("| arithmetic | mean@8 |")]
@@ -82,8 +88,11 @@ def test_compare_pairs_atr_with_clip_on_the_committed_runs_as_the_seeds_table_do
     assert seed_level[7:11] == ["0.25", "0.25", "1", ""]  # p, smallest p, Holm over the 10 methods, no †
     assert float(seed_level[12]) > abs(difference)  # the MDE: 3 seeds cannot see a difference this small
     assert "Holm family: 10 method(s) compared with clip" in out
-    (committed,) = [_cells(line) for line in (MINI / "tables" / "seeds.md").read_text().splitlines()
-                    if line.startswith("| tiny | atr | arithmetic | mean@8 |")]  # fmt: skip
+    (committed,) = [
+        _cells(line)
+        for line in (MINI / "tables" / "seeds.md").read_text().splitlines()
+        if line.startswith("| tiny | atr | arithmetic | mean@8 |")
+    ]
     assert committed[7:16] == seed_level[4:13] and committed[16:19] == robust[4:7] and committed[6] == robust[2]
 
 

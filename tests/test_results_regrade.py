@@ -90,8 +90,10 @@ def test_a_wrong_old_verdict_is_reported_corrected_and_used_with_grader(tree, tm
     code, out, _ = regrade_cli(tree)
     assert code == 0
     assert "clip__s0__model=qwen3-1.7b: aime24: 1 of 480 verdicts changed, 1 statuses (steps 50, 100)" in out
-    assert f"step 100, problem {wrong['problem_id']}, sample {wrong['sample']}: gold '{wrong['gold']}', " \
-        f"extracted '{wrong['gold']}': wrong → correct" in out  # fmt: skip
+    assert (
+        f"step 100, problem {wrong['problem_id']}, sample {wrong['sample']}: gold '{wrong['gold']}', "
+        f"extracted '{wrong['gold']}': wrong → correct" in out
+    )
     assert "1 of 2880 verdicts changed" in out
     (change,) = rundir.read_jsonl(regrade.regrade_dir(run, tag()) / "changes.jsonl")
     assert change["before"]["correct"] is False and change["after"]["correct"] is True
@@ -131,12 +133,18 @@ def test_grader_tag_unknown_lists_the_regrades(tree, capsys):
     regrade_cli(tree)
     with pytest.raises(SystemExit):
         main(["table2", "--runs", str(tree), "--grader", "math-verify-0.0.1__0000000000"])
-    assert f"no run under {tree} has eval/regrade/math-verify-0.0.1__0000000000/; regrades found: {tag()}" \
-        in capsys.readouterr().err  # fmt: skip
+    assert (
+        f"no run under {tree} has eval/regrade/math-verify-0.0.1__0000000000/; regrades found: {tag()}"
+        in capsys.readouterr().err
+    )
 
 
 def test_regrade_uses_the_worker_pool(tree):
     code, out, _ = run_cli("regrade", "--runs", tree, "--workers", 2, "--no-progress", "--experiment", "table2")
     assert code == 0 and "0 of 2880 verdicts changed in 2 runs" in out
-    assert set(BENCHES) == {line["benchmark"] for line in rundir.read_jsonl(
-        regrade.summary_path(tree / "table2" / "table2__clip__s0__model=qwen3-1.7b", tag()))}  # fmt: skip
+    assert set(BENCHES) == {
+        line["benchmark"]
+        for line in rundir.read_jsonl(
+            regrade.summary_path(tree / "table2" / "table2__clip__s0__model=qwen3-1.7b", tag())
+        )
+    }

@@ -20,8 +20,18 @@ from atr_grpo.reporting.runs import find_runs
 from atr_grpo.results import main
 
 BENCHES = ["amc23", "aime24", "aime25"]
-UNCERTAINTY = ["ci_low", "ci_high", "diff_vs_clip", "diff_ci_low", "diff_ci_high", "p_seeds_vs_clip", "p_min_vs_clip",
-               "p_holm_vs_clip", "mde_vs_clip", "p_problems_vs_clip"]  # fmt: skip
+UNCERTAINTY = [
+    "ci_low",
+    "ci_high",
+    "diff_vs_clip",
+    "diff_ci_low",
+    "diff_ci_high",
+    "p_seeds_vs_clip",
+    "p_min_vs_clip",
+    "p_holm_vs_clip",
+    "mde_vs_clip",
+    "p_problems_vs_clip",
+]
 PAPER = Path(__file__).resolve().parents[1] / "results" / "paper"
 
 
@@ -29,18 +39,37 @@ def make_run(root, experiment, model, method, clipping, seed, evals, max_steps=1
     """A run directory: config.yaml, metrics.jsonl and eval/summary.jsonl from {step: {bench: (mean, pass)}}."""
     path = root / experiment / (name or f"{experiment}__{method}__s{seed}__model={model}")
     path.mkdir(parents=True)
-    config = {"experiment": experiment, "seed": seed, "method": method, "model": {"name": model},
-              "clipping": clipping, "trainer": {"max_steps": max_steps},
-              "eval": {"benchmarks": BENCHES, "k": k, "n": n, "every_steps": 50, "at_start": 0 in evals}}  # fmt: skip
+    config = {
+        "experiment": experiment,
+        "seed": seed,
+        "method": method,
+        "model": {"name": model},
+        "clipping": clipping,
+        "trainer": {"max_steps": max_steps},
+        "eval": {"benchmarks": BENCHES, "k": k, "n": n, "every_steps": 50, "at_start": 0 in evals},
+    }
     OmegaConf.save(OmegaConf.create(config), path / "config.yaml")
-    lines = [{"step": step, "benchmark": bench, "num_problems": 30, "n": n, f"mean@{k}": mean, f"pass@{k}": passk}
-             for step, values in evals.items() for bench, (mean, passk) in values.items()]  # fmt: skip
+    lines = [
+        {"step": step, "benchmark": bench, "num_problems": 30, "n": n, f"mean@{k}": mean, f"pass@{k}": passk}
+        for step, values in evals.items()
+        for bench, (mean, passk) in values.items()
+    ]
     if lines:
         (path / "eval").mkdir()
         (path / "eval" / "summary.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
-    rows = [{"step": s, "reward": 0.01 * s, "entropy": 1.0 - 0.005 * s, "completion_length": 100.0 + s,
-             "clip/frac": 0.01, "ratio/mean": 1.0, "ratio/min": 0.5, "ratio/max": 2.0}
-            for s in range(1, (max_steps or 0) + 1)]  # fmt: skip
+    rows = [
+        {
+            "step": s,
+            "reward": 0.01 * s,
+            "entropy": 1.0 - 0.005 * s,
+            "completion_length": 100.0 + s,
+            "clip/frac": 0.01,
+            "ratio/mean": 1.0,
+            "ratio/min": 0.5,
+            "ratio/max": 2.0,
+        }
+        for s in range(1, (max_steps or 0) + 1)
+    ]
     (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
 
@@ -53,10 +82,24 @@ def evals_of(table):
 def write_tree(root):
     atr, clip = {"name": "atr", "delta": 0.07}, {"name": "clip", "eps": 0.2}
     # amc23 is best at step 50, aime24 at step 100: the Average's best is step 50's average
-    make_run(root, "table2", "qwen3-1.7b", "atr", atr, 0,
-             evals_of({0: (0.10, 0.02, 0.03), 50: (0.50, 0.10, 0.20), 100: (0.40, 0.16, 0.18)}))  # fmt: skip
-    make_run(root, "table2", "qwen3-1.7b", "clip", clip, 0,
-             evals_of({0: (0.20, 0.04, 0.03), 50: (0.30, 0.05, 0.05), 100: (0.35, 0.06, 0.04)}))  # fmt: skip
+    make_run(
+        root,
+        "table2",
+        "qwen3-1.7b",
+        "atr",
+        atr,
+        0,
+        evals_of({0: (0.10, 0.02, 0.03), 50: (0.50, 0.10, 0.20), 100: (0.40, 0.16, 0.18)}),
+    )
+    make_run(
+        root,
+        "table2",
+        "qwen3-1.7b",
+        "clip",
+        clip,
+        0,
+        evals_of({0: (0.20, 0.04, 0.03), 50: (0.30, 0.05, 0.05), 100: (0.35, 0.06, 0.04)}),
+    )
     # a repeat of the same seed (a relaunch into a fresh run_dir) with fewer evaluations: set aside, not averaged
     make_run(root, "table2", "qwen3-1.7b", "clip", clip, 0, evals_of({0: (0.9, 0.9, 0.9)}), name="clip-again")
     make_run(root, "table2", "qwen3-1.7b", "sapo", {"name": "sapo"}, 0, {})  # crashed before evaluating
@@ -68,12 +111,26 @@ def write_tree(root):
         make_run(root, "table3", "qwen3-1.7b", "atr", atr, seed, evals_of({50: (0.3, 0.1, 0.1), 100: finals}))
     for eps, level in ((0.1, 0.30), (0.3, 0.36), (0.5, 0.33)):
         for seed in range(2):
-            make_run(root, "table3", "qwen3-1.7b", f"clip-eps{eps:g}", {"name": "clip", "eps": eps}, seed,
-                     evals_of({50: (0.1, 0.1, 0.1), 100: (level + 0.02 * seed, 0.1, 0.1)}))  # fmt: skip
+            make_run(
+                root,
+                "table3",
+                "qwen3-1.7b",
+                f"clip-eps{eps:g}",
+                {"name": "clip", "eps": eps},
+                seed,
+                evals_of({50: (0.1, 0.1, 0.1), 100: (level + 0.02 * seed, 0.1, 0.1)}),
+            )
     make_run(root, "table3", "qwen3-1.7b", "kl1", {"name": "kl1"}, 0, evals_of({50: (0.1,) * 3, 100: (0.2,) * 3}))
     for delta, level in ((0.05, 0.20), (0.07, 0.26), (0.09, 0.22)):
-        make_run(root, "ablate_delta", "qwen3-1.7b", f"atr-delta{delta:g}", {"name": "atr", "delta": delta}, 0,
-                 evals_of({50: (0.1,) * 3, 100: (level, level, level)}))  # fmt: skip
+        make_run(
+            root,
+            "ablate_delta",
+            "qwen3-1.7b",
+            f"atr-delta{delta:g}",
+            {"name": "atr", "delta": delta},
+            0,
+            evals_of({50: (0.1,) * 3, 100: (level, level, level)}),
+        )
     return root
 
 
@@ -228,21 +285,37 @@ def test_comparison_with_the_paper(built):
 
 
 def write_passk_run(root, correct):
-    path = make_run(root, "passk_curve", "qwen3-1.7b", "atr", {"name": "atr"}, 0,
-                    evals_of({1000: (0.2, 0.2, 0.2)}), max_steps=None, n=6, k=6)  # fmt: skip
+    path = make_run(
+        root,
+        "passk_curve",
+        "qwen3-1.7b",
+        "atr",
+        {"name": "atr"},
+        0,
+        evals_of({1000: (0.2, 0.2, 0.2)}),
+        max_steps=None,
+        n=6,
+        k=6,
+    )
     step_dir = path / "eval" / "step_001000"
     step_dir.mkdir(parents=True)
     for bench, matrix in correct.items():
-        records = [{"problem_id": p, "sample": i, "correct": bool(c)} for p, row in enumerate(matrix)
-                   for i, c in enumerate(row)]  # fmt: skip
+        records = [
+            {"problem_id": p, "sample": i, "correct": bool(c)}
+            for p, row in enumerate(matrix)
+            for i, c in enumerate(row)
+        ]
         (step_dir / f"{bench}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     return path
 
 
 def test_passk_curve_matches_brute_force(tmp_path):
     """Pass@K from n samples is the fraction of K-subsets with a correct sample (exhaustive check, n = 6)."""
-    correct = {"amc23": [[1, 0, 0, 0, 0, 0], [1, 1, 0, 1, 0, 0]], "aime24": [[0] * 6, [0, 0, 0, 0, 0, 1]],
-               "aime25": [[1] * 6, [0, 1, 0, 0, 0, 0]]}  # fmt: skip
+    correct = {
+        "amc23": [[1, 0, 0, 0, 0, 0], [1, 1, 0, 1, 0, 0]],
+        "aime24": [[0] * 6, [0, 0, 0, 0, 0, 1]],
+        "aime25": [[1] * 6, [0, 1, 0, 0, 0, 0]],
+    }
     write_passk_run(tmp_path / "runs", correct)
     table = tables.passk_table(find_runs(tmp_path / "runs", "passk_curve"))
 

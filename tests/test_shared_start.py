@@ -24,8 +24,18 @@ def fake_evaluation(run_dir, calls):
         path = sample_file(run_dir, 0, "arithmetic")
         path.parent.mkdir(parents=True)
         path.write_text("".join(json.dumps(line) + "\n" for line in lines))
-        row = {"step": 0, "benchmark": "arithmetic", "mean@8": 0.5, "pass@8": 0.5, "mean@1": 0.5, "pass@1": 0.5,
-               "method": "clip", "seed": 0, "model": "tiny", "adapter_step": 0}  # fmt: skip
+        row = {
+            "step": 0,
+            "benchmark": "arithmetic",
+            "mean@8": 0.5,
+            "pass@8": 0.5,
+            "mean@1": 0.5,
+            "pass@1": 0.5,
+            "method": "clip",
+            "seed": 0,
+            "model": "tiny",
+            "adapter_step": 0,
+        }
         rundir.append_jsonl(rundir.summary_path(run_dir), row)
         return {"eval/arithmetic/mean@8": 0.5}
 

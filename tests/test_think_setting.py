@@ -69,8 +69,18 @@ def evaluate_once(run_dir: Path, credit: bool) -> dict:
     aime24 = load_benchmark("aime24", FIXTURES / "aime24.jsonl", strict=False)
     script = {"remainder when": [(INSIDE_ONLY, "stop"), (AFTER, "stop")], "": [(NEITHER, "stop")] * 2}
     sampling = SamplingConfig(n=2, temperature=0.3, top_p=0.95, max_tokens=64, seed=0)
-    return run_evaluation(ScriptedGenerator(script), FakeTokenizer(), [aime24], sampling, run_dir, 0, k=2,
-                          grader_workers=0, credit_inside_think=credit, show_progress=False)  # fmt: skip
+    return run_evaluation(
+        ScriptedGenerator(script),
+        FakeTokenizer(),
+        [aime24],
+        sampling,
+        run_dir,
+        0,
+        k=2,
+        grader_workers=0,
+        credit_inside_think=credit,
+        show_progress=False,
+    )
 
 
 @pytest.mark.parametrize("credit", [False, True])
@@ -87,8 +97,10 @@ def test_evaluation_follows_the_setting_and_records_it(tmp_path, credit):
 def write_config(run_dir: Path, credit: bool | None) -> None:
     """A config.yaml recording the setting (None: a run from before the setting existed)."""
     evaluation = {"benchmarks": ["aime24"]} | ({} if credit is None else {"credit_inside_think": credit})
-    OmegaConf.save(OmegaConf.create({"experiment": "think", "method": "clip", "seed": 0, "eval": evaluation}),
-                   run_dir / rundir.CONFIG_FILE)  # fmt: skip
+    OmegaConf.save(
+        OmegaConf.create({"experiment": "think", "method": "clip", "seed": 0, "eval": evaluation}),
+        run_dir / rundir.CONFIG_FILE,
+    )
 
 
 @pytest.mark.parametrize(

@@ -83,8 +83,18 @@ def test_smoke_run_writes_every_run_file(atr_run):
     rows = metrics(atr_run)
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
     for row in rows:
-        for key in ("entropy", "clip/frac", "clip/frac_low", "clip/frac_high", "ratio/mean", "ratio/min",
-                    "ratio/max", "learning_rate", "step_time", "loss"):  # fmt: skip
+        for key in (
+            "entropy",
+            "clip/frac",
+            "clip/frac_low",
+            "clip/frac_high",
+            "ratio/mean",
+            "ratio/min",
+            "ratio/max",
+            "learning_rate",
+            "step_time",
+            "loss",
+        ):
             assert isinstance(row[key], float), (key, row)
     for row in rows[0::2]:  # generation steps carry the return and the completion length
         assert 0.0 <= row["reward"] <= 1.0 and row["completion_length"] > 0

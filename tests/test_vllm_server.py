@@ -61,9 +61,16 @@ def test_server_mode_reaches_trls_client_settings():
     """Every rollout.vllm.server_* key becomes TRL's vllm_server_* argument, and GRPOConfig accepts them."""
     from trl import GRPOConfig
 
-    cfg = train_config(["experiment=smoke", *SERVER, "rollout.vllm.server_host=10.1.2.3",
-                        "rollout.vllm.server_port=8123", "rollout.vllm.server_timeout=30",
-                        "rollout.vllm.group_port=51300"])  # fmt: skip
+    cfg = train_config(
+        [
+            "experiment=smoke",
+            *SERVER,
+            "rollout.vllm.server_host=10.1.2.3",
+            "rollout.vllm.server_port=8123",
+            "rollout.vllm.server_timeout=30",
+            "rollout.vllm.group_port=51300",
+        ]
+    )
     values = grpo_arg_values(cfg, "unused")
     assert values["use_vllm"] is True and values["vllm_mode"] == "server"
     assert (values["vllm_server_host"], values["vllm_server_port"]) == ("10.1.2.3", 8123)
@@ -74,7 +81,11 @@ def test_server_mode_reaches_trls_client_settings():
     )
     args = GRPOConfig(**values)
     assert (args.vllm_mode, args.vllm_server_host, args.vllm_server_port, args.vllm_group_port) == (
-        "server", "10.1.2.3", 8123, 51300)  # fmt: skip
+        "server",
+        "10.1.2.3",
+        8123,
+        51300,
+    )
 
 
 def test_an_unknown_vllm_mode_is_refused_naming_the_key():
@@ -84,16 +95,30 @@ def test_an_unknown_vllm_mode_is_refused_naming_the_key():
 
 def test_a_server_that_answers_health_is_accepted(health_server):
     port, handler = health_server
-    cfg = train_config(["experiment=smoke", *SERVER, "rollout.vllm.server_host=127.0.0.1",
-                        f"rollout.vllm.server_port={port}", "rollout.vllm.server_timeout=5"])  # fmt: skip
+    cfg = train_config(
+        [
+            "experiment=smoke",
+            *SERVER,
+            "rollout.vllm.server_host=127.0.0.1",
+            f"rollout.vllm.server_port={port}",
+            "rollout.vllm.server_timeout=5",
+        ]
+    )
     check_rollout_server(cfg.rollout)
     assert handler.requests and set(handler.requests) == {"/health"}  # (a slow first answer is asked again)
 
 
 def test_server_base_url_takes_precedence_over_host_and_port(health_server):
     port, handler = health_server
-    cfg = train_config(["experiment=smoke", *SERVER, f"rollout.vllm.server_base_url=http://127.0.0.1:{port}/",
-                        f"rollout.vllm.server_port={closed_port()}", "rollout.vllm.server_timeout=5"])  # fmt: skip
+    cfg = train_config(
+        [
+            "experiment=smoke",
+            *SERVER,
+            f"rollout.vllm.server_base_url=http://127.0.0.1:{port}/",
+            f"rollout.vllm.server_port={closed_port()}",
+            "rollout.vllm.server_timeout=5",
+        ]
+    )
     check_rollout_server(cfg.rollout)
     assert handler.requests and set(handler.requests) == {"/health"}
 
@@ -101,8 +126,16 @@ def test_server_base_url_takes_precedence_over_host_and_port(health_server):
 def test_a_closed_port_is_refused_before_anything_loads_naming_the_keys():
     """Nothing listens: preflight fails after rollout.vllm.server_timeout with the URL and the keys to check."""
     port = closed_port()
-    cfg = train_config(["experiment=smoke", "eval=none", *SERVER, "rollout.vllm.server_host=127.0.0.1",
-                        f"rollout.vllm.server_port={port}", "rollout.vllm.server_timeout=1"])  # fmt: skip
+    cfg = train_config(
+        [
+            "experiment=smoke",
+            "eval=none",
+            *SERVER,
+            "rollout.vllm.server_host=127.0.0.1",
+            f"rollout.vllm.server_port={port}",
+            "rollout.vllm.server_timeout=1",
+        ]
+    )
     started = time.monotonic()
     with pytest.raises(ConfigError) as err:
         pipeline.preflight(cfg)
@@ -116,8 +149,14 @@ def test_a_closed_port_is_refused_before_anything_loads_naming_the_keys():
 def test_a_server_that_is_not_healthy_is_refused(health_server):
     port, handler = health_server
     handler.status = 503  # (each request may take up to the 2 s timeout, so a loaded machine still sees the 503)
-    cfg = train_config(["experiment=smoke", *SERVER, f"rollout.vllm.server_base_url=http://127.0.0.1:{port}",
-                        "rollout.vllm.server_timeout=2"])  # fmt: skip
+    cfg = train_config(
+        [
+            "experiment=smoke",
+            *SERVER,
+            f"rollout.vllm.server_base_url=http://127.0.0.1:{port}",
+            "rollout.vllm.server_timeout=2",
+        ]
+    )
     with pytest.raises(ConfigError, match=r"last: HTTP 503.*rollout.vllm.server_base_url="):
         check_rollout_server(cfg.rollout)
     assert handler.requests and set(handler.requests) == {"/health"}
@@ -156,18 +195,45 @@ def test_rollouts_from_a_trl_vllm_serve_server_follow_the_trained_weights(tmp_pa
     the server's log-probs match the trainer's: a server left on the base weights would not."""
     port = closed_port()
     server = subprocess.Popen(
-        [sys.executable, "-m", "trl.cli.main", "vllm-serve", "--model", str(tiny_model_dir), "--host", "127.0.0.1",
-         "--port", str(port), "--max_model_len", "128", "--gpu_memory_utilization", "0.3"],
+        [
+            sys.executable,
+            "-m",
+            "trl.cli.main",
+            "vllm-serve",
+            "--model",
+            str(tiny_model_dir),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--max_model_len",
+            "128",
+            "--gpu_memory_utilization",
+            "0.3",
+        ],
         env={**os.environ, "CUDA_VISIBLE_DEVICES": "1"},
-    )  # fmt: skip
+    )
     try:
         run_dir = tmp_path / "run"
         result = subprocess.run(
-            [sys.executable, "-m", "atr_grpo.train", "experiment=smoke", "eval=none", "trainer.backend=trl", *SERVER,
-             "rollout.vllm.server_host=127.0.0.1", f"rollout.vllm.server_port={port}", f"run_dir={run_dir}"],
-            cwd=REPO, env={**os.environ, "CUDA_VISIBLE_DEVICES": "0"}, capture_output=True, text=True,
+            [
+                sys.executable,
+                "-m",
+                "atr_grpo.train",
+                "experiment=smoke",
+                "eval=none",
+                "trainer.backend=trl",
+                *SERVER,
+                "rollout.vllm.server_host=127.0.0.1",
+                f"rollout.vllm.server_port={port}",
+                f"run_dir={run_dir}",
+            ],
+            cwd=REPO,
+            env={**os.environ, "CUDA_VISIBLE_DEVICES": "0"},
+            capture_output=True,
+            text=True,
             timeout=1800,
-        )  # fmt: skip
+        )
         assert result.returncode == 0, result.stderr[-4000:]
         rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
         assert [row["step"] for row in rows] == [1, 2, 3, 4]

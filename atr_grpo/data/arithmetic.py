@@ -177,8 +177,14 @@ def make_splits(
 
 def task_splits(data: Any) -> tuple[list[Problem], list[Problem]]:
     """make_splits for a data config of the synthetic task (`conf/data/arithmetic*.yaml`)."""
-    return make_splits(data.num_train, data.num_eval, data.max_operand, data.operations, data.generator_seed,
-                       (data.chain_min, data.chain_max))  # fmt: skip
+    return make_splits(
+        data.num_train,
+        data.num_eval,
+        data.max_operand,
+        data.operations,
+        data.generator_seed,
+        (data.chain_min, data.chain_max),
+    )
 
 
 def register_arithmetic_benchmark(
@@ -210,8 +216,14 @@ def register_arithmetic_benchmark(
 
 def register_task_benchmark(data: Any) -> None:
     """register_arithmetic_benchmark for a data config of the synthetic task (a training run's)."""
-    register_arithmetic_benchmark(data.num_train, data.num_eval, data.max_operand, data.operations,
-                                  data.generator_seed, (data.chain_min, data.chain_max))  # fmt: skip
+    register_arithmetic_benchmark(
+        data.num_train,
+        data.num_eval,
+        data.max_operand,
+        data.operations,
+        data.generator_seed,
+        (data.chain_min, data.chain_max),
+    )
 
 
 # The task of conf/data/arithmetic.yaml (tests/test_config.py checks that the two agree).

@@ -28,9 +28,21 @@ from atr_grpo.reporting.runs import Run, drop_repeats
 from atr_grpo.reporting.tables import Table
 
 ROLLOUT_KEYS = ("rollout/logp_abs_diff_mean", "rollout/logp_abs_diff_max", "rollout/ratio_out_of_band_frac")
-COLUMNS = ["experiment", "model", "method", "seed", "steps", "steps_per_rollout", "binding_steps", "clip_frac",
-           "clip_frac_fresh", "clip_frac_reused", "noise_floor", "noise_floor_max",
-           *(key.split("/")[1] for key in ROLLOUT_KEYS)]  # fmt: skip
+COLUMNS = [
+    "experiment",
+    "model",
+    "method",
+    "seed",
+    "steps",
+    "steps_per_rollout",
+    "binding_steps",
+    "clip_frac",
+    "clip_frac_fresh",
+    "clip_frac_reused",
+    "noise_floor",
+    "noise_floor_max",
+    *(key.split("/")[1] for key in ROLLOUT_KEYS),
+]
 
 
 def _number(value: Any) -> float | None:
@@ -66,10 +78,16 @@ def binding_row(run: Run) -> tuple[dict[str, Any], list[str]]:
     if not steps:
         notes.append(f"{run.path}: no clip/frac in metrics.jsonl")
     fracs = [float(r["clip/frac"]) for r in steps]
-    row: dict[str, Any] = {"experiment": run.experiment, "model": run.model, "method": run.method,
-                           "seed": run.seed, "steps": len(steps), "steps_per_rollout": per_rollout or "?",
-                           "binding_steps": _mean([float(f > 0) for f in fracs]),
-                           "clip_frac": _mean(fracs)}  # fmt: skip
+    row: dict[str, Any] = {
+        "experiment": run.experiment,
+        "model": run.model,
+        "method": run.method,
+        "seed": run.seed,
+        "steps": len(steps),
+        "steps_per_rollout": per_rollout or "?",
+        "binding_steps": _mean([float(f > 0) for f in fracs]),
+        "clip_frac": _mean(fracs),
+    }
     fresh = [r for r in steps if per_rollout and (int(r["step"]) - 1) % per_rollout == 0]
     reused = [r for r in steps if per_rollout and (int(r["step"]) - 1) % per_rollout != 0]
     spreads = []
@@ -98,13 +116,15 @@ def binding_table(runs: list[Run]) -> Table:
         if row["steps"]:
             rows.append(row)
     rows.sort(key=lambda r: (r["experiment"], r["model"], r["method"], r["seed"]))
-    notes = ["binding_steps = fraction of optimizer steps with clip/frac > 0; clip_frac = mean clip/frac; "
-             "clip_frac_fresh / clip_frac_reused = mean clip/frac on the first optimizer step after each generation "
-             "(weights unchanged since π_old was computed) / on the others",
-             "noise_floor = median over those first steps of max(ratio/max − 1, 1 − ratio/min): the spread of w from "
-             "numerics alone (noise_floor_max: the largest); a rule whose bounds lie inside it acts on noise",
-             "logp_abs_diff_mean / _max, ratio_out_of_band_frac: the rollout engine against the trainer (|Δ log p|, "
-             "fraction of tokens with π_old / π_rollout outside [0.9, 1.1]), mean over steps"]  # fmt: skip
+    notes = [
+        "binding_steps = fraction of optimizer steps with clip/frac > 0; clip_frac = mean clip/frac; "
+        "clip_frac_fresh / clip_frac_reused = mean clip/frac on the first optimizer step after each generation "
+        "(weights unchanged since π_old was computed) / on the others",
+        "noise_floor = median over those first steps of max(ratio/max − 1, 1 − ratio/min): the spread of w from "
+        "numerics alone (noise_floor_max: the largest); a rule whose bounds lie inside it acts on noise",
+        "logp_abs_diff_mean / _max, ratio_out_of_band_frac: the rollout engine against the trainer (|Δ log p|, "
+        "fraction of tokens with π_old / π_rollout outside [0.9, 1.1]), mean over steps",
+    ]
     formats = dict.fromkeys(COLUMNS[6:], ".3g")
     blanks = {key.split("/")[1]: "not logged" for key in ROLLOUT_KEYS}
     return Table("clip_binding", COLUMNS, rows, missing, notes, formats, nan_text=blanks)

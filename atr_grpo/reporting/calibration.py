@@ -94,8 +94,9 @@ def _run_effects(scenario: Scenario, shape: tuple[int, ...], rng: np.random.Gene
     return own
 
 
-def simulate(scenario: Scenario, datasets: int, rng: np.random.Generator,
-             shift: float = 0.0) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+def simulate(
+    scenario: Scenario, datasets: int, rng: np.random.Generator, shift: float = 0.0
+) -> tuple[np.ndarray, np.ndarray]:
     """Scores of methods A (logit `shift` over B) and B, each [datasets, seeds, problems], on the same problems."""
     shape = (datasets, scenario.seeds, 1)
     logits = _logit(rng.beta(scenario.a, scenario.b, (datasets, 1, scenario.problems)))
@@ -162,8 +163,14 @@ class Calibration:
         return float(np.sqrt(max(rate * (1 - rate), 1e-12) / self.datasets))
 
 
-def calibrate(scenario: Scenario, datasets: int, resampling: stats.Resampling, alpha: float, seed: int = 0,
-              cell_coverage: bool = False) -> Calibration:  # fmt: skip
+def calibrate(
+    scenario: Scenario,
+    datasets: int,
+    resampling: stats.Resampling,
+    alpha: float,
+    seed: int = 0,
+    cell_coverage: bool = False,
+) -> Calibration:
     """Simulate `datasets` experiments of `scenario` and apply the tables' statistics to each."""
     rng = np.random.default_rng(seed)
     population = _population(scenario, rng)
@@ -183,9 +190,14 @@ def calibrate(scenario: Scenario, datasets: int, resampling: stats.Resampling, a
     several = scenario.seeds > 1  # the t-test, its interval and a run SD need two seeds
     run_sd = np.sqrt(np.mean(np.var(b.mean(axis=-1), axis=-1, ddof=1))) if several else np.nan
     covered = (t_test.low <= truth) & (truth <= t_test.high)
-    return Calibration(marked_rate=float(np.mean(marked)),
-                       t_rate=float(np.mean(t_test.p_value < alpha)) if several else float("nan"),
-                       problem_rate=float(np.mean(problem_p < alpha)),
-                       difference_coverage=float(np.mean(covered)) if several else float("nan"),
-                       coverage=coverage, run_sd=100 * float(run_sd), difference_sd=100 * spread,
-                       true_difference=100 * truth, datasets=datasets)  # fmt: skip
+    return Calibration(
+        marked_rate=float(np.mean(marked)),
+        t_rate=float(np.mean(t_test.p_value < alpha)) if several else float("nan"),
+        problem_rate=float(np.mean(problem_p < alpha)),
+        difference_coverage=float(np.mean(covered)) if several else float("nan"),
+        coverage=coverage,
+        run_sd=100 * float(run_sd),
+        difference_sd=100 * spread,
+        true_difference=100 * truth,
+        datasets=datasets,
+    )

@@ -54,8 +54,9 @@ def _missing(have: set[str], want: set[str]) -> str:
     return _shown(sorted(want - have, key=lambda pid: (len(pid), pid)))
 
 
-def cell_scores(runs: list[Run], metric: str, key: str, benchmarks: list[str],
-                step_of: Callable[[Run], int | None] | None = None) -> Scores:  # fmt: skip
+def cell_scores(
+    runs: list[Run], metric: str, key: str, benchmarks: list[str], step_of: Callable[[Run], int | None] | None = None
+) -> Scores:
     """The scores of `runs` (the seeds of one cell) for `key`, a benchmark or AVERAGE (every benchmark).
 
     step_of(run): the step to read; by default each run's final evaluation of `key` (Run.final_eval_step).
@@ -77,14 +78,23 @@ def cell_scores(runs: list[Run], metric: str, key: str, benchmarks: list[str],
         ids = sorted(rows[0][b], key=lambda pid: (len(pid), pid))  # numeric ids in numeric order
         for run, row in zip(runs[1:], rows[1:]):
             if set(row[b]) != set(ids):
-                raise ScoreError(f"{run.path}: {b} problems differ from {runs[0].path}'s (missing here: "
-                                 f"{_missing(set(row[b]), set(ids)) or '–'}; extra: "
-                                 f"{_missing(set(ids), set(row[b])) or '–'})")  # fmt: skip
+                raise ScoreError(
+                    f"{run.path}: {b} problems differ from {runs[0].path}'s (missing here: "
+                    f"{_missing(set(row[b]), set(ids)) or '–'}; extra: "
+                    f"{_missing(set(ids), set(row[b])) or '–'})"
+                )
         problems[b] = ids
         values[b] = np.array([[row[b][pid] for pid in ids] for row in rows])
     first = runs[0] if runs else None
-    return Scores([r.seed for r in runs], problems, values, steps, [str(r.path) for r in runs],
-                  first.method if first else "", first.experiment if first else "")  # fmt: skip
+    return Scores(
+        [r.seed for r in runs],
+        problems,
+        values,
+        steps,
+        [str(r.path) for r in runs],
+        first.method if first else "",
+        first.experiment if first else "",
+    )
 
 
 def cell_interval(scores: Scores, resampling: stats.Resampling, key: str) -> tuple[float, float, float]:
@@ -132,18 +142,23 @@ def paired(a: Scores, b: Scores, names: tuple[str, str] = ("A", "B")) -> list[np
     if len(set(a.seeds)) != len(a.seeds) or len(set(b.seeds)) != len(b.seeds):
         raise ScoreError("pairing needs one run per seed on each side")
     if set(a.seeds) != set(b.seeds):
-        raise ScoreError(f"pairing needs the same seeds: {names[0]} has {sorted(a.seeds)}, {names[1]} has "
-                         f"{sorted(b.seeds)}")  # fmt: skip
+        raise ScoreError(
+            f"pairing needs the same seeds: {names[0]} has {sorted(a.seeds)}, {names[1]} has {sorted(b.seeds)}"
+        )
     if set(a.problems) != set(b.problems):
-        raise ScoreError(f"pairing needs the same benchmarks: {names[0]} has {sorted(a.problems)}, {names[1]} has "
-                         f"{sorted(b.problems)}")  # fmt: skip
+        raise ScoreError(
+            f"pairing needs the same benchmarks: {names[0]} has {sorted(a.problems)}, {names[1]} has "
+            f"{sorted(b.problems)}"
+        )
     rows = [b.seeds.index(seed) for seed in a.seeds]
     differences = []
     for bench, ids in a.problems.items():
         if set(ids) != set(b.problems[bench]):
-            raise ScoreError(f"pairing needs the same problems: on {bench}, {names[1]} lacks "
-                             f"{_missing(set(b.problems[bench]), set(ids)) or '–'} and {names[0]} lacks "
-                             f"{_missing(set(ids), set(b.problems[bench])) or '–'}")  # fmt: skip
+            raise ScoreError(
+                f"pairing needs the same problems: on {bench}, {names[1]} lacks "
+                f"{_missing(set(b.problems[bench]), set(ids)) or '–'} and {names[0]} lacks "
+                f"{_missing(set(ids), set(b.problems[bench])) or '–'}"
+            )
         columns = [b.problems[bench].index(pid) for pid in ids]
         differences.append(a.values[bench] - b.values[bench][np.ix_(rows, columns)])
     return differences
@@ -160,8 +175,9 @@ def seed_pvalue(differences: list[np.ndarray], resampling: stats.Resampling, key
     return float(stats.seed_sign_flip_pvalue(stats.seed_means(differences), resampling, f"seed-flip|{key}"))
 
 
-def compare(a: Scores, b: Scores, resampling: stats.Resampling, key: str,
-            names: tuple[str, str] = ("A", "B")) -> Difference:  # fmt: skip
+def compare(
+    a: Scores, b: Scores, resampling: stats.Resampling, key: str, names: tuple[str, str] = ("A", "B")
+) -> Difference:
     """The paired comparison A − B of the runs matched by seed; `key` is `comparison_key`."""
     differences = paired(a, b, names)
     per_seed = stats.seed_means(differences)
@@ -171,15 +187,25 @@ def compare(a: Scores, b: Scores, resampling: stats.Resampling, key: str,
     value_a, value_b = runs_a.mean(axis=-1), runs_b.mean(axis=-1)  # as Scores.run_values
     low, high = stats.improvement_interval(runs_a, runs_b, resampling, f"improvement|{key}")
     return Difference(
-        difference=100 * float(per_seed.mean()), per_seed=[100 * float(x) for x in per_seed], seeds=list(a.seeds),
-        problems=a.n_problems, ci_low=100 * float(t_test.low), ci_high=100 * float(t_test.high),
-        p_value=seed_pvalue(differences, resampling, key), p_floor=stats.smallest_seed_pvalue(n_seeds, resampling),
-        p_exact=stats.seed_test_is_exact(n_seeds), p_t=float(t_test.p_value), sd=100 * float(t_test.sd),
+        difference=100 * float(per_seed.mean()),
+        per_seed=[100 * float(x) for x in per_seed],
+        seeds=list(a.seeds),
+        problems=a.n_problems,
+        ci_low=100 * float(t_test.low),
+        ci_high=100 * float(t_test.high),
+        p_value=seed_pvalue(differences, resampling, key),
+        p_floor=stats.smallest_seed_pvalue(n_seeds, resampling),
+        p_exact=stats.seed_test_is_exact(n_seeds),
+        p_t=float(t_test.p_value),
+        sd=100 * float(t_test.sd),
         mde=100 * float(stats.minimum_detectable_effect(float(t_test.sd), n_seeds, alpha)),
         p_problems=float(stats.sign_flip_pvalue(differences, resampling, f"sign-flip|{key}")),
         p_problems_floor=1.0 / (resampling.resamples + 1),
-        runs_a=[100 * float(x) for x in value_a], runs_b=[100 * float(x) for x in value_b],
-        iqm_a=100 * float(stats.interquartile_mean(value_a)), iqm_b=100 * float(stats.interquartile_mean(value_b)),
-        improvement=float(stats.probability_of_improvement(runs_a, runs_b)), improvement_low=low,
+        runs_a=[100 * float(x) for x in value_a],
+        runs_b=[100 * float(x) for x in value_b],
+        iqm_a=100 * float(stats.interquartile_mean(value_a)),
+        iqm_b=100 * float(stats.interquartile_mean(value_b)),
+        improvement=float(stats.probability_of_improvement(runs_a, runs_b)),
+        improvement_low=low,
         improvement_high=high,
-    )  # fmt: skip
+    )

@@ -48,9 +48,17 @@ def _names(runs: list[Run], attribute: str) -> str:
     return ", ".join(sorted({str(getattr(r, attribute)) for r in runs})) or "none"
 
 
-def holm_against(reference: str, tested: str, methods: dict[str, list[Run]], p_tested: float, metric: str, key: str,
-                 benchmarks: list[str], resampling: stats.Resampling,
-                 step_of: Callable[[Run], int | None] | None = None) -> tuple[float, list[str], list[str]]:  # fmt: skip
+def holm_against(
+    reference: str,
+    tested: str,
+    methods: dict[str, list[Run]],
+    p_tested: float,
+    metric: str,
+    key: str,
+    benchmarks: list[str],
+    resampling: stats.Resampling,
+    step_of: Callable[[Run], int | None] | None = None,
+) -> tuple[float, list[str], list[str]]:
     """(the Holm-adjusted p of `tested`, the family, the members left out): the family is every method in
     `methods` (one experiment and model) compared with `reference` on `key` × `metric` at the seed level."""
     experiment, model = next(iter(methods.values()))[0].experiment, next(iter(methods.values()))[0].model
@@ -72,9 +80,15 @@ def holm_against(reference: str, tested: str, methods: dict[str, list[Run]], p_t
     return adjusted[tested], sorted(family), left_out
 
 
-def compare_methods(runs: list[Run], method_a: str, method_b: str, resampling: stats.Resampling,
-                    benchmarks: list[str] | None = None, metrics: list[str] | None = None,
-                    step: int | None = None) -> list[Row]:  # fmt: skip
+def compare_methods(
+    runs: list[Run],
+    method_a: str,
+    method_b: str,
+    resampling: stats.Resampling,
+    benchmarks: list[str] | None = None,
+    metrics: list[str] | None = None,
+    step: int | None = None,
+) -> list[Row]:
     """Every (experiment, model, benchmark or Average, metric) comparison of A with B in `runs`."""
     if method_a == method_b:
         raise CompareError(f"compare needs two different methods, got {method_a!r} twice")
@@ -91,16 +105,20 @@ def compare_methods(runs: list[Run], method_a: str, method_b: str, resampling: s
     pairs = {key: sides for key, sides in sorted(groups.items()) if method_a in sides and method_b in sides}
     if not pairs:
         where = {m: sorted({f"{r.experiment}/{r.model}" for r in kept if r.method == m}) for m in (method_a, method_b)}
-        raise CompareError(f"{method_a} and {method_b} never share an experiment and model: {method_a} in "
-                           f"{', '.join(where[method_a])}; {method_b} in {', '.join(where[method_b])}")  # fmt: skip
+        raise CompareError(
+            f"{method_a} and {method_b} never share an experiment and model: {method_a} in "
+            f"{', '.join(where[method_a])}; {method_b} in {', '.join(where[method_b])}"
+        )
     rows = []
     for (experiment, model), methods in pairs.items():
         runs_a, runs_b = methods[method_a], methods[method_b]
         configured = list(dict.fromkeys(b for r in runs_a + runs_b for b in r.benchmarks))
         unknown = [b for b in benchmarks or [] if b not in configured and b != AVERAGE]
         if unknown:
-            raise CompareError(f"--benchmark {', '.join(unknown)}: {experiment}/{model} evaluates "
-                               f"{', '.join(configured)} (and {AVERAGE})")  # fmt: skip
+            raise CompareError(
+                f"--benchmark {', '.join(unknown)}: {experiment}/{model} evaluates "
+                f"{', '.join(configured)} (and {AVERAGE})"
+            )
         keys = configured + [AVERAGE] * (len(configured) > 1)
         keys = [k for k in keys if benchmarks is None or k in benchmarks]
         k = runs_a[0].k
@@ -112,8 +130,9 @@ def compare_methods(runs: list[Run], method_a: str, method_b: str, resampling: s
                     b = cells.cell_scores(runs_b, metric, key, configured, step_of)
                     label = cells.comparison_key(experiment, model, method_a, method_b, metric, key)
                     difference = cells.compare(a, b, resampling, label, (method_a, method_b))
-                    holm = holm_against(method_b, method_a, methods, difference.p_value, metric, key, configured,
-                                        resampling, step_of)  # fmt: skip
+                    holm = holm_against(
+                        method_b, method_a, methods, difference.p_value, metric, key, configured, resampling, step_of
+                    )
                 except cells.ScoreError as err:
                     raise CompareError(f"{experiment}/{model}, {key} {metric}: {err}") from None
                 mean_a, mean_b = (100 * float(stats.estimate(s.arrays())) for s in (a, b))
@@ -128,8 +147,10 @@ def seed_design_note(n_seeds: list[int], resampling: stats.Resampling, alpha: fl
         floor = stats.smallest_seed_pvalue(n, resampling)
         how = "all 2^S sign patterns" if stats.seed_test_is_exact(n) else f"{resampling.resamples:,} random patterns"
         verdict = "so no difference can be marked" if floor >= alpha else "before Holm's adjustment"
-        parts.append(f"with {n} seed{'s' * (n != 1)} ({how}) the smallest attainable p is "
-                     f"{stats.format_p(floor, None if stats.seed_test_is_exact(n) else floor)}, {verdict}")  # fmt: skip
+        parts.append(
+            f"with {n} seed{'s' * (n != 1)} ({how}) the smallest attainable p is "
+            f"{stats.format_p(floor, None if stats.seed_test_is_exact(n) else floor)}, {verdict}"
+        )
     return "; ".join(parts)
 
 
@@ -142,46 +163,60 @@ def format_rows(rows: list[Row], method_a: str, method_b: str, resampling: stats
         block = [r for r in rows if (r.experiment, r.model) == (experiment, model)]
         seeds = ", ".join(map(str, block[0].difference.seeds))
         steps = sorted({s for r in block for s in r.steps_a + r.steps_b})
-        lines += [f"## {method_a} − {method_b}: {experiment}, {model} (seeds {seeds}; evaluation steps "
-                  f"{', '.join(map(str, steps))})", "",
-                  f"| benchmark | metric | {method_a} | {method_b} | difference | per seed | {level} CI (t, seeds) "
-                  "| p (seeds) | smallest p | p (Holm) | † | p (paired t) | MDE (80%) |",
-                  "|---|---|---:|---:|---:|---|---|---:|---:|---:|:-:|---:|---:|"]  # fmt: skip
+        lines += [
+            f"## {method_a} − {method_b}: {experiment}, {model} (seeds {seeds}; evaluation steps "
+            f"{', '.join(map(str, steps))})",
+            "",
+            f"| benchmark | metric | {method_a} | {method_b} | difference | per seed | {level} CI (t, seeds) "
+            "| p (seeds) | smallest p | p (Holm) | † | p (paired t) | MDE (80%) |",
+            "|---|---|---:|---:|---:|---|---|---:|---:|---:|:-:|---:|---:|",
+        ]
         for r in block:
             d = r.difference
             cells_ = seed_level_cells(d, r.p_holm, alpha)
             lines.append(f"| {r.benchmark} | {r.metric} | {r.mean_a:.2f} | {r.mean_b:.2f} | {' | '.join(cells_)} |")
-        lines += ["", f"| benchmark | metric | IQM {method_a} | IQM {method_b} | P({method_a} > {method_b}) "
-                  f"| {level} CI | p (problems; these runs only) | problems |",
-                  "|---|---|---:|---:|---:|---|---:|---:|"]  # fmt: skip
+        lines += [
+            "",
+            f"| benchmark | metric | IQM {method_a} | IQM {method_b} | P({method_a} > {method_b}) "
+            f"| {level} CI | p (problems; these runs only) | problems |",
+            "|---|---|---:|---:|---:|---|---:|---:|",
+        ]
         for r in block:
             d = r.difference
-            lines.append(f"| {r.benchmark} | {r.metric} | {d.iqm_a:.2f} | {d.iqm_b:.2f} | {d.improvement:.2f} "
-                         f"| [{d.improvement_low:.2f}, {d.improvement_high:.2f}] "
-                         f"| {stats.format_p(d.p_problems, d.p_problems_floor)} | {d.problems} |")  # fmt: skip
+            lines.append(
+                f"| {r.benchmark} | {r.metric} | {d.iqm_a:.2f} | {d.iqm_b:.2f} | {d.improvement:.2f} "
+                f"| [{d.improvement_low:.2f}, {d.improvement_high:.2f}] "
+                f"| {stats.format_p(d.p_problems, d.p_problems_floor)} | {d.problems} |"
+            )
         if any(r.steps_a != r.steps_b for r in block):
-            lines.append(f"\nsteps differ between the paired runs: {method_a} {block[0].steps_a}, "
-                         f"{method_b} {block[0].steps_b}")  # fmt: skip
+            lines.append(
+                f"\nsteps differ between the paired runs: {method_a} {block[0].steps_a}, {method_b} {block[0].steps_b}"
+            )
         family = sorted({m for r in block for m in r.family})
-        lines += ["", f"Holm family: {len(family)} method(s) compared with {method_b} in each benchmark × metric "
-                  f"column: {', '.join(family)}."]  # fmt: skip
+        lines += [
+            "",
+            f"Holm family: {len(family)} method(s) compared with {method_b} in each benchmark × metric "
+            f"column: {', '.join(family)}.",
+        ]
         left_out = sorted({m for r in block for m in r.left_out})
         if left_out:
             lines.append(f"Left out of the family (cannot be paired with {method_b}): {'; '.join(left_out)}.")
         lines.append(f"Seeds: {seed_design_note([len(r.difference.seeds) for r in block], resampling, alpha)}.")
         lines.append("")
-    lines += [f"Values in points (percent). The run is the unit: each seed pair gives one difference (per seed). "
-              f"p (seeds): two-sided exact sign-flip test over the seed pairs ({SEED_TEST}); smallest p: the "
-              f"smallest p that number of seeds can give. p (Holm): adjusted over the Holm family above (the same "
-              f"family as the tables' † when B is clip). † = p (Holm) < {alpha:g}. CI and p (paired t): t-interval "
-              f"and paired t-test over the seed differences (df = seeds − 1). MDE: the true difference a paired "
-              f"t-test at two-sided α = {alpha:g} detects with 80% power given the observed SD of the per-seed "
-              f"differences, (t_{{1−α/2}} + t_{{0.8}})·SD/√S. IQM: rliable's interquartile mean of the runs' "
-              f"values. P(A > B): rliable's probability of improvement over every pair of an A run and a B run "
-              f"(½ for ties), averaged over the benchmarks; interval: {resampling.resamples:,} bootstrap "
-              f"resamples of the runs of each method. p (problems): sign-flip test over problems (each problem's "
-              f"difference averaged over the seeds, {resampling.resamples:,} flips): whether these runs differ "
-              f"beyond evaluation noise, not whether the methods do; '< x' means no flip was as extreme."]  # fmt: skip
+    lines += [
+        f"Values in points (percent). The run is the unit: each seed pair gives one difference (per seed). "
+        f"p (seeds): two-sided exact sign-flip test over the seed pairs ({SEED_TEST}); smallest p: the "
+        f"smallest p that number of seeds can give. p (Holm): adjusted over the Holm family above (the same "
+        f"family as the tables' † when B is clip). † = p (Holm) < {alpha:g}. CI and p (paired t): t-interval "
+        f"and paired t-test over the seed differences (df = seeds − 1). MDE: the true difference a paired "
+        f"t-test at two-sided α = {alpha:g} detects with 80% power given the observed SD of the per-seed "
+        f"differences, (t_{{1−α/2}} + t_{{0.8}})·SD/√S. IQM: rliable's interquartile mean of the runs' "
+        f"values. P(A > B): rliable's probability of improvement over every pair of an A run and a B run "
+        f"(½ for ties), averaged over the benchmarks; interval: {resampling.resamples:,} bootstrap "
+        f"resamples of the runs of each method. p (problems): sign-flip test over problems (each problem's "
+        f"difference averaged over the seeds, {resampling.resamples:,} flips): whether these runs differ "
+        f"beyond evaluation noise, not whether the methods do; '< x' means no flip was as extreme."
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -194,6 +229,14 @@ def seed_level_cells(d: cells.Difference, p_holm: float, alpha: float) -> list[s
     mark = "†" if stats.significant(p_holm, alpha) else ""
     interval = "–" if d.ci_low != d.ci_low else f"[{d.ci_low:+.2f}, {d.ci_high:+.2f}]"
     mde = "–" if d.mde != d.mde else f"{d.mde:.2f}"
-    return [f"{d.difference:+.2f}", ", ".join(f"{x:+.2f}" for x in d.per_seed), interval,
-            stats.format_p(d.p_value, floor), stats.format_p(d.p_floor, floor), stats.format_p(p_holm), mark,
-            stats.format_p(d.p_t), mde]  # fmt: skip
+    return [
+        f"{d.difference:+.2f}",
+        ", ".join(f"{x:+.2f}" for x in d.per_seed),
+        interval,
+        stats.format_p(d.p_value, floor),
+        stats.format_p(d.p_floor, floor),
+        stats.format_p(p_holm),
+        mark,
+        stats.format_p(d.p_t),
+        mde,
+    ]

@@ -22,8 +22,21 @@ from typing import Any
 from atr_grpo.reporting.runs import AVERAGE, Run, drop_repeats, mean_std, problems
 from atr_grpo.reporting.tables import Table
 
-ENDPOINT_COLUMNS = ["experiment", "model", "method", "benchmark", "metric", "seeds", "start", "final", "final_sd",
-                    "best", "auc", "auc_sd", "auc_minus_start"]  # fmt: skip
+ENDPOINT_COLUMNS = [
+    "experiment",
+    "model",
+    "method",
+    "benchmark",
+    "metric",
+    "seeds",
+    "start",
+    "final",
+    "final_sd",
+    "best",
+    "auc",
+    "auc_sd",
+    "auc_minus_start",
+]
 BOUND_PREFIX = "clip/frac_"
 LENGTH_KEY = "completion_length"
 
@@ -61,14 +74,28 @@ def endpoints_table(runs: list[Run]) -> Table:
                 final, final_sd = _mean_sd([e["final"] for e in found])
                 auc, auc_sd = _mean_sd([e["auc"] for e in found])
                 gains = [e["auc"] - e["start"] for e in found if not math.isnan(e["start"])]
-                rows.append({"experiment": experiment, "model": model, "method": method, "benchmark": bench,
-                             "metric": metric, "seeds": len(found),
-                             "start": _mean_sd([e["start"] for e in found])[0], "final": final, "final_sd": final_sd,
-                             "best": _mean_sd([e["best"] for e in found])[0], "auc": auc, "auc_sd": auc_sd,
-                             "auc_minus_start": _mean_sd(gains)[0]})  # fmt: skip
-    notes = ["percent; mean over seeds (seed SD with ddof 1); start = step 0, the same adapter for every method; "
-             "final = last evaluation, best = maximum over evaluations after step 0 (chosen on the same problems, so "
-             "biased upward); auc = mean of a run's evaluations after step 0"]  # fmt: skip
+                rows.append(
+                    {
+                        "experiment": experiment,
+                        "model": model,
+                        "method": method,
+                        "benchmark": bench,
+                        "metric": metric,
+                        "seeds": len(found),
+                        "start": _mean_sd([e["start"] for e in found])[0],
+                        "final": final,
+                        "final_sd": final_sd,
+                        "best": _mean_sd([e["best"] for e in found])[0],
+                        "auc": auc,
+                        "auc_sd": auc_sd,
+                        "auc_minus_start": _mean_sd(gains)[0],
+                    }
+                )
+    notes = [
+        "percent; mean over seeds (seed SD with ddof 1); start = step 0, the same adapter for every method; "
+        "final = last evaluation, best = maximum over evaluations after step 0 (chosen on the same problems, so "
+        "biased upward); auc = mean of a run's evaluations after step 0"
+    ]
     return Table("endpoints", ENDPOINT_COLUMNS, rows, problems(kept) + repeats, notes)
 
 
@@ -79,8 +106,9 @@ def _number(value: Any) -> float | None:
 
 def bounds_table(runs: list[Run]) -> Table:
     kept, repeats = drop_repeats([run for run in runs if run.metrics])
-    bounds = sorted({key[len(BOUND_PREFIX) :] for run in kept for row in run.metrics for key in row
-                     if key.startswith(BOUND_PREFIX)})  # fmt: skip
+    bounds = sorted(
+        {key[len(BOUND_PREFIX) :] for run in kept for row in run.metrics for key in row if key.startswith(BOUND_PREFIX)}
+    )
     columns = ["experiment", "model", "method", "seed", "steps", "completion_length", "clip_frac"]
     columns += [f"{kind}_{bound}" for bound in bounds for kind in ("fired", "frac")]
     rows = []
@@ -88,18 +116,25 @@ def bounds_table(runs: list[Run]) -> Table:
         steps = [row for row in run.metrics if _number(row.get("clip/frac")) is not None]
         lengths = [v for row in run.metrics if (v := _number(row.get(LENGTH_KEY))) is not None]
         fracs = [float(r["clip/frac"]) for r in steps]
-        row: dict[str, Any] = {"experiment": run.experiment, "model": run.model, "method": run.method,
-                               "seed": run.seed, "steps": len(steps),
-                               "completion_length": statistics.fmean(lengths) if lengths else math.nan,
-                               "clip_frac": statistics.fmean(fracs) if fracs else math.nan}  # fmt: skip
+        row: dict[str, Any] = {
+            "experiment": run.experiment,
+            "model": run.model,
+            "method": run.method,
+            "seed": run.seed,
+            "steps": len(steps),
+            "completion_length": statistics.fmean(lengths) if lengths else math.nan,
+            "clip_frac": statistics.fmean(fracs) if fracs else math.nan,
+        }
         for bound in bounds:
             fracs = [v for r in steps if (v := _number(r.get(BOUND_PREFIX + bound))) is not None]
             row[f"fired_{bound}"] = statistics.fmean(float(f > 0) for f in fracs) if fracs else math.nan
             row[f"frac_{bound}"] = statistics.fmean(fracs) if fracs else math.nan
         rows.append(row)
-    notes = ["completion_length = mean completion length in tokens over the generation steps of training; "
-             "fired_<bound> = fraction of optimizer steps on which that bound froze any token, frac_<bound> = its "
-             "mean frozen fraction; clip_frac = mean clip/frac (any bound); –: the rule has no such bound"]  # fmt: skip
+    notes = [
+        "completion_length = mean completion length in tokens over the generation steps of training; "
+        "fired_<bound> = fraction of optimizer steps on which that bound froze any token, frac_<bound> = its "
+        "mean frozen fraction; clip_frac = mean clip/frac (any bound); –: the rule has no such bound"
+    ]
     formats = dict.fromkeys(columns[5:], ".3g")
     blanks = dict.fromkeys(columns[7:], "–")
     return Table("bounds", columns, rows, repeats, notes, formats, nan_text=blanks)

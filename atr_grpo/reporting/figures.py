@@ -223,8 +223,11 @@ def _paper_points(metric: str) -> list[tuple[int, float]]:
     if not path.exists():
         return []
     with path.open() as handle:
-        return [(int(r["k"]), float(r[metric])) for r in csv.DictReader(handle)
-                if r["benchmark"] == AVERAGE and r.get(metric)]  # fmt: skip
+        return [
+            (int(r["k"]), float(r[metric]))
+            for r in csv.DictReader(handle)
+            if r["benchmark"] == AVERAGE and r.get(metric)
+        ]
 
 
 def figure4(table: Table, out_dir: Path) -> list[Path]:

@@ -67,8 +67,7 @@ def grader_identity() -> dict[str, Any]:
             versions[name] = None
     code = hashlib.sha256(Path(grader.__file__).read_bytes()).hexdigest()
     digest = hashlib.sha256(repr((sorted(versions.items()), code)).encode()).hexdigest()[:10]
-    return {"tag": f"math-verify-{versions['math-verify']}__{digest}", "packages": versions,
-            "grader_py_sha256": code}  # fmt: skip
+    return {"tag": f"math-verify-{versions['math-verify']}__{digest}", "packages": versions, "grader_py_sha256": code}
 
 
 def _file_sha256(path: Path) -> str:
@@ -97,8 +96,13 @@ def _changes(before: dict[str, Any], after: grader.GradeResult) -> tuple[bool, b
 
 
 def _record(before: dict[str, Any], after: grader.GradeResult) -> dict[str, Any]:
-    return {"problem_id": before["problem_id"], "sample": before["sample"], "extracted": after.extracted,
-            "correct": after.correct, "status": after.status}  # fmt: skip
+    return {
+        "problem_id": before["problem_id"],
+        "sample": before["sample"],
+        "extracted": after.extracted,
+        "correct": after.correct,
+        "status": after.status,
+    }
 
 
 def _regraded(run_dir: Path, tag: str) -> dict[tuple[int, str], dict[str, Any]]:
@@ -124,10 +128,16 @@ def _pending(run_dir: Path, tag: str, warn: Callable[[str], None]) -> tuple[list
     return todo, reused
 
 
-def regrade_run(run_dir: str | Path, identity: dict[str, Any], workers: int | None = None,
-                timeout: float = grader.DEFAULT_TIMEOUT, examples: int = 3, show_progress: bool = True,
-                warn: Callable[[str], None] = print,
-                credit_inside_think: bool = False) -> list[BenchmarkChanges]:  # fmt: skip
+def regrade_run(
+    run_dir: str | Path,
+    identity: dict[str, Any],
+    workers: int | None = None,
+    timeout: float = grader.DEFAULT_TIMEOUT,
+    examples: int = 3,
+    show_progress: bool = True,
+    warn: Callable[[str], None] = print,
+    credit_inside_think: bool = False,
+) -> list[BenchmarkChanges]:
     """Regrade every evaluation of the run that this grader has not graded yet; returns what changed.
 
     credit_inside_think: the run's `eval.credit_inside_think` (a box inside `<think>...</think>` counts).
@@ -141,18 +151,23 @@ def regrade_run(run_dir: str | Path, identity: dict[str, Any], workers: int | No
             rundir.write_json(out_dir / GRADER_FILE, identity, overwrite=False)
         todo, reused = _pending(run_dir, tag, warn)
         originals = {(s, b): rundir.read_jsonl(path) for s, b, path, _ in todo}
-        jobs = [(str(r["completion"]), str(r["gold"]), r.get("finish_reason")) for rows in originals.values()
-                for r in rows]  # fmt: skip
+        jobs = [
+            (str(r["completion"]), str(r["gold"]), r.get("finish_reason")) for rows in originals.values() for r in rows
+        ]
         with tqdm(total=len(jobs), desc=f"regrade {run_dir.name}", disable=not show_progress, leave=False) as bar:
-            results = iter(grader.grade_samples(jobs, workers=workers, timeout=timeout, progress=bar,
-                                                credit_inside_think=credit_inside_think))  # fmt: skip
+            results = iter(
+                grader.grade_samples(
+                    jobs, workers=workers, timeout=timeout, progress=bar, credit_inside_think=credit_inside_think
+                )
+            )
         report: dict[str, BenchmarkChanges] = {}
         for step, bench, source, digest in todo:
             changes = report.setdefault(bench, BenchmarkChanges(run_dir, bench))
             before_rows = originals[(step, bench)]
             after = [next(results) for _ in before_rows]
-            _write_evaluation(run_dir, tag, step, bench, source, digest, before_rows, after, changes, examples,
-                              credit_inside_think)  # fmt: skip
+            _write_evaluation(
+                run_dir, tag, step, bench, source, digest, before_rows, after, changes, examples, credit_inside_think
+            )
         for (step, bench), row in sorted(reused.items()):
             changes = report.setdefault(bench, BenchmarkChanges(run_dir, bench, reused=True))
             changes.steps.append(step)
@@ -164,9 +179,19 @@ def regrade_run(run_dir: str | Path, identity: dict[str, Any], workers: int | No
     return [report[b] for b in sorted(report)]
 
 
-def _write_evaluation(run_dir: Path, tag: str, step: int, bench: str, source: Path, digest: str,
-                      before_rows: list[dict[str, Any]], after: list[grader.GradeResult], changes: BenchmarkChanges,
-                      examples: int, credit_inside_think: bool) -> None:  # fmt: skip
+def _write_evaluation(
+    run_dir: Path,
+    tag: str,
+    step: int,
+    bench: str,
+    source: Path,
+    digest: str,
+    before_rows: list[dict[str, Any]],
+    after: list[grader.GradeResult],
+    changes: BenchmarkChanges,
+    examples: int,
+    credit_inside_think: bool,
+) -> None:
     """The verdict file, the changes and, last, the summary line of one regraded evaluation."""
     records, changed_lines, by_problem = [], [], defaultdict(dict)
     n_changed = n_status = 0
@@ -176,10 +201,16 @@ def _write_evaluation(run_dir: Path, tag: str, step: int, bench: str, source: Pa
         verdict, status = _changes(before, result)
         n_changed, n_status = n_changed + verdict, n_status + status
         if status:
-            line = {"step": step, "benchmark": bench, "problem_id": before["problem_id"], "sample": before["sample"],
-                    "gold": before.get("gold"), "verdict_changed": verdict,
-                    "before": {k: before.get(k) for k in ("status", "correct", "extracted")},
-                    "after": {k: _record(before, result)[k] for k in ("status", "correct", "extracted")}}  # fmt: skip
+            line = {
+                "step": step,
+                "benchmark": bench,
+                "problem_id": before["problem_id"],
+                "sample": before["sample"],
+                "gold": before.get("gold"),
+                "verdict_changed": verdict,
+                "before": {k: before.get(k) for k in ("status", "correct", "extracted")},
+                "after": {k: _record(before, result)[k] for k in ("status", "correct", "extracted")},
+            }
             changed_lines.append(line)
             if verdict and len(changes.examples) < examples:
                 changes.examples.append(line)
@@ -191,13 +222,24 @@ def _write_evaluation(run_dir: Path, tag: str, step: int, bench: str, source: Pa
     if changed_lines:
         rundir.append_jsonl(regrade_dir(run_dir, tag) / CHANGES_FILE, changed_lines)
     matrix = [[row[i] for i in sorted(row)] for row in by_problem.values()]
-    line = {"step": step, "benchmark": bench, "num_problems": len(matrix), "n": len(matrix[0]) if matrix else 0,
-            **(summarize(matrix) if matrix else {}), "status_counts": grader.status_counts(after),
-            "samples": len(after), "changed": n_changed, "status_changed": n_status, "grader": tag,
-            "grader_before": original.get("grader"), "credit_inside_think": credit_inside_think,
-            "source": str(source.relative_to(run_dir)),
-            "source_sha256": digest, "git_commit": rundir.git_commit(),
-            "regraded_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}  # fmt: skip
+    line = {
+        "step": step,
+        "benchmark": bench,
+        "num_problems": len(matrix),
+        "n": len(matrix[0]) if matrix else 0,
+        **(summarize(matrix) if matrix else {}),
+        "status_counts": grader.status_counts(after),
+        "samples": len(after),
+        "changed": n_changed,
+        "status_changed": n_status,
+        "grader": tag,
+        "grader_before": original.get("grader"),
+        "credit_inside_think": credit_inside_think,
+        "source": str(source.relative_to(run_dir)),
+        "source_sha256": digest,
+        "git_commit": rundir.git_commit(),
+        "regraded_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
     rundir.append_jsonl(summary_path(run_dir, tag), line)
     changes.steps.append(step)
     changes.samples += len(after)
@@ -211,10 +253,14 @@ def format_changes(found: Sequence[BenchmarkChanges]) -> list[str]:
     for c in found:
         steps = ", ".join(map(str, c.steps))
         again = " (already regraded with this grader)" if c.reused else ""
-        lines.append(f"{c.run}: {c.benchmark}: {c.changed} of {c.samples} verdicts changed, {c.status_changed} "
-                     f"statuses (steps {steps}){again}")  # fmt: skip
+        lines.append(
+            f"{c.run}: {c.benchmark}: {c.changed} of {c.samples} verdicts changed, {c.status_changed} "
+            f"statuses (steps {steps}){again}"
+        )
         for e in c.examples:
             before, after = e["before"], e["after"]
-            lines.append(f"    step {e['step']}, problem {e['problem_id']}, sample {e['sample']}: gold {e['gold']!r}, "
-                         f"extracted {after['extracted']!r}: {before['status']} → {after['status']}")  # fmt: skip
+            lines.append(
+                f"    step {e['step']}, problem {e['problem_id']}, sample {e['sample']}: gold {e['gold']!r}, "
+                f"extracted {after['extracted']!r}: {before['status']} → {after['status']}"
+            )
     return lines

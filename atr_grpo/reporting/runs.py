@@ -246,8 +246,9 @@ def drop_repeats(runs: list[Run]) -> tuple[list[Run], list[str]]:
 
         group.sort(key=rank, reverse=True)
         kept.append(group[0])
-        messages += [f"{r.path}: ignored, repeats {group[0].path} (same experiment, model, method, seed)"
-                     for r in group[1:]]  # fmt: skip
+        messages += [
+            f"{r.path}: ignored, repeats {group[0].path} (same experiment, model, method, seed)" for r in group[1:]
+        ]
     return sorted(kept, key=lambda r: str(r.path)), sorted(messages)
 
 
@@ -262,8 +263,10 @@ def problems(runs: list[Run]) -> list[str]:
         if run.max_steps is None or not run.eval_steps or run.eval_steps[-1] >= last[run.model]:
             continue
         if not any(p.startswith("no evaluation at step") for p in run.problems):
-            lines.append(f"{run.path}: last evaluation at step {run.eval_steps[-1]}, "
-                         f"other {run.model} runs reach step {last[run.model]}")  # fmt: skip
+            lines.append(
+                f"{run.path}: last evaluation at step {run.eval_steps[-1]}, "
+                f"other {run.model} runs reach step {last[run.model]}"
+            )
     return lines
 
 

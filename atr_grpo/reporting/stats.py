@@ -60,8 +60,10 @@ class Resampling:
 
     def describe(self) -> str:
         level = f"{100 * self.confidence:g}%"
-        return (f"{level} percentile bootstrap over problems (and over seeds when a cell has several), "
-                f"{self.resamples:,} resamples, seed {self.seed}")  # fmt: skip
+        return (
+            f"{level} percentile bootstrap over problems (and over seeds when a cell has several), "
+            f"{self.resamples:,} resamples, seed {self.seed}"
+        )
 
 
 def _check(scores: Sequence[np.ndarray]) -> int:
@@ -102,8 +104,7 @@ def replicates(scores: Sequence[np.ndarray], resampling: Resampling, key: str) -
     rng = resampling.generator(key)
     seed_draws = rng.integers(0, n_seeds, (draws, n_seeds))  # one seed draw, shared by every benchmark
     seed_weights = (seed_draws[:, :, None] == np.arange(n_seeds)).mean(axis=1)  # [R, S]
-    per_bench = [_resampled_means(a, rng.integers(0, a.shape[-1], (draws, a.shape[-1])), seed_weights)
-                 for a in scores]  # fmt: skip
+    per_bench = [_resampled_means(a, rng.integers(0, a.shape[-1], (draws, a.shape[-1])), seed_weights) for a in scores]
     return np.mean(per_bench, axis=0)
 
 
@@ -232,15 +233,15 @@ def probability_of_improvement(runs_a: np.ndarray, runs_b: np.ndarray) -> np.nda
     return wins.mean(axis=(-3, -2)).mean(axis=-1)
 
 
-def improvement_interval(runs_a: np.ndarray, runs_b: np.ndarray, resampling: Resampling,
-                         key: str) -> tuple[float, float]:  # fmt: skip
+def improvement_interval(
+    runs_a: np.ndarray, runs_b: np.ndarray, resampling: Resampling, key: str
+) -> tuple[float, float]:
     """Percentile bootstrap interval of P(A > B): the runs of A and of B are resampled independently (P(A > B)
     compares unpaired runs), one draw shared by every benchmark (crossed, as the cell intervals)."""
     rng = resampling.generator(key)
     draws_a = rng.integers(0, len(runs_a), (resampling.resamples, len(runs_a)))
     draws_b = rng.integers(0, len(runs_b), (resampling.resamples, len(runs_b)))
-    low, high = percentile_interval(probability_of_improvement(runs_a[draws_a], runs_b[draws_b]),
-                                    resampling.confidence)  # fmt: skip
+    low, high = percentile_interval(probability_of_improvement(runs_a[draws_a], runs_b[draws_b]), resampling.confidence)
     return float(low), float(high)
 
 

@@ -47,8 +47,18 @@ PAPER_DIR = Path(__file__).resolve().parents[2] / "results" / "paper"
 BASE = "base"
 BASELINE = "clip"  # the method every other is tested against in tables 2 and 3
 ALPHA = 0.05
-UNCERTAINTY_COLUMNS = ["ci_low", "ci_high", "diff_vs_clip", "diff_ci_low", "diff_ci_high", "p_seeds_vs_clip",
-                       "p_min_vs_clip", "p_holm_vs_clip", "mde_vs_clip", "p_problems_vs_clip"]  # fmt: skip
+UNCERTAINTY_COLUMNS = [
+    "ci_low",
+    "ci_high",
+    "diff_vs_clip",
+    "diff_ci_low",
+    "diff_ci_high",
+    "p_seeds_vs_clip",
+    "p_min_vs_clip",
+    "p_holm_vs_clip",
+    "mde_vs_clip",
+    "p_problems_vs_clip",
+]
 P_COLUMNS = ["p_seeds_vs_clip", "p_min_vs_clip", "p_holm_vs_clip", "p_problems_vs_clip"]
 P_FORMAT = ".4g"
 MANIFEST = ".atr_results_manifest.json"  # the files in --out that this tool wrote (and may overwrite)
@@ -135,9 +145,11 @@ def _final(run: Run, metric: str, bench: str) -> float | None:
 def table2(runs: list[Run], resampling: stats.Resampling | None = None, alpha: float = ALPHA) -> Table:
     runs, metrics, missing = _prepare(runs)
     benches, groups = _benchmarks_of(runs), _grouped(runs)
-    notes = ["final = last evaluation step, best = maximum over evaluation steps (step 0 excluded when later steps "
-             "exist); average = mean of the benchmarks at each step, so its best is the best step's average; "
-             "seeds of one method are averaged per step"]  # fmt: skip
+    notes = [
+        "final = last evaluation step, best = maximum over evaluation steps (step 0 excluded when later steps "
+        "exist); average = mean of the benchmarks at each step, so its best is the best step's average; "
+        "seeds of one method are averaged per step"
+    ]
     rows = []
     for model in sorted({m for m, _ in groups}):
         if (model, BASE) in groups:
@@ -145,8 +157,18 @@ def table2(runs: list[Run], resampling: stats.Resampling | None = None, alpha: f
         starts = [r for (m, _), group in groups.items() if m == model for r in group if r.max_steps is not None]
         for metric in metrics:
             start = _seed_mean_table(starts, metric).get(0, {})
-            rows += [{"model": model, "method": BASE, "benchmark": b, "metric": metric,
-                      "final": _r(start[b]), "best": _r(start[b])} for b in benches if b in start]  # fmt: skip
+            rows += [
+                {
+                    "model": model,
+                    "method": BASE,
+                    "benchmark": b,
+                    "metric": metric,
+                    "final": _r(start[b]),
+                    "best": _r(start[b]),
+                }
+                for b in benches
+                if b in start
+            ]
         if any(r["model"] == model for r in rows):
             n_runs = sum(1 for r in starts if 0 in r.eval_steps)
             notes.append(f"{model}: base = the step-0 evaluation (before any GRPO update), mean of {n_runs} run(s)")
@@ -156,10 +178,26 @@ def table2(runs: list[Run], resampling: stats.Resampling | None = None, alpha: f
             for bench in benches:
                 pair = final_and_best(table, bench)
                 if pair is not None:
-                    rows.append({"model": model, "method": method, "benchmark": bench, "metric": metric,
-                                 "final": _r(pair[0]), "best": _r(pair[1])})  # fmt: skip
-    starts_of = {m: [r for (model, _), g in groups.items() if model == m for r in g
-                     if r.max_steps is not None and 0 in r.eval_steps] for m, _ in groups}  # fmt: skip
+                    rows.append(
+                        {
+                            "model": model,
+                            "method": method,
+                            "benchmark": bench,
+                            "metric": metric,
+                            "final": _r(pair[0]),
+                            "best": _r(pair[1]),
+                        }
+                    )
+    starts_of = {
+        m: [
+            r
+            for (model, _), g in groups.items()
+            if model == m
+            for r in g
+            if r.max_steps is not None and 0 in r.eval_steps
+        ]
+        for m, _ in groups
+    }
 
     def scores_of(model: str, method: str, metric: str, bench: str) -> cells.Scores:
         if method == BASE and (model, BASE) not in groups:
@@ -182,13 +220,27 @@ def _seed_rows(model: str, method: str, group: list[Run], metrics: list[str], be
             finals = [v for run in group if (v := _final(run, metric, bench)) is not None]
             if finals:
                 mean, std = mean_std(finals, ddof)
-                rows.append({"model": model, "method": method, "benchmark": bench, "metric": metric,
-                             "mean": _r(mean), "std": _r(std), "n_seeds": len(finals)})  # fmt: skip
+                rows.append(
+                    {
+                        "model": model,
+                        "method": method,
+                        "benchmark": bench,
+                        "metric": metric,
+                        "mean": _r(mean),
+                        "std": _r(std),
+                        "n_seeds": len(finals),
+                    }
+                )
     return rows
 
 
-def table3(runs: list[Run], ddof: int = 0, tuned_eps: tuple[float, ...] = (0.1, 0.2, 0.3, 0.4, 0.5),
-           resampling: stats.Resampling | None = None, alpha: float = ALPHA) -> Table:  # fmt: skip
+def table3(
+    runs: list[Run],
+    ddof: int = 0,
+    tuned_eps: tuple[float, ...] = (0.1, 0.2, 0.3, 0.4, 0.5),
+    resampling: stats.Resampling | None = None,
+    alpha: float = ALPHA,
+) -> Table:
     runs, metrics, missing = _prepare(runs)
     benches, groups = _benchmarks_of(runs), _grouped(runs)
     rows = []
@@ -209,8 +261,10 @@ def table3(runs: list[Run], ddof: int = 0, tuned_eps: tuple[float, ...] = (0.1, 
             rows += _seed_rows(model, "clip-tuned", candidates[best_eps][1], metrics, benches, ddof)
             groups[(model, "clip-tuned")] = candidates[best_eps][1]
             tried = ", ".join(f"{e:g}" for e in sorted(candidates))
-            notes.append(f"{model}: clip-tuned = clip with ε = {best_eps:g}, the best of ε ∈ {{{tried}}} "
-                         f"by mean final Average {metrics[0]}")  # fmt: skip
+            notes.append(
+                f"{model}: clip-tuned = clip with ε = {best_eps:g}, the best of ε ∈ {{{tried}}} "
+                f"by mean final Average {metrics[0]}"
+            )
 
     def scores_of(model: str, method: str, metric: str, bench: str) -> cells.Scores:
         return cells.cell_scores(groups[(model, method)], metric, bench, benches[:-1])  # each seed's final
@@ -222,8 +276,14 @@ def table3(runs: list[Run], ddof: int = 0, tuned_eps: tuple[float, ...] = (0.1, 
     return Table("table3", columns, _sort_rows(rows, "table3"), missing, notes, formats, alpha)
 
 
-def _with_uncertainty(rows: list[dict[str, Any]], value: str, scores_of: Callable[[str, str, str, str], cells.Scores],
-                      resampling: stats.Resampling, alpha: float, missing: list[str]) -> list[str]:  # fmt: skip
+def _with_uncertainty(
+    rows: list[dict[str, Any]],
+    value: str,
+    scores_of: Callable[[str, str, str, str], cells.Scores],
+    resampling: stats.Resampling,
+    alpha: float,
+    missing: list[str],
+) -> list[str]:
     """Add each row's interval and its seed-level comparison with BASELINE (`cells.compare`, the Difference kept
     in row["difference"]; Holm within each model × benchmark × metric column, as `compare M clip`); cells whose
     per-sample files are missing or disagree with the summaries get nan, and the reason goes to `missing`.
@@ -252,8 +312,10 @@ def _with_uncertainty(rows: list[dict[str, Any]], value: str, scores_of: Callabl
             continue
         estimate, low, high = cells.cell_interval(scores, resampling, "interval|" + "|".join(where))
         if abs(estimate - row[value]) > 0.0051:  # the table's value is rounded to 2 decimals
-            reasons.add(f"{' '.join(where)}: the per-sample files give {estimate:.2f}, the summaries "
-                        f"{row[value]:.2f}: no interval or test")  # fmt: skip
+            reasons.add(
+                f"{' '.join(where)}: the per-sample files give {estimate:.2f}, the summaries "
+                f"{row[value]:.2f}: no interval or test"
+            )
             continue
         row["ci_low"], row["ci_high"] = _r(low), _r(high)
         if row["method"] in (BASE, BASELINE) or (row["model"], BASELINE) not in methods:
@@ -261,16 +323,20 @@ def _with_uncertainty(rows: list[dict[str, Any]], value: str, scores_of: Callabl
         baseline = get(row["model"], BASELINE, row["metric"], row["benchmark"])
         if isinstance(baseline, str):
             continue  # its reason is reported with the baseline's own row
-        key = cells.comparison_key(scores.experiment, row["model"], scores.method, BASELINE, row["metric"],
-                                   row["benchmark"])  # fmt: skip
+        key = cells.comparison_key(
+            scores.experiment, row["model"], scores.method, BASELINE, row["metric"], row["benchmark"]
+        )
         try:
             diff = cells.compare(scores, baseline, resampling, key, (row["method"], BASELINE))
         except cells.ScoreError as err:
             reasons.add(f"{row['model']} {row['method']} vs {BASELINE}: {err}: no test")
             continue
         row["difference"] = diff
-        row["diff_vs_clip"], row["diff_ci_low"], row["diff_ci_high"] = (_r(diff.difference), _r(diff.ci_low),
-                                                                       _r(diff.ci_high))  # fmt: skip
+        row["diff_vs_clip"], row["diff_ci_low"], row["diff_ci_high"] = (
+            _r(diff.difference),
+            _r(diff.ci_low),
+            _r(diff.ci_high),
+        )
         row["p_seeds_vs_clip"], row["p_min_vs_clip"] = diff.p_value, diff.p_floor
         row["mde_vs_clip"], row["p_problems_vs_clip"] = _r(diff.mde), diff.p_problems
         row["runs_identity"] = tuple(scores.runs)
@@ -283,23 +349,46 @@ def _with_uncertainty(rows: list[dict[str, Any]], value: str, scores_of: Callabl
             row["p_holm_vs_clip"] = adjusted[row.pop("runs_identity")]
     missing += sorted(reasons)
     design = compare.seed_design_note(seed_counts, resampling, alpha) if seed_counts else "no paired seeds"
-    return [f"[low, high]: {resampling.describe()}; for the {value} value ("
-            f"{'best is chosen on the same problems and has none' if value == 'final' else 'mean over seeds'})",
-            f"† = differs from {BASELINE} at α = {alpha:g}, with the run as the unit: the exact two-sided sign-flip "
-            f"test over the paired seeds ({compare.SEED_TEST}; one difference per seed pair) rejects after Holm's "
-            f"adjustment within each model × benchmark × metric column (the methods compared with {BASELINE}, as in "
-            f"`python -m atr_grpo.results compare M {BASELINE}`); {design}. The CSV has the difference, its "
-            "t-interval over the seed differences (diff_ci_low, diff_ci_high), p_seeds_vs_clip, p_min_vs_clip (the "
-            "smallest p the seeds allow), p_holm_vs_clip, mde_vs_clip (the difference a paired t-test detects with "
-            f"80% power at the observed seed spread, two-sided α = {alpha:g}) and p_problems_vs_clip (a sign-flip "
-            "test over problems: whether these runs differ beyond evaluation noise, not whether the methods do; "
-            f"at its floor 1/({resampling.resamples:,} + 1) no flip was as extreme)"]  # fmt: skip
+    return [
+        f"[low, high]: {resampling.describe()}; for the {value} value ("
+        f"{'best is chosen on the same problems and has none' if value == 'final' else 'mean over seeds'})",
+        f"† = differs from {BASELINE} at α = {alpha:g}, with the run as the unit: the exact two-sided sign-flip "
+        f"test over the paired seeds ({compare.SEED_TEST}; one difference per seed pair) rejects after Holm's "
+        f"adjustment within each model × benchmark × metric column (the methods compared with {BASELINE}, as in "
+        f"`python -m atr_grpo.results compare M {BASELINE}`); {design}. The CSV has the difference, its "
+        "t-interval over the seed differences (diff_ci_low, diff_ci_high), p_seeds_vs_clip, p_min_vs_clip (the "
+        "smallest p the seeds allow), p_holm_vs_clip, mde_vs_clip (the difference a paired t-test detects with "
+        f"80% power at the observed seed spread, two-sided α = {alpha:g}) and p_problems_vs_clip (a sign-flip "
+        "test over problems: whether these runs differ beyond evaluation noise, not whether the methods do; "
+        f"at its floor 1/({resampling.resamples:,} + 1) no flip was as extreme)",
+    ]
 
 
-SEED_COLUMNS = ["model", "method", "benchmark", "metric", "n_seeds", "runs", "mean", "iqm", "ci_low", "ci_high",
-                "diff_vs_clip", "diff_per_seed", "diff_ci_low", "diff_ci_high", "p_seeds_vs_clip", "p_min_vs_clip",
-                "p_holm_vs_clip", "p_t_vs_clip", "mde_vs_clip", "p_improve", "p_improve_low", "p_improve_high",
-                "p_problems_vs_clip"]  # fmt: skip
+SEED_COLUMNS = [
+    "model",
+    "method",
+    "benchmark",
+    "metric",
+    "n_seeds",
+    "runs",
+    "mean",
+    "iqm",
+    "ci_low",
+    "ci_high",
+    "diff_vs_clip",
+    "diff_per_seed",
+    "diff_ci_low",
+    "diff_ci_high",
+    "p_seeds_vs_clip",
+    "p_min_vs_clip",
+    "p_holm_vs_clip",
+    "p_t_vs_clip",
+    "mde_vs_clip",
+    "p_improve",
+    "p_improve_low",
+    "p_improve_high",
+    "p_problems_vs_clip",
+]
 
 
 def seeds_table(runs: list[Run], resampling: stats.Resampling | None = None, alpha: float = ALPHA) -> Table:
@@ -316,10 +405,18 @@ def seeds_table(runs: list[Run], resampling: stats.Resampling | None = None, alp
                 except cells.ScoreError as err:
                     missing.append(f"{model} {method} {bench} {metric}: {err}")
                     continue
-                rows.append({"model": model, "method": method, "benchmark": bench, "metric": metric,
-                             "n_seeds": len(values), "runs": " ".join(f"{100 * v:.2f}" for v in values),
-                             "mean": _r(100 * float(values.mean())),
-                             "iqm": _r(100 * float(stats.interquartile_mean(values)))})  # fmt: skip
+                rows.append(
+                    {
+                        "model": model,
+                        "method": method,
+                        "benchmark": bench,
+                        "metric": metric,
+                        "n_seeds": len(values),
+                        "runs": " ".join(f"{100 * v:.2f}" for v in values),
+                        "mean": _r(100 * float(values.mean())),
+                        "iqm": _r(100 * float(stats.interquartile_mean(values))),
+                    }
+                )
 
     def scores_of(model: str, method: str, metric: str, bench: str) -> cells.Scores:
         return cells.cell_scores(groups[(model, method)], metric, bench, benches[:-1])  # each seed's final
@@ -331,9 +428,13 @@ def seeds_table(runs: list[Run], resampling: stats.Resampling | None = None, alp
         row.update(dict.fromkeys(["p_t_vs_clip", "p_improve", "p_improve_low", "p_improve_high"], math.nan))
         row["diff_per_seed"] = ""
         if diff is not None:
-            row.update(diff_per_seed=" ".join(f"{x:+.2f}" for x in diff.per_seed), p_t_vs_clip=diff.p_t,
-                       p_improve=diff.improvement, p_improve_low=diff.improvement_low,
-                       p_improve_high=diff.improvement_high)  # fmt: skip
+            row.update(
+                diff_per_seed=" ".join(f"{x:+.2f}" for x in diff.per_seed),
+                p_t_vs_clip=diff.p_t,
+                p_improve=diff.improvement,
+                p_improve_low=diff.improvement_low,
+                p_improve_high=diff.improvement_high,
+            )
     notes += [
         "runs: each run's final value in seed order; iqm: rliable's interquartile mean of the runs (the mean "
         "when there are fewer than 4); p_improve: rliable's probability of improvement P(method > clip) over "
@@ -341,16 +442,35 @@ def seeds_table(runs: list[Run], resampling: stats.Resampling | None = None, alp
         "runs of each method; p_t_vs_clip: the paired t-test over the seed differences (diff_per_seed)"
     ]
     formats = dict.fromkeys([*P_COLUMNS, "p_t_vs_clip"], P_FORMAT)
-    return Table("seeds", SEED_COLUMNS, _sort_rows(rows, "table2"), missing, notes, formats, alpha,
-                 display=_seeds_display)  # fmt: skip
+    return Table(
+        "seeds", SEED_COLUMNS, _sort_rows(rows, "table2"), missing, notes, formats, alpha, display=_seeds_display
+    )
 
 
 def _seeds_display(table: Table) -> tuple[list[str], list[list[str]]]:
     """The seeds table as `compare` prints it: the same cells, the same formatting."""
     level = f"{100 * (1 - table.alpha):g}%"
-    header = ["model", "method", "benchmark", "metric", "runs", "mean", "IQM", "− clip", "per seed",
-              f"{level} CI (t, seeds)", "p (seeds)", "smallest p", "p (Holm)", "†", "p (paired t)", "MDE (80%)",
-              "P(> clip)", f"{level} CI", "p (problems; these runs only)"]  # fmt: skip
+    header = [
+        "model",
+        "method",
+        "benchmark",
+        "metric",
+        "runs",
+        "mean",
+        "IQM",
+        "− clip",
+        "per seed",
+        f"{level} CI (t, seeds)",
+        "p (seeds)",
+        "smallest p",
+        "p (Holm)",
+        "†",
+        "p (paired t)",
+        "MDE (80%)",
+        "P(> clip)",
+        f"{level} CI",
+        "p (problems; these runs only)",
+    ]
     body = []
     for r in table.rows:
         lead = [r["model"], r["method"], r["benchmark"], r["metric"], r["runs"], _fmt(r["mean"]), _fmt(r["iqm"])]
@@ -358,8 +478,11 @@ def _seeds_display(table: Table) -> tuple[list[str], list[list[str]]]:
         if diff is None:
             body.append(lead + ["–"] * (len(header) - len(lead)))
             continue
-        robust = [f"{diff.improvement:.2f}", f"[{diff.improvement_low:.2f}, {diff.improvement_high:.2f}]",
-                  stats.format_p(diff.p_problems, diff.p_problems_floor)]  # fmt: skip
+        robust = [
+            f"{diff.improvement:.2f}",
+            f"[{diff.improvement_low:.2f}, {diff.improvement_high:.2f}]",
+            stats.format_p(diff.p_problems, diff.p_problems_floor),
+        ]
         body.append(lead + compare.seed_level_cells(diff, r["p_holm_vs_clip"], table.alpha) + robust)
     return header, body
 
@@ -397,13 +520,16 @@ def passk_table(runs: list[Run]) -> Table:
             except MissingSamples as err:
                 missing.append(str(err))
         if len(per_bench) == len(run.benchmarks) and per_bench:
-            per_bench[AVERAGE] = {key: sum(v[key] for v in per_bench.values()) / len(per_bench)
-                                  for key in next(iter(per_bench.values()))}  # fmt: skip
+            per_bench[AVERAGE] = {
+                key: sum(v[key] for v in per_bench.values()) / len(per_bench) for key in next(iter(per_bench.values()))
+            }
         for bench, values in per_bench.items():
             n = len(values) // 2
             where = {"model": run.model, "method": run.method, "seed": run.seed, "step": step, "benchmark": bench}
-            rows += [{**where, "k": k, "mean@k": _r(100 * values[f"mean@{k}"]), "pass@k": _r(100 * values[f"pass@{k}"])}
-                     for k in range(1, n + 1)]  # fmt: skip
+            rows += [
+                {**where, "k": k, "mean@k": _r(100 * values[f"mean@{k}"]), "pass@k": _r(100 * values[f"pass@{k}"])}
+                for k in range(1, n + 1)
+            ]
     columns = ["model", "method", "seed", "step", "benchmark", "k", "mean@k", "pass@k"]
     notes = ["unbiased Pass@K from all n samples per problem; Mean@K = accuracy of the first K samples"]
     return Table("passk", columns, rows, missing, notes)
@@ -425,8 +551,10 @@ def claim_outputs(out_dir: Path, names: list[str]) -> list[Path]:
     owned = set(json.loads(manifest.read_text())) if manifest.exists() else set()
     foreign = [name for name in names if (out_dir / name).exists() and name not in owned]
     if foreign:
-        raise OutputError(f"refusing to overwrite {', '.join(foreign)} in {out_dir}: not written by "
-                          "python -m atr_grpo.results (move them away or choose another --out)")  # fmt: skip
+        raise OutputError(
+            f"refusing to overwrite {', '.join(foreign)} in {out_dir}: not written by "
+            "python -m atr_grpo.results (move them away or choose another --out)"
+        )
     out_dir.mkdir(parents=True, exist_ok=True)
     rundir.write_json(manifest, sorted(owned | set(names)))
     return [out_dir / name for name in names]
@@ -546,8 +674,13 @@ def to_latex(table: Table) -> str:
     benches = list(dict.fromkeys(b for b, _ in keys))
     spans = [sum(1 for b, _ in keys if b == bench) for bench in benches]
     lines = [r"\begin{tabular}{l" + "r" * len(keys) + "}", r"\toprule"]
-    lines.append(" & ".join(["Method"] + [rf"\multicolumn{{{n}}}{{c}}{{{BENCHMARK_NAMES.get(b, _tex(b))}}}"
-                                          for b, n in zip(benches, spans)]) + r" \\")  # fmt: skip
+    lines.append(
+        " & ".join(
+            ["Method"]
+            + [rf"\multicolumn{{{n}}}{{c}}{{{BENCHMARK_NAMES.get(b, _tex(b))}}}" for b, n in zip(benches, spans)]
+        )
+        + r" \\"
+    )
     start, rules = 2, []
     for n in spans:
         rules.append(rf"\cmidrule(lr){{{start}-{start + n - 1}}}")
@@ -580,8 +713,12 @@ def compare_with_paper(table: Table, paper_csv: Path) -> str:
     with paper_csv.open() as handle:
         paper = {tuple(r[k] for k in keys): r for r in csv.DictReader(handle)}
     header = [*keys] + [f"{what} {v}" for v in values for what in ("ours", "paper", "Δ")]
-    lines = [f"# {table.name}: ours vs the paper (results/paper/{paper_csv.name})", "",
-             "| " + " | ".join(header) + " |", "|" + "---|" * len(keys) + "---:|" * 3 * len(values)]  # fmt: skip
+    lines = [
+        f"# {table.name}: ours vs the paper (results/paper/{paper_csv.name})",
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(keys) + "---:|" * 3 * len(values),
+    ]
     matched = set()
     for row in table.rows:
         key = tuple(str(row[k]) for k in keys)
@@ -595,8 +732,11 @@ def compare_with_paper(table: Table, paper_csv: Path) -> str:
             diff = ours - theirs
             cells += [_fmt(ours), _fmt(theirs), "–" if math.isnan(diff) else f"{diff:+.2f}"]
         lines.append("| " + " | ".join([*key, *cells]) + " |")
-    lines += ["", f"_{len(matched)} of our {len(table.rows)} rows have a published counterpart; "
-              f"{len(set(paper) - matched)} published rows have no run here._"]  # fmt: skip
+    lines += [
+        "",
+        f"_{len(matched)} of our {len(table.rows)} rows have a published counterpart; "
+        f"{len(set(paper) - matched)} published rows have no run here._",
+    ]
     return "\n".join(lines) + "\n"
 
 

@@ -61,8 +61,9 @@ def build_report(entity: str, project: str, group: str, k: int = 8) -> Any:
         wr.LinePlot(title=p.title, x=p.x, y=list(p.keys), smoothing_factor=p.smoothing or None, log_y=p.log_y)
         for p in panel_spec(k)
     ]
-    runset = wr.Runset(entity=entity, project=project, name=group, filters=f"Group = '{group}'",
-                       groupby=["config.method"])  # fmt: skip
+    runset = wr.Runset(
+        entity=entity, project=project, name=group, filters=f"Group = '{group}'", groupby=["config.method"]
+    )
     return wr.Report(
         entity=entity,
         project=project,
@@ -84,6 +85,8 @@ def save_report(entity: str, project: str, group: str, k: int = 8) -> str:
     try:
         report.save()
     except Exception as err:  # network, permissions, unknown entity: all end here, with the cause attached
-        raise ReportError(f"could not save the report to {entity}/{project} ({type(err).__name__}: {err}); "
-                          "check the network, the entity and project names, and the API key") from err  # fmt: skip
+        raise ReportError(
+            f"could not save the report to {entity}/{project} ({type(err).__name__}: {err}); "
+            "check the network, the entity and project names, and the API key"
+        ) from err
     return str(report.url)

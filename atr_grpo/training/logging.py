@@ -132,8 +132,11 @@ def next_wandb_step(run_dir: str | Path, run: Any) -> int:
     0 offline) and, from the run directory, the training steps logged (kept or set aside) and mirrored evaluations."""
     run_dir = Path(run_dir)
     used = [int(r["step"]) for name in (rundir.METRICS_FILE, DISCARDED_FILE) for r in _records(run_dir / name)]
-    used += [int(r["wandb_step"]) for r in _records(run_dir / WANDB_EVAL_FILE) if r.get("run_id") == run.id
-             and "wandb_step" in r]  # fmt: skip
+    used += [
+        int(r["wandb_step"])
+        for r in _records(run_dir / WANDB_EVAL_FILE)
+        if r.get("run_id") == run.id and "wandb_step" in r
+    ]
     return max([int(run.starting_step), *(step + 1 for step in used)])
 
 
@@ -197,8 +200,11 @@ class EvaluationMirror:
         if step is not None:
             self.missed.append(step)
         log.error("%s failed (step %s); the evaluation files hold every result", what, step, exc_info=error)
-        record = {"step": step, "error": f"{what}: {type(error).__name__}: {error}",
-                  "time": time.strftime("%Y-%m-%dT%H:%M:%S")}  # fmt: skip
+        record = {
+            "step": step,
+            "error": f"{what}: {type(error).__name__}: {error}",
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        }
         rundir.append_jsonl(self.run_dir / WANDB_EVAL_FILE, record)
 
     def close(self) -> None:
@@ -214,8 +220,10 @@ class EvaluationMirror:
             log.error(
                 "W&B lacks the evaluations of steps %s (%s says why); eval/summary.jsonl has them, and "
                 "`python -m atr_grpo.training.stages evaluate %s` mirrors them",
-                sorted(set(self.missed)), self.run_dir / WANDB_EVAL_FILE, self.run_dir,
-            )  # fmt: skip
+                sorted(set(self.missed)),
+                self.run_dir / WANDB_EVAL_FILE,
+                self.run_dir,
+            )
 
 
 def _config_dict(cfg: TrainConfig) -> dict[str, Any]:
