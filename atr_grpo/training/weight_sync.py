@@ -13,12 +13,16 @@
   `load_weights` finds nothing to write into. The reload rebuilds each layer in checkpoint format, loads it,
   runs the layer's `process_weights_after_loading` again (a new kernel handle on CPU) and copies the result into
   the engine's own tensors, whose storage is kept (CUDA graphs stay valid). On a GPU nothing is dropped and the
-  same path holds: the processing is the kernel's own, whichever kernel the host picked.
+  same path holds: the processing is the kernel's own, whichever kernel the host picked. A weight shared by two
+  layers (tied embeddings) is processed by the reload in its first layer only, so the others are processed again
+  after it (on CPU the output layer keeps a packed copy of the embedding).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 from torch import Tensor, nn
@@ -143,11 +147,61 @@ class ExactWeightSync(VLLMGeneration):
             self.llm.wake_up(tags=["weights"])
             self._llm_weights_sleeping = False
         runner = self.llm.llm_engine.model_executor.driver_worker.model_runner
+        engine_model = runner.get_model()
         # gathered over the whole reload: a layer is processed from the tensors it was given once all of its
         # weights arrived, and the last ones only in the reload's finalisation
-        with self._dist.gather_params(list(self.model.parameters())):
+        with self._dist.gather_params(list(self.model.parameters())), _quiet_about(_nothing_to_load(engine_model)):
             runner.reload_weights(weights_iterator=self._named_weights(), is_checkpoint_format=True)
+        _reprocess_tied_layers(engine_model)
         self.llm.reset_prefix_cache()
+
+
+def _nothing_to_load(engine_model: nn.Module) -> set[str]:
+    """The engine's layer classes that no checkpoint tensor reaches: buffers only (rotary embeddings) or weights
+    shared with an earlier layer (a tied output layer). The reload warns "Failed to load weights" for them."""
+    seen: set[int] = set()
+    names = set()
+    for module in engine_model.modules():
+        params = [p for p in module._parameters.values() if p is not None]
+        buffers = [b for b in module._buffers.values() if b is not None]
+        if (not params and buffers) or (params and all(id(p) in seen for p in params)):
+            names.add(type(module).__name__)
+        seen.update(id(p) for p in params)
+    return names
+
+
+@contextmanager
+def _quiet_about(layer_names: set[str]) -> Iterator[None]:
+    """Drop the reload's "Failed to load weights" warning for `layer_names` (expected); any other stays."""
+    from vllm.model_executor.model_loader.reload import layerwise
+
+    expected = {f"{name}: Failed to load weights" for name in layer_names}
+
+    def unexpected(record: logging.LogRecord) -> bool:
+        return record.getMessage() not in expected
+
+    layerwise.logger.addFilter(unexpected)
+    try:
+        yield
+    finally:
+        layerwise.logger.removeFilter(unexpected)
+
+
+def _reprocess_tied_layers(engine_model: nn.Module) -> None:
+    """Run the kernel processing again for each unquantized layer whose weight is another layer's (tied
+    embeddings): vLLM's reload processes a shared weight in its first layer only, and on CPU the output layer
+    packs its own copy. That processing only (re)builds the kernel's copy (nothing on a GPU), so running it twice
+    is safe; a quantized method's might transform the weight again, and is left alone."""
+    from vllm.model_executor.layers.vocab_parallel_embedding import UnquantizedEmbeddingMethod
+
+    owners: set[int] = set()
+    for module in engine_model.modules():
+        weight = module._parameters.get("weight")
+        if weight is None:
+            continue
+        if id(weight) in owners and isinstance(getattr(module, "quant_method", None), UnquantizedEmbeddingMethod):
+            module.quant_method.process_weights_after_loading(module)
+        owners.add(id(weight))
 
 
 def adopt_exact_weight_sync(generation: VLLMGeneration) -> ExactWeightSync:
