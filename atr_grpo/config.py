@@ -13,7 +13,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf import MISSING, DictConfig, OmegaConf, flag_override, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from atr_grpo import rundir
@@ -674,6 +674,20 @@ class EvaluateConfig:
 
 
 # --------------------------------------------------------------------------------------- registration
+# An experiment file (conf/experiment/<name>.yaml) may hold one key that is not a run's config: `plan`, the runs
+# `python -m atr_grpo.launch <name>` starts. This is the one place that knows it: the root schemas accept the key
+# so that the file composes, and `to_object` drops it, so it reaches neither a config object nor a run's files.
+PLAN_KEY = "plan"
+
+
+def _root_schema(schema: type) -> DictConfig:
+    """The root schema as Hydra composes it: the dataclass's fields, plus the experiment's `plan` (null)."""
+    node = OmegaConf.structured(schema)
+    with open_dict(node):
+        node[PLAN_KEY] = None
+    return node
+
+
 def register_configs() -> None:
     """Register schemas and resolvers (idempotent); entry points and tests call this before composing."""
     from hydra.core.config_store import ConfigStore
@@ -684,8 +698,8 @@ def register_configs() -> None:
     OmegaConf.register_new_resolver("atr_cache", lambda name: str(cache_dir(name)), replace=True)
     OmegaConf.register_new_resolver("atr_rank_suffix", log_suffix, replace=True)
     store = ConfigStore.instance()
-    store.store(name="train_schema", node=TrainConfig)
-    store.store(name="evaluate_schema", node=EvaluateConfig)
+    store.store(name="train_schema", node=_root_schema(TrainConfig))
+    store.store(name="evaluate_schema", node=_root_schema(EvaluateConfig))
     # The groups are typed through the root schemas' fields; a clipping file picks its rule's schema with
     # `defaults: [/schema/clipping@_here_: <rule>]`, since the field itself cannot know the rule.
     for name, node in CLIPPING_SCHEMAS.items():
@@ -721,7 +735,10 @@ def _refuse_unknown_keys(node: DictConfig, prefix: str = "") -> None:
 
 
 def to_object(cfg: DictConfig) -> Any:
-    """Resolve a composed DictConfig into its dataclasses, running every validation."""
+    """Resolve a composed DictConfig into its dataclasses, running every validation; drops the experiment's
+    `plan` from `cfg` (see PLAN_KEY), so a run's config.yaml written from `cfg` afterwards holds none."""
+    with flag_override(cfg, ["readonly", "struct"], False):
+        cfg.pop(PLAN_KEY, None)
     _refuse_unknown_keys(cfg)
     try:
         return OmegaConf.to_object(cfg)

@@ -1,8 +1,10 @@
 """`python -m atr_grpo.launch [--dry-run] [--jobs N] [--runs DIR] PLAN [override ...]`: run an experiment's grid,
 one fresh process per run.
 
-A plan (`conf/plan/<PLAN>.yaml`) is data: `app` (train or evaluate), `common` overrides, an optional list of
-`runs` (override lists) and a `grid` (key → values, crossed with every run). Each run is a one-job Hydra
+PLAN is an experiment whose file (`conf/experiment/<PLAN>.yaml`) has a `plan:` key, which is data: `app` (train,
+the default, or evaluate), an optional list of `runs` (override lists) and a `grid` (key → values, crossed with
+every run); every run starts with `experiment=<PLAN>`. Hydra composes the rest of the file into each run's config
+(the schema drops `plan`: atr_grpo.config.PLAN_KEY). Each run is a one-job Hydra
 multirun (`python -m atr_grpo.train -m ...`), so its run directory is named from its overrides exactly as in a
 sweep. Finished runs (trained, and every scheduled evaluation recorded) are skipped; interrupted ones, and
 trained ones whose evaluations failed or wait, are launched again (a re-launch of the same config continues
@@ -35,8 +37,9 @@ from atr_grpo import rundir
 from atr_grpo.evaluation.schedule import run_complete
 
 REPO = Path(__file__).resolve().parent.parent
-PLANS = REPO / "conf" / "plan"
+EXPERIMENTS = REPO / "conf" / "experiment"
 APPS = ("train", "evaluate")
+PLAN_FIELDS = ("app", "runs", "grid")
 
 
 class PlanError(ValueError):
@@ -67,24 +70,34 @@ class Plan:
         return [[*self.common, *run, *grid, *extra] for run in self.runs]
 
 
+def _read_plan(path: Path) -> dict | None:
+    """The `plan:` of an experiment file as plain data (None when it has none); the rest of the file is Hydra's."""
+    from atr_grpo.config import PLAN_KEY
+
+    plan = OmegaConf.load(path).get(PLAN_KEY)
+    return None if plan is None else OmegaConf.to_container(plan, resolve=True)
+
+
 def available_plans() -> list[str]:
-    return sorted(p.stem for p in PLANS.glob("*.yaml"))
+    """The experiments that have a plan."""
+    return sorted(path.stem for path in EXPERIMENTS.glob("*.yaml") if _read_plan(path) is not None)
 
 
 def load_plan(name: str) -> Plan:
-    path = PLANS / f"{name}.yaml"
-    if not path.exists():
-        raise PlanError(f"unknown plan {name!r}; allowed: {', '.join(available_plans())}")
-    raw = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
-    allowed = {"app", "common", "runs", "grid"}
-    if set(raw) - allowed:
-        raise PlanError(f"{path}: unknown keys {sorted(set(raw) - allowed)}; allowed: {sorted(allowed)}")
+    path = EXPERIMENTS / f"{name}.yaml"
+    raw = _read_plan(path) if path.is_file() else None
+    if raw is None:
+        why = f": {path.relative_to(REPO)} has no plan: key" if path.is_file() else ""
+        raise PlanError(f"unknown plan {name!r}{why}; the experiments with a plan: {', '.join(available_plans())}")
+    if not isinstance(raw, dict) or set(raw) - set(PLAN_FIELDS):
+        keys = sorted(set(raw) - set(PLAN_FIELDS)) if isinstance(raw, dict) else raw
+        raise PlanError(f"{path}: unknown keys under plan: {keys}; allowed: {list(PLAN_FIELDS)}")
     app = raw.get("app", "train")
     if app not in APPS:
-        raise PlanError(f"{path}: app must be one of {', '.join(APPS)}, got {app!r}")
+        raise PlanError(f"{path}: plan.app must be one of {', '.join(APPS)}, got {app!r}")
     grid = {str(k): [str(v) for v in values] for k, values in (raw.get("grid") or {}).items()}
     runs = [[str(o) for o in run] for run in (raw.get("runs") or [[]])]
-    return Plan(name, app, [str(o) for o in raw.get("common") or []], runs, grid)
+    return Plan(name, app, [f"experiment={name}"], runs, grid)
 
 
 def command(app: str, overrides: list[str], multirun: bool = True) -> list[str]:
@@ -221,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
         metavar="DIR",
         help="run directories go into DIR, not the experiment folder (a fresh re-run)",
     )
-    parser.add_argument("plan", help="conf/plan/<PLAN>.yaml")
+    parser.add_argument("plan", help="an experiment with a plan: key (conf/experiment/<PLAN>.yaml)")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides appended to every run")
     opts = parser.parse_args(argv)
     try:

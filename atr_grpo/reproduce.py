@@ -21,7 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m atr_grpo.reproduce", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("plan", help="conf/plan/<PLAN>.yaml (its runs must be of one experiment)")
+    parser.add_argument("plan", help="an experiment with a plan: key (conf/experiment/<PLAN>.yaml)")
     parser.add_argument("--runs", type=Path, required=True, help="the experiment's run folder (without --rerun)")
     parser.add_argument("--out", type=Path, required=True, help="where tables/ and figures/ go (and runs/, --rerun)")
     parser.add_argument("--rerun", action="store_true", help="run every run again, into <out>/runs")
@@ -34,9 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     except launch.PlanError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    experiment = next((o.split("=", 1)[1] for o in plan.common if o.startswith("experiment=")), None)
-    if experiment is None:
-        parser.error(f"plan {opts.plan!r} names no experiment= in `common`")
+    experiment = plan.name  # a plan is its experiment's
     runs = opts.out / "runs" if opts.rerun else opts.runs
     if opts.rerun and (opts.out.resolve() == opts.runs.resolve().parent or opts.out.resolve() == opts.runs.resolve()):
         parser.error(f"--out {opts.out} is where the committed runs live: --rerun needs a fresh folder")

@@ -6,16 +6,19 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
+import itertools
 import json
 import shlex
 import subprocess
 import sys
 
 import pytest
+import yaml
 from conftest import CONF, compose, train_config
+from omegaconf import OmegaConf
 
 from atr_grpo import launch, rundir
-from atr_grpo.config import to_object
+from atr_grpo.config import PLAN_KEY, ConfigError, config_to_yaml, to_object
 from atr_grpo.rundir import sweep_suffix
 
 TRAIN_EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml") if p.stem != "passk_curve")
@@ -195,11 +198,104 @@ def test_jobs_run_at_once_with_each_line_labelled(tmp_path, monkeypatch, capsys)
     assert "[smoke__atr__s0] saw True" in out and "[smoke__atr__s1] saw True" in out
 
 
-def test_unknown_plan_lists_the_plans(capsys):
+def test_an_unknown_plan_is_one_line_that_lists_the_experiments_with_a_plan(capsys):
+    with_plan = sorted(
+        path.stem for path in (CONF / "experiment").glob("*.yaml") if "plan" in yaml.safe_load(path.read_text())
+    )
+    assert with_plan == sorted(PLANS_BEFORE_THE_FOLD)
+    listing = f"; the experiments with a plan: {', '.join(with_plan)}"
     assert launch.main(["table9"]) == 2
-    plans = sorted(path.stem for path in (CONF / "plan").glob("*.yaml"))
-    assert {"ablate_delta", "passk_curve", "rivals", "table2", "table3"} <= set(plans)
-    assert f"allowed: {', '.join(plans)}" in capsys.readouterr().err
+    assert capsys.readouterr().err == f"error: unknown plan 'table9'{listing}\n"
+    assert launch.main(["smoke"]) == 2  # an experiment, without a plan
+    assert (
+        capsys.readouterr().err
+        == f"error: unknown plan 'smoke': conf/experiment/smoke.yaml has no plan: key{listing}\n"
+    )
+
+
+def test_a_plan_with_an_unknown_key_is_refused(tmp_path, monkeypatch):
+    (tmp_path / "toy.yaml").write_text("experiment: toy\nplan:\n  grid: {seed: [0, 1]}\n  common: [seed=2]\n")
+    monkeypatch.setattr(launch, "EXPERIMENTS", tmp_path)
+    with pytest.raises(launch.PlanError, match=r"unknown keys under plan: \['common'\]; allowed: \['app', 'runs'"):
+        launch.load_plan("toy")
+
+
+# The grids as conf/plan/*.yaml held them before they moved into the experiments' `plan:` keys: app, runs, grid
+# (every run began with experiment=<name>). The launcher must expand each experiment to exactly these runs.
+PLANS_BEFORE_THE_FOLD = {
+    "ablate_delta": ("train", [[]], {"clipping.delta": ["0.05", "0.06", "0.07", "0.08", "0.09"]}),
+    "mini": (
+        "train",
+        [["clipping=" + c] for c in ("clip", "clip_higher", "dual_clip", "dcpo", "clip_cov", "sapo", "atr")]
+        + [["clipping=atr", f"clipping.delta={d}"] for d in ("0.05", "0.06", "0.08", "0.09")],
+        {"seed": ["0", "1", "2"]},
+    ),
+    "passk_curve": ("evaluate", [[]], {}),
+    "power": (
+        "train",
+        [["clipping=" + c] for c in ("clip", "clip_higher", "atr", "sapo")],
+        {"seed": list("0123456789")},
+    ),
+    "rivals": (
+        "train",
+        [["clipping=" + c] for c in ("atr", "gspo", "cispo", "dppo_tv", "dppo_kl", "atr_seq")]
+        + [["clipping=atr", "clipping.target_kl3=0.01"]],
+        {"seed": ["0", "1", "2"]},
+    ),
+    "table2": (
+        "train",
+        [[]],
+        {
+            "model": ["qwen3-1.7b", "qwen3-8b"],
+            "clipping": ["clip", "clip_higher", "dual_clip", "dcpo", "clip_cov", "sapo", "atr"],
+        },
+    ),
+    "table3": (
+        "train",
+        [["clipping=clip", f"clipping.eps={e}"] for e in ("0.1", "0.2", "0.3", "0.4", "0.5", "0.329", "0.422")]
+        + [["clipping=clip_higher"]]
+        + [["clipping=clip_higher", "clipping.eps_low=0.329", f"clipping.eps_high={h}"] for h in ("0.5", "0.6")]
+        + [["clipping=" + c] for c in ("kl1", "kl2", "full_kl", "is_kl3", "atr")],
+        {"seed": ["0", "1", "2"]},
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PLANS_BEFORE_THE_FOLD))
+def test_every_experiment_with_a_plan_expands_to_the_runs_of_its_former_plan_file(name):
+    app, runs, grid = PLANS_BEFORE_THE_FOLD[name]
+    points = [[f"{k}={v}" for k, v in zip(grid, point)] for point in itertools.product(*grid.values())]
+    plan = launch.load_plan(name)
+    assert plan.app == app
+    assert plan.expand(["x=1"]) == [[f"experiment={name}", *run, *point, "x=1"] for run in runs for point in points]
+
+
+def test_table2_dry_run_prints_these_14_commands():
+    """`make reproduce-table2 DRY_RUN=1` is `launch --dry-run table2`: the same 14 lines, in this order."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert launch.main(["--dry-run", "table2"]) == 0
+    methods = ("clip", "clip_higher", "dual_clip", "dcpo", "clip_cov", "sapo", "atr")
+    assert out.getvalue() == "".join(
+        f"{shlex.quote(sys.executable)} -m atr_grpo.train -m experiment=table2 model={model} clipping={method}\n"
+        for model in ("qwen3-1.7b", "qwen3-8b")
+        for method in methods
+    )
+
+
+def test_the_plan_key_reaches_neither_the_config_objects_nor_the_run_files():
+    """An experiment's `plan:` composes (the schema takes it in one place, config.PLAN_KEY) and is dropped on
+    validation: no attribute, and the YAML a run writes from the composed config has no `plan`."""
+    cfg = compose(["experiment=table2"])
+    assert OmegaConf.to_container(cfg.plan)["grid"]["model"] == ["qwen3-1.7b", "qwen3-8b"]
+    train_cfg = to_object(cfg)
+    assert PLAN_KEY not in cfg and not hasattr(train_cfg, PLAN_KEY)
+    assert "plan" not in yaml.safe_load(OmegaConf.to_yaml(cfg, resolve=True))
+    assert "plan" not in yaml.safe_load(config_to_yaml(train_cfg))
+    evaluate_cfg = compose(["experiment=passk_curve"], config_name="evaluate")
+    assert evaluate_cfg.plan.app == "evaluate" and not hasattr(to_object(evaluate_cfg), PLAN_KEY)
+    with pytest.raises(ConfigError, match="plann"):  # any other unknown key is still refused
+        to_object(compose(["experiment=table2", "+plann=1"]))
 
 
 def test_overrides_that_do_not_compose_stop_the_launch_with_exit_2(monkeypatch, capsys):
