@@ -82,8 +82,15 @@ def sweep_jobs(overrides: Iterable[str]) -> list[list[str]]:
 def check_sweep(config_name: str, overrides: Iterable[str], check: Callable[[Any], None] | None = None) -> int:
     """Compose and validate every job of a sweep (Hydra's own `hydra...` overrides aside), and `check` each job's
     config object, so that a bad value is refused before the first job starts; returns the number of jobs."""
-    from atr_grpo.config import to_object
+    from atr_grpo.config import PLAN_KEY, to_object
 
+    overrides = list(overrides)
+    for override in overrides:  # the schema drops an experiment's plan: set for one run, it would do nothing
+        if override.lstrip("+~").split("=", 1)[0].split(".", 1)[0] == PLAN_KEY:
+            raise ConfigError(
+                f"{override!r}: {PLAN_KEY} is an experiment's list of runs, read by `python -m atr_grpo.launch "
+                "<experiment>`, not a setting of one run; edit it in conf/experiment/<experiment>.yaml"
+            )
     try:
         jobs = sweep_jobs(o for o in overrides if not o.lstrip("+~").startswith("hydra"))
     except (HydraException, OmegaConfBaseException) as err:

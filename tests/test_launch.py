@@ -19,6 +19,7 @@ from omegaconf import OmegaConf
 
 from atr_grpo import launch, rundir
 from atr_grpo.config import PLAN_KEY, ConfigError, config_to_yaml, to_object
+from atr_grpo.hydra_app import check_sweep
 from atr_grpo.rundir import sweep_suffix
 
 TRAIN_EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml") if p.stem != "passk_curve")
@@ -296,6 +297,12 @@ def test_the_plan_key_reaches_neither_the_config_objects_nor_the_run_files():
     assert evaluate_cfg.plan.app == "evaluate" and not hasattr(to_object(evaluate_cfg), PLAN_KEY)
     with pytest.raises(ConfigError, match="plann"):  # any other unknown key is still refused
         to_object(compose(["experiment=table2", "+plann=1"]))
+
+
+@pytest.mark.parametrize("override", ["plan.grid.seed=[0,1]", "+plan=x", "~plan"])
+def test_a_plan_set_for_one_run_is_refused_rather_than_dropped(override):
+    with pytest.raises(ConfigError, match="plan is an experiment's list of runs, read by `python -m atr_grpo.launch"):
+        check_sweep("train", ["experiment=table2", override])
 
 
 def test_overrides_that_do_not_compose_stop_the_launch_with_exit_2(monkeypatch, capsys):
