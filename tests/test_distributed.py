@@ -94,7 +94,7 @@ def test_a_stage_process_is_never_a_member_of_the_launchers_group(monkeypatch):
 @pytest.mark.parametrize(
     ("visible", "launcher", "seen"),
     [
-        ("1,2,3,4", {"LOCAL_RANK": "0", "WORLD_SIZE": "4"}, "1"),  # the README's recipe: process 0's GPU
+        ("1,2,3,4", {"LOCAL_RANK": "0", "WORLD_SIZE": "4"}, "1"),  # docs/scaling.md's recipe: process 0's GPU
         ("1,2,3,4", {"LOCAL_RANK": "2", "WORLD_SIZE": "4"}, "3"),
         ("0,1", {}, "0"),  # one process on a 2-GPU machine: the first visible GPU
         ("GPU-aa11, GPU-bb22", {}, "GPU-aa11"),  # UUIDs, as nvidia-smi names them
