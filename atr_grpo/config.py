@@ -24,13 +24,10 @@ from atr_grpo.data.arithmetic import CHAIN_OPERATIONS, OPERATIONS  # (registers 
 from atr_grpo.data.datasets import SOURCES
 from atr_grpo.data.prompts import DEFAULT_SYSTEM_PROMPT
 from atr_grpo.distributed import log_suffix
+from atr_grpo.errors import ConfigError
 from atr_grpo.evaluation.benchmarks import BENCHMARKS
 from atr_grpo.losses import AGGREGATION_CHOICES, KL_ESTIMATORS
 from atr_grpo.rollout_correction import RolloutCorrection, correction_problem
-
-
-class ConfigError(ValueError):
-    """A configuration value is invalid; the message names the key and the allowed values."""
 
 
 def _check(ok: bool, key: str, allowed: str, value: Any) -> None:

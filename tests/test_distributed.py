@@ -15,7 +15,8 @@ from omegaconf import OmegaConf
 
 from atr_grpo import distributed, rundir
 from atr_grpo.clipping import build_rule
-from atr_grpo.config import ConfigError, to_object
+from atr_grpo.config import to_object
+from atr_grpo.errors import ConfigError
 from atr_grpo.losses import AGGREGATIONS, LossSettings, grpo_loss
 from atr_grpo.training import pipeline, stages
 from atr_grpo.training.rule_trainer import grpo_arg_values

@@ -18,7 +18,8 @@ import logging
 import os
 from typing import Any
 
-from atr_grpo.config import ConfigError, DataConfig, EvalConfig, ModelConfig, PromptConfig
+from atr_grpo.config import DataConfig, EvalConfig, ModelConfig, PromptConfig
+from atr_grpo.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

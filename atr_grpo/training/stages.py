@@ -42,8 +42,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"usage: python -m atr_grpo.training.stages {{{','.join(STAGES)}}} PATH", file=sys.stderr)
         return 2
     from atr_grpo import rundir
-    from atr_grpo.config import ConfigError
     from atr_grpo.console import configure_logging
+    from atr_grpo.errors import ConfigError
 
     configure_logging()
     try:

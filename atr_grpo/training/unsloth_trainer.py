@@ -15,7 +15,8 @@ import torch
 from torch import Tensor
 
 from atr_grpo.clipping import ClipRule
-from atr_grpo.config import ConfigError, TrainConfig
+from atr_grpo.config import TrainConfig
+from atr_grpo.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
