@@ -32,7 +32,7 @@ def main(cfg: DictConfig) -> None:
         sys.exit(2)
     from atr_grpo.rundir import RunFileError
     from atr_grpo.training.pipeline import EXIT_EVALUATIONS_INCOMPLETE, RunDirError, run_pipeline
-    from atr_grpo.training.stages import StageError
+    from atr_grpo.training.stage_process import StageError
 
     quiet_libraries()
 
