@@ -24,8 +24,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SOURCES = ("hub", "file", "arithmetic")  # data.source / sft.source (sft.source may also be "none")
-
 
 def get_field(row: dict[str, Any], dotted: str) -> Any:
     """`row["a"]["b"][0]` for `a.b.0`: reach nested columns such as verl's `prompt.0.content`."""
