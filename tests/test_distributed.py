@@ -15,9 +15,10 @@ from omegaconf import OmegaConf
 
 from atr_grpo import distributed, rundir
 from atr_grpo.clipping import build_rule
-from atr_grpo.config import ConfigError, to_object
+from atr_grpo.config import to_object
+from atr_grpo.errors import ConfigError
 from atr_grpo.losses import AGGREGATIONS, LossSettings, grpo_loss
-from atr_grpo.training import pipeline, stages
+from atr_grpo.training import pipeline, stage_process
 from atr_grpo.training.rule_trainer import grpo_arg_values
 
 LAUNCHED = {
@@ -84,8 +85,8 @@ def test_a_stage_process_is_never_a_member_of_the_launchers_group(monkeypatch):
         monkeypatch.setenv(key, value)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
     started = {}
-    monkeypatch.setattr(stages.subprocess, "run", lambda command, env: started.update(env) or _Done())
-    stages.run_stage("sft", Path("/nowhere"))
+    monkeypatch.setattr(stage_process.subprocess, "run", lambda command, env: started.update(env) or _Done())
+    stage_process.run_stage("sft", Path("/nowhere"))
     assert not set(LAUNCHED) & set(started)
     assert started["CUDA_VISIBLE_DEVICES"] == "5" and started["PATH"] == os.environ["PATH"]  # LOCAL_RANK 1's GPU
     assert started["PYTHONUNBUFFERED"] == "1"
