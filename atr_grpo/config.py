@@ -17,20 +17,19 @@ from omegaconf import MISSING, DictConfig, OmegaConf, flag_override, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from atr_grpo import rundir
+from atr_grpo.benchmark_registry import BENCHMARKS
 from atr_grpo.cache import cache_dir
 from atr_grpo.clipping import RULES, build_rule
 from atr_grpo.clipping.adaptive_delta import DELTA_CONTROL_PARAMS, check_delta_control, delta_rules, takes_delta
-from atr_grpo.data.arithmetic import CHAIN_OPERATIONS, OPERATIONS  # (registers the `arithmetic` benchmark)
-from atr_grpo.data.datasets import SOURCES
+from atr_grpo.data.arithmetic import CHAIN_OPERATIONS, OPERATIONS
 from atr_grpo.data.prompts import DEFAULT_SYSTEM_PROMPT
 from atr_grpo.distributed import log_suffix
-from atr_grpo.evaluation.benchmarks import BENCHMARKS
+from atr_grpo.errors import ConfigError
 from atr_grpo.losses import AGGREGATION_CHOICES, KL_ESTIMATORS
 from atr_grpo.rollout_correction import RolloutCorrection, correction_problem
 
-
-class ConfigError(ValueError):
-    """A configuration value is invalid; the message names the key and the allowed values."""
+# where data.datasets reads rows from: data.source / sft.source (sft.source may also be "none")
+SOURCES = ("hub", "file", "arithmetic")
 
 
 def _check(ok: bool, key: str, allowed: str, value: Any) -> None:

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
 
+from atr_grpo.errors import ConfigError
+
 T = TypeVar("T")
 
 # How long `main_first`'s other processes wait for the first one's cache (an SFT stage of any realistic length)
@@ -147,8 +149,6 @@ def process_batch(
     of GA, so N divides it too). A GA that N does not divide is refused, naming the keys, rather than silently
     changing the batch.
     """
-    from atr_grpo.config import ConfigError
-
     if gradient_accumulation_steps % processes:
         global_batch = per_device_batch * gradient_accumulation_steps
         raise ConfigError(

@@ -28,8 +28,9 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from atr_grpo import rundir
-from atr_grpo.config import ConfigError, EvaluateConfig, register_configs, to_object
+from atr_grpo.config import EvaluateConfig, register_configs, to_object
 from atr_grpo.console import console_is_terminal, quiet_libraries
+from atr_grpo.errors import ConfigError
 from atr_grpo.evaluation import engines
 from atr_grpo.hydra_app import run_app
 from atr_grpo.model_checks import check_adapter_base

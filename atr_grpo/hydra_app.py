@@ -20,7 +20,8 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
-from atr_grpo.config import ConfigError, register_configs, unknown_key_message
+from atr_grpo.config import register_configs, unknown_key_message
+from atr_grpo.errors import ConfigError
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 CONFIG_ERRORS = (ConfigError, HydraException, OmegaConfBaseException)

@@ -170,7 +170,7 @@ def run_plan(plan: Plan, extra: list[str], dry_run: bool, jobs: int = 1, runs_ro
         extra = [*extra, run_dir_override(runs_root)]
     jobs_overrides = plan.sweeps(extra) if slurm and plan.app == "train" else plan.expand(extra)
     tally = Tally(plan.name, len(jobs_overrides))
-    from atr_grpo.config import ConfigError
+    from atr_grpo.errors import ConfigError
     from atr_grpo.hydra_app import check_sweep
 
     for overrides in jobs_overrides:  # every run's config is valid before the first one starts (a dry run's too)

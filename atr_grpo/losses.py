@@ -5,7 +5,7 @@ injected into Unsloth's compiled loss): rule → × rollout-correction weight �
 ÷ gradient-accumulation steps. It is
 pure tensor code (no `.item()`, no branching on tensor values), so it also runs under `torch.compile`.
 
-Aggregation is a separate axis from the clipping rule (STYLE.md §1):
+Aggregation is a separate axis from the clipping rule (the clipping rule is the unit of study; docs/framework.md):
 
     dr_grpo     Σ_tokens ℓ / (B · L_max)       Dr.GRPO (Liu et al. 2025c), the paper's backbone: a constant
                                                normaliser, so long and short answers weigh per token alike

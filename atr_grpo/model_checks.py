@@ -12,7 +12,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from atr_grpo.config import ConfigError, ModelConfig
+from atr_grpo.config import ModelConfig
+from atr_grpo.errors import ConfigError
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"

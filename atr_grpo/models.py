@@ -201,21 +201,6 @@ def resolve_model_path(cfg: ModelConfig) -> str:
     return cfg.path
 
 
-def loaded_models(cfg: Any, training_backend: str) -> dict[str, str]:
-    """The weights each stage of a run (a TrainConfig) loads, recorded in env.json: one and the same for all.
-
-    The SFT stage and the evaluation load `resolve_model_path` through transformers or vLLM; GRPO through
-    transformers (TRL path) or through Unsloth, which is told to load that name exactly (never its own mirror).
-    """
-    path = resolve_model_path(cfg.model)
-    grpo = path
-    if training_backend == "unsloth":
-        from atr_grpo.training.unsloth_trainer import unsloth_model_arguments
-
-        grpo = unsloth_model_arguments(cfg)["model_name"]
-    return {"sft": path, "grpo": grpo, "evaluation": path}
-
-
 def torch_dtype(cfg: ModelConfig) -> torch.dtype:
     if cfg.dtype == "auto":
         return torch.bfloat16 if torch.cuda.is_available() else torch.float32

@@ -40,6 +40,23 @@ def weights_sha256(directory: str | Path) -> str:
     return digest.hexdigest()
 
 
+def loaded_models(cfg: Any, training_backend: str) -> dict[str, str]:
+    """The weights each stage of a run (a TrainConfig) loads, recorded in env.json: one and the same for all.
+
+    The SFT stage and the evaluation load `resolve_model_path` through transformers or vLLM; GRPO through
+    transformers (TRL path) or through Unsloth, which is told to load that name exactly (never its own mirror).
+    """
+    from atr_grpo.models import resolve_model_path
+
+    path = resolve_model_path(cfg.model)
+    grpo = path
+    if training_backend == "unsloth":
+        from atr_grpo.training.unsloth_trainer import unsloth_model_arguments
+
+        grpo = unsloth_model_arguments(cfg)["model_name"]
+    return {"sft": path, "grpo": grpo, "evaluation": path}
+
+
 def start_point(cfg: Any, adapter: Path | None) -> dict[str, Any]:
     """The `start_point` of a run of `cfg` (a TrainConfig) that starts from `adapter` (None: no SFT stage)."""
     from atr_grpo.models import resolve_model_path, tiny_fingerprint

@@ -15,8 +15,9 @@ import sys
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from atr_grpo.config import ConfigError, register_configs, to_object
+from atr_grpo.config import register_configs, to_object
 from atr_grpo.console import quiet_libraries
+from atr_grpo.errors import ConfigError
 from atr_grpo.hydra_app import run_app
 
 register_configs()
@@ -31,7 +32,7 @@ def main(cfg: DictConfig) -> None:
         sys.exit(2)
     from atr_grpo.rundir import RunFileError
     from atr_grpo.training.pipeline import EXIT_EVALUATIONS_INCOMPLETE, RunDirError, run_pipeline
-    from atr_grpo.training.stages import StageError
+    from atr_grpo.training.stage_process import StageError
 
     quiet_libraries()
 

@@ -552,27 +552,6 @@ def test_every_rule_has_exactly_one_config_and_every_config_a_rule():
         assert f"/schema/clipping@_here_: {name}\n" in text and f"\nname: {name}\n" in text, path
 
 
-def test_the_readme_rule_table_is_the_registrys():
-    """The README's rule table has the listing's header, and each of its rows is, character for character, the row
-    `python -m atr_grpo.clipping --markdown` writes for that rule from the registry (summary, parameters, defaults,
-    trust region, source), so the table cannot drift from the code. (A new rule's row is not required, so that a
-    rule stays one class and one YAML; the README recipe says how to print it.)"""
-    from atr_grpo.clipping.listing import TABLE_HEADER, table_row
-
-    lines = (Path(__file__).resolve().parents[1] / "README.md").read_text().splitlines()
-    start = lines.index(TABLE_HEADER[0])
-    assert lines[start + 1] == TABLE_HEADER[1]
-    rows = []
-    for line in lines[start + 2 :]:
-        if not line.startswith("|"):
-            break
-        rows.append(line)
-    names = [row.split("`")[1] for row in rows]
-    assert len(set(names)) == len(names) and set(names) <= set(RULES)
-    for name, row in zip(names, rows):
-        assert row == table_row(name)
-
-
 def test_the_listing_shows_every_parameter_with_its_range_and_source():
     """`python -m atr_grpo.clipping`: each rule's module, family, source, every parameter with its default, allowed
     range and meaning, and its trust region at the defaults where it has one."""

@@ -429,7 +429,7 @@ def test_dppo_matches_its_oracle_and_verl(name, c):
     assert abs(float(loss - verl.detach())) < 1e-6 and max_error(grad, leaf.grad) < 1e-7
 
 
-# the (lowest w for A < 0, highest w for A > 0) of DPPO's regions, by bisection / exact TV, from the research notes
+# the (lowest w for A < 0, highest w for A > 0) of DPPO's regions, by bisection / exact TV, computed apart from the rule
 DPPO_TABLE = {
     "dppo_kl": {0.001: (0.000, 53.5), 0.01: (0.002, 7.81), 0.1: (0.313, 2.20), 0.5: (0.692, 1.31), 0.9: (0.867, 1.08)},
     "dppo_tv": {0.001: (0.000, 151), 0.01: (0.000, 16.0), 0.1: (0.000, 2.50), 0.5: (0.700, 1.30), 0.9: (0.833, 1.11)},

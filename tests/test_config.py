@@ -11,11 +11,12 @@ import pytest
 import yaml
 from conftest import REPO, compose, train_config
 
+from atr_grpo.benchmark_registry import BENCHMARKS, BenchmarkSpec
 from atr_grpo.clipping import RULES, rule_defaults
 from atr_grpo.clipping.adaptive_delta import DELTA_CONTROL_DEFAULTS
-from atr_grpo.config import ConfigError, to_object
+from atr_grpo.config import to_object
 from atr_grpo.data.arithmetic import DEFAULT_TASK
-from atr_grpo.evaluation.benchmarks import BENCHMARKS, BenchmarkSpec
+from atr_grpo.errors import ConfigError
 from atr_grpo.losses import AGGREGATIONS, KL_ESTIMATORS
 
 BAD = [
@@ -104,7 +105,7 @@ def test_data_and_sft_names_are_labels_and_the_source_decides(tmp_path):
 
 
 def test_the_arithmetic_benchmark_is_known_without_a_training_run():
-    """`arithmetic` is registered when its module loads, with the task of conf/data/arithmetic.yaml, so the
+    """`arithmetic` is in the benchmark registry from the start, with the task of conf/data/arithmetic.yaml, so the
     evaluate app accepts `eval=arithmetic` and loads the demo's held-out problems."""
     data = train_config(["data=arithmetic"]).data
     task = {k: getattr(data, k) for k in ("num_train", "num_eval", "max_operand", "operations")}

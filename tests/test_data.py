@@ -114,7 +114,7 @@ def test_power_task_completions_are_long_enough():
 def test_the_chain_task_refuses_bad_settings_naming_the_key(overrides, message):
     from conftest import train_config
 
-    from atr_grpo.config import ConfigError
+    from atr_grpo.errors import ConfigError
 
     with pytest.raises(ConfigError) as err:
         train_config(["experiment=power", *overrides])

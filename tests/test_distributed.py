@@ -15,9 +15,10 @@ from omegaconf import OmegaConf
 
 from atr_grpo import distributed, rundir
 from atr_grpo.clipping import build_rule
-from atr_grpo.config import ConfigError, to_object
+from atr_grpo.config import to_object
+from atr_grpo.errors import ConfigError
 from atr_grpo.losses import AGGREGATIONS, LossSettings, grpo_loss
-from atr_grpo.training import pipeline, stages
+from atr_grpo.training import pipeline, stage_process
 from atr_grpo.training.rule_trainer import grpo_arg_values
 
 LAUNCHED = {
@@ -84,8 +85,8 @@ def test_a_stage_process_is_never_a_member_of_the_launchers_group(monkeypatch):
         monkeypatch.setenv(key, value)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
     started = {}
-    monkeypatch.setattr(stages.subprocess, "run", lambda command, env: started.update(env) or _Done())
-    stages.run_stage("sft", Path("/nowhere"))
+    monkeypatch.setattr(stage_process.subprocess, "run", lambda command, env: started.update(env) or _Done())
+    stage_process.run_stage("sft", Path("/nowhere"))
     assert not set(LAUNCHED) & set(started)
     assert started["CUDA_VISIBLE_DEVICES"] == "5" and started["PATH"] == os.environ["PATH"]  # LOCAL_RANK 1's GPU
     assert started["PYTHONUNBUFFERED"] == "1"
@@ -94,7 +95,7 @@ def test_a_stage_process_is_never_a_member_of_the_launchers_group(monkeypatch):
 @pytest.mark.parametrize(
     ("visible", "launcher", "seen"),
     [
-        ("1,2,3,4", {"LOCAL_RANK": "0", "WORLD_SIZE": "4"}, "1"),  # the README's recipe: process 0's GPU
+        ("1,2,3,4", {"LOCAL_RANK": "0", "WORLD_SIZE": "4"}, "1"),  # docs/scaling.md's recipe: process 0's GPU
         ("1,2,3,4", {"LOCAL_RANK": "2", "WORLD_SIZE": "4"}, "3"),
         ("0,1", {}, "0"),  # one process on a 2-GPU machine: the first visible GPU
         ("GPU-aa11, GPU-bb22", {}, "GPU-aa11"),  # UUIDs, as nvidia-smi names them

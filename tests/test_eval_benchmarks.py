@@ -4,6 +4,7 @@ import json
 import sys
 import types
 from pathlib import Path
+from unittest.mock import patch
 
 import pytest
 
@@ -134,8 +135,8 @@ def test_hub_is_used_only_without_a_path(monkeypatch):
     assert len(calls) == 1
 
 
-def test_register_benchmark_with_a_loader(monkeypatch):
-    monkeypatch.setattr("atr_grpo.evaluation.benchmarks.BENCHMARKS", dict(BENCHMARKS))
+@patch.dict(BENCHMARKS)  # the registry gets its own entries back afterwards
+def test_register_benchmark_with_a_loader():
     spec = BenchmarkSpec(name="toy", loader=lambda: [{"problem": "1+1?", "answer": 2}], num_problems=1)
     register_benchmark(spec)
     bench = load_benchmark("toy")

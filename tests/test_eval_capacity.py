@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import pytest
 from conftest import train_config
 
-from atr_grpo.config import ConfigError
+from atr_grpo.errors import ConfigError
 from atr_grpo.evaluation import engines
 
 

@@ -13,7 +13,7 @@ from test_clipping_math import extras_for
 
 from atr_grpo.clipping import RULES, build_rule
 from atr_grpo.clipping.cov import key_seed_from
-from atr_grpo.config import ConfigError
+from atr_grpo.errors import ConfigError
 from atr_grpo.losses import LossSettings, aggregate, grpo_loss
 from atr_grpo.rollout_correction import CORRECTIONS, LEVELS, RolloutCorrection
 

@@ -20,7 +20,7 @@ from conftest import rules_of_each_kind, slow_beyond
 
 from atr_grpo.clipping import RULES, build_rule
 from atr_grpo.clipping.cov import key_seed_from
-from atr_grpo.config import ConfigError
+from atr_grpo.errors import ConfigError
 from atr_grpo.losses import LossSettings, aggregate
 from atr_grpo.rollout_correction import RolloutCorrection
 from atr_grpo.training.rule_trainer import RuleTrainerMixin, rule_generator

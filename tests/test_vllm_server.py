@@ -18,7 +18,7 @@ import pytest
 import torch
 from conftest import REPO, train_config
 
-from atr_grpo.config import ConfigError
+from atr_grpo.errors import ConfigError
 from atr_grpo.training import pipeline
 from atr_grpo.training.rule_trainer import grpo_arg_values
 from atr_grpo.training.vllm_server import check_rollout_server

@@ -1,7 +1,7 @@
 """`python -m atr_grpo.clipping [RULE ...] [--markdown]`: list the registered clipping rules.
 
 Each rule with its module, family, constraint, source, parameters (default, allowed range, meaning) and its
-trust region at the defaults; `--markdown` prints the README's rule table instead.
+trust region at the defaults; `--markdown` prints the rule table of docs/framework.md instead.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from atr_grpo.clipping.listing import rule_listing, rule_table
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m atr_grpo.clipping", description=__doc__.splitlines()[0])
     parser.add_argument("rules", nargs="*", help="rules to list (default: all)")
-    parser.add_argument("--markdown", action="store_true", help="print the README's rule table")
+    parser.add_argument("--markdown", action="store_true", help="print the rule table of docs/framework.md")
     opts = parser.parse_args(argv)
     if opts.markdown:
         print(rule_table())

@@ -210,7 +210,7 @@ class ClipRule:
     # the aggregation the rule's source defines its objective with (one of losses.AGGREGATIONS; "seq_mean" for the
     # sequence-level rules), None for token-level rules: `loss_agg=native` uses it (losses.resolve_aggregation)
     native_aggregation: ClassVar[str | None] = None
-    summary: ClassVar[str] = ""  # one line: the constraint or loss (README table, `python -m atr_grpo.clipping`)
+    summary: ClassVar[str] = ""  # one line: the constraint or loss (docs/framework.md, `python -m atr_grpo.clipping`)
     source: ClassVar[str] = ""  # the paper (and equation) the rule comes from
 
     def __init__(self, **values: Any) -> None:

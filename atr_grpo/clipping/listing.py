@@ -1,4 +1,4 @@
-"""What the registry says about its rules, in words: the `python -m atr_grpo.clipping` listing and the README's
+"""What the registry says about its rules, in words: the `python -m atr_grpo.clipping` listing and docs/framework.md's
 rule table, both written from each rule's `summary`, `source`, `params` (default, allowed range, doc) and
 `bounds_text`, so that the documentation cannot drift from the code.
 """
@@ -69,7 +69,7 @@ def _cell(text: str) -> str:
 
 
 def table_row(name: str) -> str:
-    """One row of the README's rule table."""
+    """One row of docs/framework.md's rule table."""
     rule_class = RULES[name]
     defaults = ", ".join(f"`{p.name}={format_default(p.default)}`" for p in rule_class.params) or "–"
     cells = [
@@ -85,5 +85,5 @@ def table_row(name: str) -> str:
 
 
 def rule_table() -> str:
-    """The README's rule table (Markdown), one row per registered rule in name order."""
+    """The rule table of docs/framework.md (Markdown), one row per registered rule in name order."""
     return "\n".join([*TABLE_HEADER, *(table_row(name) for name in sorted(RULES))])

@@ -9,9 +9,7 @@ solved one operation at a time with every intermediate result written out (`12 +
 multi-step working before the boxed answer, as in the paper's reasoning chains. Every operand and every
 intermediate result stays in [0, max_operand], the range the tiny base model was pretrained on.
 
-Importing this module registers the evaluation benchmark `arithmetic` (the held-out problems of
-`conf/data/arithmetic.yaml`), so the name is known to config validation and to a standalone
-`python -m atr_grpo.evaluate eval=arithmetic`; a training run registers it again from its own data config.
+The held-out problems are also the evaluation benchmark `arithmetic` (`benchmark_registry.arithmetic_benchmark`).
 """
 
 from __future__ import annotations
@@ -21,7 +19,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from atr_grpo.data.prompts import format_answer
-from atr_grpo.evaluation.benchmarks import BenchmarkSpec, register_benchmark
 
 _APPLY = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
 OPERATIONS = tuple(_APPLY)
@@ -187,45 +184,5 @@ def task_splits(data: Any) -> tuple[list[Problem], list[Problem]]:
     )
 
 
-def register_arithmetic_benchmark(
-    num_train: int,
-    num_eval: int,
-    max_operand: int,
-    operations: list[str],
-    seed: int = 0,
-    chain: tuple[int, int] = (1, 1),
-) -> None:
-    """Make the held-out problems loadable as the evaluation benchmark `arithmetic` (replacing any earlier)."""
-
-    def rows() -> list[dict[str, object]]:
-        _, evals = make_splits(num_train, num_eval, max_operand, operations, seed, chain)
-        return [{"id": i, "problem": p.question, "answer": p.answer} for i, p in enumerate(evals)]
-
-    chained = "" if chain[1] == 1 else f", chains of {chain[0]}-{chain[1]} operations"
-
-    register_benchmark(
-        BenchmarkSpec(
-            name="arithmetic",
-            loader=rows,
-            num_problems=num_eval,
-            description=f"synthetic {' '.join(operations)} over [0, {max_operand}]{chained}, held out from training",
-        ),
-        replace=True,
-    )
-
-
-def register_task_benchmark(data: Any) -> None:
-    """register_arithmetic_benchmark for a data config of the synthetic task (a training run's)."""
-    register_arithmetic_benchmark(
-        data.num_train,
-        data.num_eval,
-        data.max_operand,
-        data.operations,
-        data.generator_seed,
-        (data.chain_min, data.chain_max),
-    )
-
-
 # The task of conf/data/arithmetic.yaml (tests/test_config.py checks that the two agree).
 DEFAULT_TASK = {"num_train": 4000, "num_eval": 128, "max_operand": 49, "operations": ["+", "-"], "seed": 0}
-register_arithmetic_benchmark(**DEFAULT_TASK)

@@ -17,13 +17,12 @@ from typing import TYPE_CHECKING, Any
 
 from atr_grpo.data.arithmetic import task_splits
 from atr_grpo.data.prompts import build_messages, format_answer
+from atr_grpo.errors import ConfigError
 
 if TYPE_CHECKING:
     from atr_grpo.config import DataConfig, PromptConfig, SFTConfig
 
 log = logging.getLogger(__name__)
-
-SOURCES = ("hub", "file", "arithmetic")  # data.source / sft.source (sft.source may also be "none")
 
 
 def get_field(row: dict[str, Any], dotted: str) -> Any:
@@ -105,8 +104,6 @@ def filter_long_prompts(dataset: Any, tokenizer: Any, limit: int, enable_thinkin
     if len(kept) < len(dataset):
         log.info("kept %d of %d prompts within %d tokens", len(kept), len(dataset), limit)
     if len(kept) == 0:
-        from atr_grpo.config import ConfigError
-
         raise ConfigError(f"invalid config: no training prompt fits trainer.max_prompt_length={limit} tokens")
     return kept
 

@@ -4,6 +4,7 @@ Public functions: `grade`, `grade_many`, `pass_at_k`, `mean_at_k`, `run_evaluati
 import their heavy dependencies (vLLM, Unsloth, transformers) only when used.
 """
 
+from atr_grpo.benchmark_registry import BENCHMARKS, BenchmarkError, BenchmarkSpec, register_benchmark
 from atr_grpo.evaluation.backends import (
     Generator,
     HFGenerator,
@@ -12,15 +13,7 @@ from atr_grpo.evaluation.backends import (
     UnslothVLLMGenerator,
     VLLMGenerator,
 )
-from atr_grpo.evaluation.benchmarks import (
-    BENCHMARKS,
-    Benchmark,
-    BenchmarkError,
-    BenchmarkSpec,
-    Problem,
-    load_benchmark,
-    register_benchmark,
-)
+from atr_grpo.evaluation.benchmarks import Benchmark, Problem, load_benchmark
 from atr_grpo.evaluation.grader import (
     STATUSES,
     GoldParseError,

@@ -1,4 +1,4 @@
-"""Evaluation benchmarks: a registry of specs, and a loader that checks what it loads.
+"""Evaluation benchmarks: a loader that checks what it loads, for the specs of `atr_grpo.benchmark_registry`.
 
     spec = BenchmarkSpec(name="mine", loader=lambda: [{"id": 0, "problem": "1+1?", "answer": "2"}])
     register_benchmark(spec)
@@ -24,38 +24,21 @@ import hashlib
 import json
 import logging
 import re
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from atr_grpo.benchmark_registry import (
+    BENCHMARKS,
+    BenchmarkError,
+    BenchmarkSpec,
+    Row,
+    arithmetic_benchmark,
+    register_benchmark,
+)
 from atr_grpo.evaluation.grader import GoldParseError, last_boxed, parse_gold
 
 log = logging.getLogger(__name__)
-
-Row = dict[str, Any]
-
-
-class BenchmarkError(ValueError):
-    """A benchmark cannot be loaded as asked (unknown name, wrong size, unparsable golds, bad file)."""
-
-
-@dataclass(frozen=True)
-class BenchmarkSpec:
-    """How to load one benchmark. Only `name` and one source (hub_id or loader) are required."""
-
-    name: str
-    hub_id: str | None = None
-    split: str = "test"
-    hub_config: str | None = None
-    loader: Callable[[], Iterable[Row]] | None = None  # rows without the hub (synthetic sets)
-    num_problems: int | None = None  # expected row count, checked in strict mode
-    problem_fields: tuple[str, ...] = ("problem", "question")  # the first present one is used
-    answer_fields: tuple[str, ...] = ("answer",)
-    boxed_answer_fields: tuple[str, ...] = ()  # fields whose last \boxed{} holds the gold
-    id_field: str = "id"
-    repair: Callable[[str], str] | None = None  # applied to the problem text
-    description: str = ""
 
 
 @dataclass(frozen=True)
@@ -74,55 +57,6 @@ class Benchmark:
 
     def __len__(self) -> int:
         return len(self.problems)
-
-
-def repair_control_characters(text: str) -> str:
-    """math-ai/aime25 stores `\\frac` as form feed + "rac" and `\\triangle`/`\\times` as TAB + "riangle"."""
-    return text.replace("\x0c", "\\f").replace("\t", "\\t")
-
-
-BENCHMARKS: dict[str, BenchmarkSpec] = {}
-
-
-def register_benchmark(spec: BenchmarkSpec, replace: bool = False) -> BenchmarkSpec:
-    """Add a spec to the registry (an existing name is an error unless replace=True)."""
-    if spec.name in BENCHMARKS and not replace:
-        raise BenchmarkError(f"benchmark {spec.name!r} is already registered (pass replace=True to redefine it)")
-    if spec.hub_id is None and spec.loader is None:
-        raise BenchmarkError(f"benchmark {spec.name!r} needs a hub_id or a loader")
-    BENCHMARKS[spec.name] = spec
-    return spec
-
-
-register_benchmark(
-    BenchmarkSpec(
-        name="amc23",
-        hub_id="AI-MO/aimo-validation-amc",
-        split="train",
-        num_problems=83,  # the paper's AMC2023 scores are multiples of 1/83
-        description="AMC 12 2022-2023 (AI-MO validation set); float answers",
-    )
-)
-register_benchmark(
-    BenchmarkSpec(
-        name="aime24",
-        hub_id="math-ai/aime24",
-        split="test",
-        num_problems=30,
-        boxed_answer_fields=("solution",),
-        description="AIME 2024 I+II; gold in the solution's \\boxed{} (or an `answer` field)",
-    )
-)
-register_benchmark(
-    BenchmarkSpec(
-        name="aime25",
-        hub_id="math-ai/aime25",
-        split="test",
-        num_problems=30,
-        repair=repair_control_characters,
-        description="AIME 2025 I+II; three problems carry \\f/\\t control characters, repaired",
-    )
-)
 
 
 # ------------------------------------------------------------------------------------------ reading
@@ -264,3 +198,17 @@ def load_benchmark(
         problems = problems[:max_problems]
     check_golds(name, problems)
     return Benchmark(name=name, problems=problems, source=source, content_hash=content_hash(problems))
+
+
+def register_task_benchmark(data: Any) -> None:
+    """Make `arithmetic` the held-out problems of a training run's synthetic task (`data`, a DataConfig), replacing
+    the default task's."""
+    spec = arithmetic_benchmark(
+        data.num_train,
+        data.num_eval,
+        data.max_operand,
+        data.operations,
+        data.generator_seed,
+        (data.chain_min, data.chain_max),
+    )
+    register_benchmark(spec, replace=True)

@@ -18,7 +18,8 @@ import logging
 import os
 from typing import Any
 
-from atr_grpo.config import ConfigError, DataConfig, EvalConfig, ModelConfig, PromptConfig
+from atr_grpo.config import DataConfig, EvalConfig, ModelConfig, PromptConfig
+from atr_grpo.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -43,9 +44,9 @@ def sampling_config(eval_cfg: EvalConfig) -> Any:
 
 def load_benchmarks(eval_cfg: EvalConfig, data: DataConfig | None = None) -> list[Any]:
     """The configured benchmarks. `arithmetic` holds the held-out problems of the synthetic task: `data`'s when
-    it is that task (a training run), else the task of conf/data/arithmetic.yaml (registered on import)."""
-    from atr_grpo.data.arithmetic import register_task_benchmark
-    from atr_grpo.evaluation.benchmarks import BenchmarkError, load_benchmark
+    it is that task (a training run), else the task of conf/data/arithmetic.yaml (`benchmark_registry`)."""
+    from atr_grpo.benchmark_registry import BenchmarkError
+    from atr_grpo.evaluation.benchmarks import load_benchmark, register_task_benchmark
 
     if "arithmetic" in eval_cfg.benchmarks and data is not None and data.source == "arithmetic":
         register_task_benchmark(data)

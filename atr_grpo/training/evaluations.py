@@ -26,8 +26,9 @@ from typing import Any
 import torch
 
 from atr_grpo import distributed
-from atr_grpo.config import ConfigError, TrainConfig
+from atr_grpo.config import TrainConfig
 from atr_grpo.console import StageProgress, console_is_terminal, evaluation_shown
+from atr_grpo.errors import ConfigError
 from atr_grpo.evaluation import engines
 from atr_grpo.evaluation.callback import EvaluationCallback
 from atr_grpo.evaluation.schedule import (

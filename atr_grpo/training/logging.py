@@ -28,7 +28,7 @@ from atr_grpo.wandb_auth import api_key_available
 
 log = logging.getLogger(__name__)
 
-# TRL's names → the run files' names (README, "Runs"; the originals are kept as well)
+# TRL's names → the run files' names (docs/runs.md; the originals are kept as well)
 RENAMED = {"completions/mean_length": "completion_length"}
 # end-of-training summaries are not per-step metrics
 SUMMARY_KEYS = ("train_runtime", "train_samples_per_second", "train_steps_per_second", "train_loss")

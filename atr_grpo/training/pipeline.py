@@ -42,7 +42,7 @@ from atr_grpo.config import (
     check_vllm_temperature,
 )
 from atr_grpo.evaluation.schedule import EvaluationState, record_failure, run_evaluation_state, saved_adapters
-from atr_grpo.models import loaded_models
+from atr_grpo.provenance import loaded_models
 from atr_grpo.training import checkpoints
 
 log = logging.getLogger(__name__)
@@ -294,7 +294,7 @@ def run_pipeline(cfg: TrainConfig, config_yaml: str) -> RunOutcome | None:
 
     Returns None on the processes of a launched run other than the main one: their part ends with training.
     """
-    from atr_grpo.training.stages import StageError, run_stage
+    from atr_grpo.training.stage_process import StageError, run_stage
 
     preflight(cfg)  # before the process group: a refused config never waits for the other processes
     separate = cfg.eval.enabled and cfg.eval.when == "after"

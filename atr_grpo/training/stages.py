@@ -10,40 +10,26 @@ GPU memory that training holds (Unsloth's colocated vLLM engine included), which
 Each stage reads the run's own resolved config, so what it does is what the run directory records. A stage
 process is one process on its own: it does not inherit a launcher's process-group variables (RANK, WORLD_SIZE,
 MASTER_PORT, ...), so under `torchrun` it never joins, or waits for, the launched processes' group.
+
+This module is the child's entry point; the parent starts it with `stage_process.run_stage`.
 """
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
-STAGES = ("sft", "grpo", "evaluate")
-RUN_CONFIG = "run_config.yaml"  # the config an SFT stage process is given, in its staging folder
-
-
-class StageError(RuntimeError):
-    """A stage process failed; its own output (above) says why."""
-
-
-def run_stage(stage: str, path: Path) -> None:
-    """Run one stage in a fresh Python process and wait for it; raises StageError if it fails."""
-    from atr_grpo.distributed import stage_environment
-
-    command = [sys.executable, "-m", "atr_grpo.training.stages", stage, str(path)]
-    result = subprocess.run(command, env={**stage_environment(), "PYTHONUNBUFFERED": "1"})
-    if result.returncode != 0:
-        raise StageError(f"the {stage} stage of {path} failed (exit status {result.returncode}); its output is above")
+from atr_grpo.training.stage_process import RUN_CONFIG, STAGE_MODULE, STAGES
 
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2 or args[0] not in STAGES:
-        print(f"usage: python -m atr_grpo.training.stages {{{','.join(STAGES)}}} PATH", file=sys.stderr)
+        print(f"usage: python -m {STAGE_MODULE} {{{','.join(STAGES)}}} PATH", file=sys.stderr)
         return 2
     from atr_grpo import rundir
-    from atr_grpo.config import ConfigError
     from atr_grpo.console import configure_logging
+    from atr_grpo.errors import ConfigError
 
     configure_logging()
     try:

@@ -15,7 +15,8 @@ import torch
 from torch import Tensor
 
 from atr_grpo.clipping import ClipRule
-from atr_grpo.config import ConfigError, TrainConfig
+from atr_grpo.config import TrainConfig
+from atr_grpo.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +137,7 @@ def unsloth_model_arguments(cfg: TrainConfig) -> dict[str, Any]:
 
     Without `use_exact_model_name`, Unsloth swaps a hub id for its own mirror (Qwen/Qwen3-1.7B → unsloth/Qwen3-1.7B,
     its MAP_TO_UNSLOTH_16bit), which may render prompts with another chat template: GRPO would train other weights
-    than the SFT stage and the evaluation load (`models.loaded_models`).
+    than the SFT stage and the evaluation load (`provenance.loaded_models`).
     """
     from atr_grpo.models import resolve_model_path
 

@@ -1,7 +1,7 @@
 """The vLLM server of rollout.vllm.mode=server, checked before anything is loaded.
 
-In server mode the rollouts come from a vLLM server on GPUs of its own (started with `trl vllm-serve`, README
-"Scaling out"); TRL's client connects to it only once the trainer is built, after the model, the data and the
+In server mode the rollouts come from a vLLM server on GPUs of its own (started with `trl vllm-serve`,
+docs/scaling.md); TRL's client connects to it only once the trainer is built, after the model, the data and the
 SFT stage. `check_rollout_server` asks the server's `/health` endpoint first, for up to
 rollout.vllm.server_timeout seconds (a server still loading its model does not answer yet), and refuses the
 run with the keys to check when nothing answers. The weight sync that follows (NCCL, on rollout.vllm.group_port)
@@ -15,7 +15,8 @@ import time
 import urllib.error
 import urllib.request
 
-from atr_grpo.config import ConfigError, RolloutConfig, VLLMRolloutConfig
+from atr_grpo.config import RolloutConfig, VLLMRolloutConfig
+from atr_grpo.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +64,6 @@ def check_rollout_server(rollout: RolloutConfig) -> None:
     raise ConfigError(
         f"invalid config: rollout.vllm.mode='server' but no vLLM server answered GET {url} within "
         f"rollout.vllm.server_timeout={vllm.server_timeout:g} s (last: {problem}). Start it first, on GPUs of its "
-        f'own (`CUDA_VISIBLE_DEVICES=<gpu> trl vllm-serve --model <model.path> --port <port>`, README "Scaling '
-        f'out"), or point {where} at it'
+        "own (`CUDA_VISIBLE_DEVICES=<gpu> trl vllm-serve --model <model.path> --port <port>`, docs/scaling.md), or "
+        f"point {where} at it"
     )

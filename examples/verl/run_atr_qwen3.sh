@@ -5,8 +5,8 @@
 #   TRAIN_FILES=/data/dapo-math-17k.parquet VAL_FILES=/data/aime-2024.parquet \
 #   DELTA=0.07 NNODES=2 GPUS_PER_NODE=8 bash examples/verl/run_atr_qwen3.sh [extra Hydra overrides]
 #
-# Run it on the Ray head node, from an environment built with verl and this package (README, "Scaling out with
-# verl"). The files are verl-format parquet (chat `prompt`, `reward_model.ground_truth`, `data_source`, which
+# Run it on the Ray head node, from an environment built with verl and this package (docs/scaling.md,
+# "verl"). The files are verl-format parquet (chat `prompt`, `reward_model.ground_truth`, `data_source`, which
 # picks verl's scorer). DRY_RUN=1 prints the command instead of running it. Extra arguments are appended as
 # Hydra overrides, e.g. `actor_rollout_ref.model.path=Qwen/Qwen3-8B`.
 set -euo pipefail

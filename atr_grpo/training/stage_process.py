@@ -1,0 +1,29 @@
+"""Starting a stage of a training run in a process of its own, and waiting for it.
+
+The child's side, what `python -m atr_grpo.training.stages STAGE PATH` runs, is `training/stages.py`; this
+module only spawns it, so that the pipeline and the SFT stage can start a stage without importing each other.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from atr_grpo.distributed import stage_environment
+
+STAGES = ("sft", "grpo", "evaluate")
+RUN_CONFIG = "run_config.yaml"  # the config an SFT stage process is given, in its staging folder
+STAGE_MODULE = "atr_grpo.training.stages"  # the child's entry point
+
+
+class StageError(RuntimeError):
+    """A stage process failed; its own output (above) says why."""
+
+
+def run_stage(stage: str, path: Path) -> None:
+    """Run one stage in a fresh Python process and wait for it; raises StageError if it fails."""
+    command = [sys.executable, "-m", STAGE_MODULE, stage, str(path)]
+    result = subprocess.run(command, env={**stage_environment(), "PYTHONUNBUFFERED": "1"})
+    if result.returncode != 0:
+        raise StageError(f"the {stage} stage of {path} failed (exit status {result.returncode}); its output is above")
