@@ -48,6 +48,10 @@ LAUNCHER_VARIABLES = (
     "MASTER_PORT",
 )
 LAUNCHER_PREFIXES = ("TORCHELASTIC_", "ACCELERATE_", "FSDP_")
+# wandb keeps the address of its service process (wandb-core) here once a process has started one: a stage process
+# that inherited it would open its W&B run in the parent's service, where the stream of a run with the same id can
+# outlive a crashed client ("run ID ... is in use"). A stage starts a service of its own.
+WANDB_SERVICE_VARIABLE = "WANDB_SERVICE"
 
 
 def _env_int(name: str, default: int) -> int:
@@ -91,13 +95,14 @@ def log_suffix() -> str:
 
 
 def stage_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment of a stage process: this one's, without the variables that made it a member of a group,
-    and with CUDA_VISIBLE_DEVICES narrowed to the one GPU the stage uses (`stage_device`)."""
+    """The environment of a stage process: this one's, without the variables that made it a member of a group or
+    a client of this process's W&B service, and with CUDA_VISIBLE_DEVICES narrowed to the one GPU the stage uses
+    (`stage_device`)."""
     source = os.environ if environ is None else environ
     env = {
         key: value
         for key, value in source.items()
-        if key not in LAUNCHER_VARIABLES and not key.startswith(LAUNCHER_PREFIXES)
+        if key not in LAUNCHER_VARIABLES and not key.startswith(LAUNCHER_PREFIXES) and key != WANDB_SERVICE_VARIABLE
     }
     device = stage_device(source)
     if device is not None:

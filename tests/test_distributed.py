@@ -114,6 +114,15 @@ def test_a_stage_process_sees_exactly_one_gpu_when_several_are_visible(visible, 
     assert env["PATH"] == "/bin" and not set(launcher) & set(env)
 
 
+def test_a_stage_process_starts_a_wandb_service_of_its_own():
+    """wandb records its service's address in WANDB_SERVICE once a process has started one: a stage that inherited
+    it would open its W&B run in the parent's service, where a crashed client's stream of the same run id lingers
+    and the resumed run is refused ("run ID ... is in use")."""
+    environ = {"PATH": "/bin", "WANDB_SERVICE": "3-4242-unix-/tmp/wandb-service.sock", "WANDB_MODE": "offline"}
+    env = distributed.stage_environment(environ)
+    assert "WANDB_SERVICE" not in env and env["WANDB_MODE"] == "offline" and env["PATH"] == "/bin"
+
+
 def test_a_stage_process_of_a_rank_without_a_visible_gpu_is_refused():
     with pytest.raises(RuntimeError, match="LOCAL_RANK=2 but CUDA_VISIBLE_DEVICES='0,1' shows 2 GPU"):
         distributed.stage_environment({"CUDA_VISIBLE_DEVICES": "0,1", "LOCAL_RANK": "2", "WORLD_SIZE": "3"})
