@@ -172,9 +172,9 @@ def make_splits(
     return train, eval_set
 
 
-def task_splits(data: Any) -> tuple[list[Problem], list[Problem]]:
-    """make_splits for a data config of the synthetic task (`conf/data/arithmetic*.yaml`)."""
-    return make_splits(
+def task_settings(data: Any) -> tuple[int, int, int, list[str], int, tuple[int, int]]:
+    """`make_splits`'s arguments from a data config of the synthetic task (`conf/data/arithmetic*.yaml`)."""
+    return (
         data.num_train,
         data.num_eval,
         data.max_operand,
@@ -182,6 +182,11 @@ def task_splits(data: Any) -> tuple[list[Problem], list[Problem]]:
         data.generator_seed,
         (data.chain_min, data.chain_max),
     )
+
+
+def task_splits(data: Any) -> tuple[list[Problem], list[Problem]]:
+    """make_splits for a data config of the synthetic task."""
+    return make_splits(*task_settings(data))
 
 
 # The task of conf/data/arithmetic.yaml (tests/test_config.py checks that the two agree).

@@ -36,6 +36,7 @@ from atr_grpo.benchmark_registry import (
     arithmetic_benchmark,
     register_benchmark,
 )
+from atr_grpo.data.arithmetic import task_settings
 from atr_grpo.evaluation.grader import GoldParseError, last_boxed, parse_gold
 
 log = logging.getLogger(__name__)
@@ -203,12 +204,5 @@ def load_benchmark(
 def register_task_benchmark(data: Any) -> None:
     """Make `arithmetic` the held-out problems of a training run's synthetic task (`data`, a DataConfig), replacing
     the default task's."""
-    spec = arithmetic_benchmark(
-        data.num_train,
-        data.num_eval,
-        data.max_operand,
-        data.operations,
-        data.generator_seed,
-        (data.chain_min, data.chain_max),
-    )
+    spec = arithmetic_benchmark(*task_settings(data))
     register_benchmark(spec, replace=True)
