@@ -24,7 +24,7 @@ import math
 import statistics
 from typing import Any
 
-from atr_grpo.reporting.runs import Run, drop_repeats
+from atr_grpo.reporting.runs import Run, drop_repeats, mean_or_nan, metric_number, run_columns
 from atr_grpo.reporting.tables import Table
 
 ROLLOUT_KEYS = ("rollout/logp_abs_diff_mean", "rollout/logp_abs_diff_max", "rollout/ratio_out_of_band_frac")
@@ -45,16 +45,6 @@ COLUMNS = [
 ]
 
 
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
-        return None
-    return float(value)
-
-
-def _mean(values: list[float]) -> float:
-    return sum(values) / len(values) if values else math.nan
-
-
 def steps_per_rollout(run: Run) -> tuple[int | None, str]:
     """(optimizer steps that share one generation batch, or None with the reason it is unknown)."""
     trainer, rollout = run.config.get("trainer") or {}, run.config.get("rollout") or {}
@@ -72,37 +62,34 @@ def steps_per_rollout(run: Run) -> tuple[int | None, str]:
 
 def binding_row(run: Run) -> tuple[dict[str, Any], list[str]]:
     """The run's row and what could not be computed, in words."""
-    steps = [r for r in run.metrics if _number(r.get("clip/frac")) is not None]
+    steps = [r for r in run.metrics if metric_number(r.get("clip/frac")) is not None]
     per_rollout, why = steps_per_rollout(run)
     notes = [] if per_rollout is not None else [f"{run.path}: no noise floor: {why}"]
     if not steps:
         notes.append(f"{run.path}: no clip/frac in metrics.jsonl")
     fracs = [float(r["clip/frac"]) for r in steps]
     row: dict[str, Any] = {
-        "experiment": run.experiment,
-        "model": run.model,
-        "method": run.method,
-        "seed": run.seed,
+        **run_columns(run),
         "steps": len(steps),
         "steps_per_rollout": per_rollout or "?",
-        "binding_steps": _mean([float(f > 0) for f in fracs]),
-        "clip_frac": _mean(fracs),
+        "binding_steps": mean_or_nan([float(f > 0) for f in fracs]),
+        "clip_frac": mean_or_nan(fracs),
     }
     fresh = [r for r in steps if per_rollout and (int(r["step"]) - 1) % per_rollout == 0]
     reused = [r for r in steps if per_rollout and (int(r["step"]) - 1) % per_rollout != 0]
     spreads = []
     for r in fresh:
-        low, high = _number(r.get("ratio/min")), _number(r.get("ratio/max"))
+        low, high = metric_number(r.get("ratio/min")), metric_number(r.get("ratio/max"))
         if low is not None and high is not None:
             spreads.append(max(high - 1.0, 1.0 - low))
-    row["clip_frac_fresh"] = _mean([float(r["clip/frac"]) for r in fresh])
-    row["clip_frac_reused"] = _mean([float(r["clip/frac"]) for r in reused])
+    row["clip_frac_fresh"] = mean_or_nan([float(r["clip/frac"]) for r in fresh])
+    row["clip_frac_reused"] = mean_or_nan([float(r["clip/frac"]) for r in reused])
     row["noise_floor"] = statistics.median(spreads) if spreads else math.nan
     row["noise_floor_max"] = max(spreads) if spreads else math.nan
     if per_rollout and fresh and not spreads:
         notes.append(f"{run.path}: no ratio/min, ratio/max in metrics.jsonl: no noise floor")
     for key in ROLLOUT_KEYS:
-        row[key.split("/")[1]] = _mean([v for r in steps if (v := _number(r.get(key))) is not None])
+        row[key.split("/")[1]] = mean_or_nan([v for r in steps if (v := metric_number(r.get(key))) is not None])
     return row, notes
 
 

@@ -15,11 +15,19 @@ each of the rule's bounds acted at all.
 from __future__ import annotations
 
 import math
-import statistics
 from collections import defaultdict
 from typing import Any
 
-from atr_grpo.reporting.runs import AVERAGE, Run, drop_repeats, mean_std, problems
+from atr_grpo.reporting.runs import (
+    AVERAGE,
+    Run,
+    drop_repeats,
+    mean_or_nan,
+    mean_std,
+    metric_number,
+    problems,
+    run_columns,
+)
 from atr_grpo.reporting.tables import Table
 
 ENDPOINT_COLUMNS = [
@@ -99,11 +107,6 @@ def endpoints_table(runs: list[Run]) -> Table:
     return Table("endpoints", ENDPOINT_COLUMNS, rows, problems(kept) + repeats, notes)
 
 
-def _number(value: Any) -> float | None:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
-    return float(value) if ok else None
-
-
 def bounds_table(runs: list[Run]) -> Table:
     kept, repeats = drop_repeats([run for run in runs if run.metrics])
     bounds = sorted(
@@ -113,22 +116,19 @@ def bounds_table(runs: list[Run]) -> Table:
     columns += [f"{kind}_{bound}" for bound in bounds for kind in ("fired", "frac")]
     rows = []
     for run in sorted(kept, key=lambda r: (r.experiment, r.model, r.method, r.seed)):
-        steps = [row for row in run.metrics if _number(row.get("clip/frac")) is not None]
-        lengths = [v for row in run.metrics if (v := _number(row.get(LENGTH_KEY))) is not None]
+        steps = [row for row in run.metrics if metric_number(row.get("clip/frac")) is not None]
+        lengths = [v for row in run.metrics if (v := metric_number(row.get(LENGTH_KEY))) is not None]
         fracs = [float(r["clip/frac"]) for r in steps]
         row: dict[str, Any] = {
-            "experiment": run.experiment,
-            "model": run.model,
-            "method": run.method,
-            "seed": run.seed,
+            **run_columns(run),
             "steps": len(steps),
-            "completion_length": statistics.fmean(lengths) if lengths else math.nan,
-            "clip_frac": statistics.fmean(fracs) if fracs else math.nan,
+            "completion_length": mean_or_nan(lengths),
+            "clip_frac": mean_or_nan(fracs),
         }
         for bound in bounds:
-            fracs = [v for r in steps if (v := _number(r.get(BOUND_PREFIX + bound))) is not None]
-            row[f"fired_{bound}"] = statistics.fmean(float(f > 0) for f in fracs) if fracs else math.nan
-            row[f"frac_{bound}"] = statistics.fmean(fracs) if fracs else math.nan
+            fracs = [v for r in steps if (v := metric_number(r.get(BOUND_PREFIX + bound))) is not None]
+            row[f"fired_{bound}"] = mean_or_nan([float(f > 0) for f in fracs])
+            row[f"frac_{bound}"] = mean_or_nan(fracs)
         rows.append(row)
     notes = [
         "completion_length = mean completion length in tokens over the generation steps of training; "

@@ -301,3 +301,19 @@ def mean_std(values: list[float], ddof: int = 0) -> tuple[float, float]:
     if len(values) < 2:
         return mean, math.nan
     return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - ddof))
+
+
+def metric_number(value: Any) -> float | None:
+    """A metrics.jsonl value as a float; None for a missing, non-numeric, boolean or NaN value."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        return None
+    return float(value)
+
+
+def mean_or_nan(values: list[float]) -> float:
+    return sum(values) / len(values) if values else math.nan
+
+
+def run_columns(run: Run) -> dict[str, Any]:
+    """The columns that name a run in the per-run tables."""
+    return {"experiment": run.experiment, "model": run.model, "method": run.method, "seed": run.seed}
