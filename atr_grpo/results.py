@@ -28,7 +28,7 @@ from pathlib import Path
 
 from atr_grpo import provenance, rundir
 from atr_grpo.evaluation.grader import DEFAULT_TIMEOUT
-from atr_grpo.reporting import binding, compare, endpoints, figures, pack, regrade, stats, tables
+from atr_grpo.reporting import binding, cells, compare, endpoints, figures, pack, regrade, stats, tables
 from atr_grpo.reporting.runs import Run, drop_repeats, find_runs
 
 # each table's experiment; None = every run
@@ -36,6 +36,7 @@ TABLES = {
     "table2": "table2",
     "table3": "table3",
     "seeds": "table3",
+    "seeds_auc": "table3",
     "delta": "ablate_delta",
     "passk": "passk_curve",
     "clip_binding": None,
@@ -84,8 +85,8 @@ def build_table(
         table = tables.table2(chosen, resampling, alpha)
     elif name == "table3":
         table = tables.table3(chosen, ddof=ddof, resampling=resampling, alpha=alpha)
-    elif name == "seeds":
-        table = tables.seeds_table(chosen, resampling, alpha)
+    elif name in ("seeds", "seeds_auc"):
+        table = tables.seeds_table(chosen, resampling, alpha, endpoint="auc" if name == "seeds_auc" else "final")
     elif name == "clip_binding":
         table = binding.binding_table(chosen)
         if not table.rows:
@@ -213,6 +214,13 @@ def compare_main(argv: list[str]) -> int:
     parser.add_argument("--benchmark", default=None, help="comma-separated benchmarks and/or `average` (default all)")
     parser.add_argument("--metric", default=None, help="comma-separated, e.g. mean@8,pass@8 (default mean@K,pass@K)")
     parser.add_argument("--step", type=int, default=None, help="compare at this step (default: each run's final)")
+    parser.add_argument(
+        "--endpoint",
+        choices=cells.ENDPOINTS,
+        default="final",
+        help="each run's value: its final evaluation, or auc: the mean of its evaluations after step 0 (as the "
+        "seeds_auc table)",
+    )
     opts = parser.parse_args(argv)
     runs = [r for r in _runs(parser, opts) if opts.experiment in (None, r.experiment)]
     if not _start_points_agree([r for r in runs if r.method in opts.methods]):
@@ -221,7 +229,7 @@ def compare_main(argv: list[str]) -> int:
     split = lambda text: text.split(",") if text else None  # noqa: E731
     try:
         rows = compare.compare_methods(
-            runs, *opts.methods, resampling, split(opts.benchmark), split(opts.metric), opts.step
+            runs, *opts.methods, resampling, split(opts.benchmark), split(opts.metric), opts.step, opts.endpoint
         )
     except compare.CompareError as err:
         where = "" if opts.experiment is None else f" (among the runs of --experiment {opts.experiment!r})"

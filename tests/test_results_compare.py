@@ -152,29 +152,91 @@ def _rows_of(text, first_cells):
     ]
 
 
+@pytest.mark.parametrize("endpoint", ["final", "auc"])
 @pytest.mark.parametrize("tree_of", ["three", "ten"])
-def test_compare_and_the_seeds_table_print_the_same_numbers(tree_of, tree, ten_seeds, tmp_path):
+def test_compare_and_the_seeds_table_print_the_same_numbers(tree_of, endpoint, tree, ten_seeds, tmp_path):
     """One Holm family and one random stream per comparison: every cell `compare atr clip` prints (difference,
     per seed, t-interval, p, smallest p, Holm p, †, paired t, MDE, IQM, P(A > B) and its interval, the
-    problem-level p) is the seeds table's cell for atr, and table3's CSV has the same p and Holm p."""
+    problem-level p) is the seeds table's cell for atr (seeds_auc's with --endpoint auc), and table3's CSV has
+    the same p and Holm p."""
     root = tree if tree_of == "three" else ten_seeds[0]
-    out = tmp_path / "tables"
-    assert run_cli("seeds", "--runs", root, "--out", out, "--resamples", RESAMPLES)[0] == 0
+    out, table_name = tmp_path / "tables", "seeds" if endpoint == "final" else "seeds_auc"
+    assert run_cli(table_name, "--runs", root, "--out", out, "--resamples", RESAMPLES)[0] == 0
     assert run_cli("table3", "--runs", root, "--out", out, "--resamples", RESAMPLES)[0] == 0
     code, printed, _ = run_cli(
-        "compare", "atr", "clip", "--runs", root, "--experiment", "table3", "--resamples", RESAMPLES
+        "compare",
+        "atr",
+        "clip",
+        "--runs",
+        root,
+        "--experiment",
+        "table3",
+        "--resamples",
+        RESAMPLES,
+        "--endpoint",
+        endpoint,
     )
     assert code == 0
-    table = (out / "seeds.md").read_text()
+    table = (out / f"{table_name}.md").read_text()
     for bench in (*BENCHES, "average"):
         for metric in ("mean@8", "pass@8"):
             seed_level, robust = _rows_of(printed, [bench, metric])
             (row,) = _rows_of(table, ["qwen3-1.7b", "atr", bench, metric])
             assert row[7:16] == seed_level[4:13]  # from the difference to the MDE
             assert row[16:19] == robust[4:7] and row[6] == robust[2]  # P(A > B), its interval, p (problems); IQM
-            csv_row = cell(read_csv(out / "table3.csv"), method="atr", benchmark=bench, metric=metric)
-            assert f"{float(csv_row['p_holm_vs_clip']):.3g}" == f"{float(seed_level[9]):.3g}"
             assert seed_level[10] == ("†" if tree_of == "ten" else "")
+            if endpoint == "final":
+                csv_row = cell(read_csv(out / "table3.csv"), method="atr", benchmark=bench, metric=metric)
+                assert f"{float(csv_row['p_holm_vs_clip']):.3g}" == f"{float(seed_level[9]):.3g}"
+
+
+def test_the_auc_comparison_averages_each_run_over_its_evaluations_after_step_0(tree, tmp_path):
+    """The tree evaluates at steps 50 and 100: each problem's AUC score is the mean of its two scores, so each
+    run's AUC is the mean of its two Mean@8 values, the `auc` of the endpoints table."""
+    code, printed, err = run_cli(
+        "compare",
+        "atr",
+        "clip",
+        "--runs",
+        tree,
+        "--experiment",
+        "table3",
+        "--resamples",
+        RESAMPLES,
+        "--endpoint",
+        "auc",
+        "--benchmark",
+        "amc23",
+        "--metric",
+        "mean@8",
+    )
+    assert code == 0, err
+
+    def auc(extra, seed):
+        final = [min((i + seed) % 5 + extra, SAMPLES) for i in range(PROBLEMS)]
+        early = [max(c - 1, 0) for c in final]
+        return 100 * (sum(final) + sum(early)) / (2 * PROBLEMS * SAMPLES)
+
+    per_seed = [auc(2, seed) - auc(0, seed) for seed in range(3)]
+    atr, clip = (sum(auc(extra, seed) for seed in range(3)) / 3 for extra in (2, 0))
+    assert "(seeds 0, 1, 2; AUC: each run’s mean over its evaluation steps 50, 100)" in printed
+    assert f"| amc23 | mean@8 | {atr:.2f} | {clip:.2f} | {atr - clip:+.2f} | " in printed
+    assert " | " + ", ".join(f"{d:+.2f}" for d in per_seed) + " | " in printed
+    assert per_seed[0] != 25.0  # the final-step difference: the AUC is not the final value
+    assert run_cli("endpoints", "--runs", tree, "--out", tmp_path, "--experiment", "table3")[0] == 0
+    row = cell(read_csv(tmp_path / "endpoints.csv"), method="atr", benchmark="amc23", metric="mean@8")
+    assert float(row["auc"]) == pytest.approx(atr, abs=1e-9)
+
+
+def test_compare_refuses_a_bad_endpoint(tree, capsys):
+    code, _, err = run_cli("compare", "atr", "clip", "--runs", tree, "--endpoint", "auc", "--step", 50)
+    assert code == 2 and "--step 50 reads one evaluation; it cannot be combined with --endpoint auc" in err
+    with pytest.raises(SystemExit) as exit_:
+        main(["compare", "atr", "clip", "--runs", str(tree), "--endpoint", "best"])
+    assert (
+        exit_.value.code == 2
+        and "argument --endpoint: invalid choice: 'best' (choose from 'final', 'auc')" in capsys.readouterr().err
+    )
 
 
 def test_rebuilding_the_tables_is_byte_identical(tree, built, tmp_path):

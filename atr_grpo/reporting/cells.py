@@ -1,15 +1,16 @@
 """The per-problem scores behind a table cell, its interval, and the paired comparison of two cells.
 
 A cell is one (model, method) on one benchmark, or on the Average of several, for one metric (mean@K or
-pass@K). Its scores are an [S, P] array per benchmark: a row per run (seed), a column per problem, each entry
-the problem's score at the evaluation step the table reports (`evaluation.metrics` applied to that problem's
-samples). Problems are matched by id, never by position. Nothing is assumed: a run without the per-sample
-file, or runs that do not share their problems or seeds, raise ScoreError saying what is missing.
+pass@K), at one endpoint. Its scores are an [S, P] array per benchmark: a row per run (seed), a column per
+problem, each entry the problem's score at the endpoint (`evaluation.metrics` applied to that problem's
+samples): `final`, the run's final evaluation (or a step chosen by the caller), or `auc`, the mean of the
+problem's scores over the run's evaluations after step 0, whose mean over problems is the run's AUC
+(`endpoints.run_endpoints`). Problems are matched by id, never by position. Nothing is assumed: a run without
+the per-sample file, or runs that do not share their problems or seeds, raise ScoreError saying what is missing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -29,10 +30,11 @@ class Scores:
     seeds: list[int]
     problems: dict[str, list[str]]
     values: dict[str, np.ndarray]
-    steps: list[int]  # the evaluation step read for each run (row)
+    steps: list[tuple[int, ...]]  # the evaluation steps read for each run (row): one, or the AUC's
     runs: list[str] = field(default_factory=list)  # the run directories, in `seeds` order
     method: str = ""  # of those runs (`comparison_key` names the comparison by it)
     experiment: str = ""
+    endpoint: str = "final"
 
     def run_values(self) -> np.ndarray:
         """[S]: each run's value (the mean over problems; for the Average, the mean over its benchmarks)."""
@@ -54,25 +56,45 @@ def _missing(have: set[str], want: set[str]) -> str:
     return _shown(sorted(want - have, key=lambda pid: (len(pid), pid)))
 
 
-def cell_scores(
-    runs: list[Run], metric: str, key: str, benchmarks: list[str], step_of: Callable[[Run], int | None] | None = None
-) -> Scores:
-    """The scores of `runs` (the seeds of one cell) for `key`, a benchmark or AVERAGE (every benchmark).
+ENDPOINTS = ("final", "auc")
 
-    step_of(run): the step to read; by default each run's final evaluation of `key` (Run.final_eval_step).
-    """
+
+def endpoint_steps(run: Run, key: str, endpoint: str = "final", step: int | None = None) -> tuple[int, ...]:
+    """The evaluation steps of `run` whose scores make its value of `key` at `endpoint` (empty when none):
+    `step` when given, else the final evaluation, or for `auc` every evaluation after step 0."""
+    if endpoint not in ENDPOINTS:
+        raise ValueError(f"endpoint {endpoint!r}: expected one of {', '.join(ENDPOINTS)}")
+    if step is not None:
+        return (step,)
+    if endpoint == "auc":
+        return tuple(run.later_eval_steps(key))
+    final = run.final_eval_step(key)
+    return () if final is None else (final,)
+
+
+def cell_scores(
+    runs: list[Run],
+    metric: str,
+    key: str,
+    benchmarks: list[str],
+    endpoint: str = "final",
+    step: int | None = None,
+) -> Scores:
+    """The scores of `runs` (the seeds of one cell) for `key`, a benchmark or AVERAGE (every benchmark), at
+    `endpoint` (see `endpoint_steps`; `step` overrides it)."""
     benches = list(benchmarks) if key == AVERAGE else [key]
     runs = sorted(runs, key=lambda r: r.seed)
     steps, rows = [], []
     for run in runs:
-        step = step_of(run) if step_of is not None else run.final_eval_step(key)
-        if step is None:
-            raise ScoreError(f"{run.path}: no evaluation of {key} {metric}")
+        read = endpoint_steps(run, key, endpoint, step)
+        if not read:
+            after = " after step 0" if endpoint == "auc" and step is None else ""
+            raise ScoreError(f"{run.path}: no evaluation of {key} {metric}{after}")
         try:
-            rows.append({b: run.problem_scores(step, b, metric) for b in benches})
+            rows.append({b: _mean_over_steps(run, read, b, metric) for b in benches})
         except MissingSamples as err:
             raise ScoreError(str(err)) from None
-        steps.append(step)
+        steps.append(read)
     problems, values = {}, {}
     for b in benches:
         ids = sorted(rows[0][b], key=lambda pid: (len(pid), pid))  # numeric ids in numeric order
@@ -94,7 +116,21 @@ def cell_scores(
         [str(r.path) for r in runs],
         first.method if first else "",
         first.experiment if first else "",
+        endpoint if step is None else "final",
     )
+
+
+def _mean_over_steps(run: Run, steps: tuple[int, ...], benchmark: str, metric: str) -> dict[str, float]:
+    """Each problem's score averaged over `steps`; ScoreError if the steps did not evaluate the same problems."""
+    per_step = [run.problem_scores(s, benchmark, metric) for s in steps]
+    for s, scores in zip(steps[1:], per_step[1:]):
+        if set(scores) != set(per_step[0]):
+            raise ScoreError(
+                f"{run.path}: {benchmark} problems at step {s} differ from step {steps[0]}'s (missing: "
+                f"{_missing(set(scores), set(per_step[0])) or '–'}; extra: "
+                f"{_missing(set(per_step[0]), set(scores)) or '–'})"
+            )
+    return {pid: sum(scores[pid] for scores in per_step) / len(per_step) for pid in per_step[0]}
 
 
 def cell_interval(scores: Scores, resampling: stats.Resampling, key: str) -> tuple[float, float, float]:
@@ -104,9 +140,13 @@ def cell_interval(scores: Scores, resampling: stats.Resampling, key: str) -> tup
     return 100 * float(stats.estimate(arrays)), 100 * float(low), 100 * float(high)
 
 
-def comparison_key(experiment: str, model: str, method_a: str, method_b: str, metric: str, key: str) -> str:
+def comparison_key(
+    experiment: str, model: str, method_a: str, method_b: str, metric: str, key: str, endpoint: str = "final"
+) -> str:
     """The name of the random streams of one comparison: the same in `compare` and in every table."""
-    return f"{experiment}|{model}|{method_a}|{method_b}|{metric}|{key}"
+    return f"{experiment}|{model}|{method_a}|{method_b}|{metric}|{key}" + (
+        "" if endpoint == "final" else f"|{endpoint}"
+    )
 
 
 @dataclass(frozen=True)

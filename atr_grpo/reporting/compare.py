@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from atr_grpo.reporting import cells, stats
@@ -37,11 +36,12 @@ class Row:
     mean_a: float
     mean_b: float
     difference: cells.Difference
-    steps_a: list[int]
-    steps_b: list[int]
+    steps_a: list[tuple[int, ...]]
+    steps_b: list[tuple[int, ...]]
     p_holm: float = float("nan")
     family: list[str] = field(default_factory=list)  # the methods tested against B in this column
     left_out: list[str] = field(default_factory=list)  # methods that could not be paired with B, and why
+    endpoint: str = "final"
 
 
 def _names(runs: list[Run], attribute: str) -> str:
@@ -57,24 +57,26 @@ def holm_against(
     key: str,
     benchmarks: list[str],
     resampling: stats.Resampling,
-    step_of: Callable[[Run], int | None] | None = None,
+    endpoint: str = "final",
+    step: int | None = None,
 ) -> tuple[float, list[str], list[str]]:
     """(the Holm-adjusted p of `tested`, the family, the members left out): the family is every method in
-    `methods` (one experiment and model) compared with `reference` on `key` × `metric` at the seed level."""
+    `methods` (one experiment and model) compared with `reference` on `key` × `metric` at `endpoint` (or
+    `step`), at the seed level."""
     experiment, model = next(iter(methods.values()))[0].experiment, next(iter(methods.values()))[0].model
-    reference_scores = cells.cell_scores(methods[reference], metric, key, benchmarks, step_of)
+    reference_scores = cells.cell_scores(methods[reference], metric, key, benchmarks, endpoint, step)
     family, left_out = {tested: p_tested}, []
     for method, runs in sorted(methods.items()):
         if method in (reference, tested):
             continue
         try:
-            scores = cells.cell_scores(runs, metric, key, benchmarks, step_of)
+            scores = cells.cell_scores(runs, metric, key, benchmarks, endpoint, step)
             differences = cells.paired(scores, reference_scores, (method, reference))
         except cells.ScoreError as err:
             left_out.append(f"{method} ({err})")
             continue
         family[method] = cells.seed_pvalue(
-            differences, resampling, cells.comparison_key(experiment, model, method, reference, metric, key)
+            differences, resampling, cells.comparison_key(experiment, model, method, reference, metric, key, endpoint)
         )
     adjusted = dict(zip(family, stats.holm(list(family.values()))))
     return adjusted[tested], sorted(family), left_out
@@ -88,10 +90,16 @@ def compare_methods(
     benchmarks: list[str] | None = None,
     metrics: list[str] | None = None,
     step: int | None = None,
+    endpoint: str = "final",
 ) -> list[Row]:
-    """Every (experiment, model, benchmark or Average, metric) comparison of A with B in `runs`."""
+    """Every (experiment, model, benchmark or Average, metric) comparison of A with B in `runs`, at `endpoint`
+    (`final` or `auc`; `step` reads one evaluation step instead)."""
     if method_a == method_b:
         raise CompareError(f"compare needs two different methods, got {method_a!r} twice")
+    if endpoint not in cells.ENDPOINTS:
+        raise CompareError(f"--endpoint {endpoint!r}: expected one of {', '.join(cells.ENDPOINTS)}")
+    if step is not None and endpoint != "final":
+        raise CompareError(f"--step {step} reads one evaluation; it cannot be combined with --endpoint {endpoint}")
     for metric in metrics or []:
         if not METRIC_PATTERN.match(metric):
             raise CompareError(f"--metric {metric!r}: expected mean@K or pass@K (e.g. mean@8)")
@@ -122,21 +130,31 @@ def compare_methods(
         keys = configured + [AVERAGE] * (len(configured) > 1)
         keys = [k for k in keys if benchmarks is None or k in benchmarks]
         k = runs_a[0].k
-        step_of = None if step is None else (lambda run: step)
         for metric in metrics or [f"mean@{k}", f"pass@{k}"]:
             for key in keys:
                 try:
-                    a = cells.cell_scores(runs_a, metric, key, configured, step_of)
-                    b = cells.cell_scores(runs_b, metric, key, configured, step_of)
-                    label = cells.comparison_key(experiment, model, method_a, method_b, metric, key)
+                    a = cells.cell_scores(runs_a, metric, key, configured, endpoint, step)
+                    b = cells.cell_scores(runs_b, metric, key, configured, endpoint, step)
+                    label = cells.comparison_key(experiment, model, method_a, method_b, metric, key, endpoint)
                     difference = cells.compare(a, b, resampling, label, (method_a, method_b))
                     holm = holm_against(
-                        method_b, method_a, methods, difference.p_value, metric, key, configured, resampling, step_of
+                        method_b,
+                        method_a,
+                        methods,
+                        difference.p_value,
+                        metric,
+                        key,
+                        configured,
+                        resampling,
+                        endpoint,
+                        step,
                     )
                 except cells.ScoreError as err:
                     raise CompareError(f"{experiment}/{model}, {key} {metric}: {err}") from None
                 mean_a, mean_b = (100 * float(stats.estimate(s.arrays())) for s in (a, b))
-                rows.append(Row(experiment, model, key, metric, mean_a, mean_b, difference, a.steps, b.steps, *holm))
+                rows.append(
+                    Row(experiment, model, key, metric, mean_a, mean_b, difference, a.steps, b.steps, *holm, a.endpoint)
+                )
     return rows
 
 
@@ -162,9 +180,11 @@ def format_rows(rows: list[Row], method_a: str, method_b: str, resampling: stats
     for experiment, model in dict.fromkeys((r.experiment, r.model) for r in rows):
         block = [r for r in rows if (r.experiment, r.model) == (experiment, model)]
         seeds = ", ".join(map(str, block[0].difference.seeds))
-        steps = sorted({s for r in block for s in r.steps_a + r.steps_b})
+        steps = sorted({s for r in block for read in r.steps_a + r.steps_b for s in read})
+        auc = block[0].endpoint == "auc"
         lines += [
-            f"## {method_a} − {method_b}: {experiment}, {model} (seeds {seeds}; evaluation steps "
+            f"## {method_a} − {method_b}: {experiment}, {model} (seeds {seeds}; "
+            f"{'AUC: each run’s mean over its evaluation steps' if auc else 'evaluation steps'} "
             f"{', '.join(map(str, steps))})",
             "",
             f"| benchmark | metric | {method_a} | {method_b} | difference | per seed | {level} CI (t, seeds) "
@@ -190,7 +210,8 @@ def format_rows(rows: list[Row], method_a: str, method_b: str, resampling: stats
             )
         if any(r.steps_a != r.steps_b for r in block):
             lines.append(
-                f"\nsteps differ between the paired runs: {method_a} {block[0].steps_a}, {method_b} {block[0].steps_b}"
+                f"\nsteps differ between the paired runs: {method_a} {_reads(block[0].steps_a)}, {method_b} "
+                f"{_reads(block[0].steps_b)}"
             )
         family = sorted({m for r in block for m in r.family})
         lines += [
@@ -203,6 +224,13 @@ def format_rows(rows: list[Row], method_a: str, method_b: str, resampling: stats
             lines.append(f"Left out of the family (cannot be paired with {method_b}): {'; '.join(left_out)}.")
         lines.append(f"Seeds: {seed_design_note([len(r.difference.seeds) for r in block], resampling, alpha)}.")
         lines.append("")
+    if any(r.endpoint == "auc" for r in rows):
+        lines += [
+            "AUC: a run's value is the mean of its evaluations after step 0 (each problem's score averaged over "
+            "those steps, then over the problems), the `auc` of the endpoints table; step 0 is left out because "
+            "it is the same adapter for every method.",
+            "",
+        ]
     lines += [
         f"Values in points (percent). The run is the unit: each seed pair gives one difference (per seed). "
         f"p (seeds): two-sided exact sign-flip test over the seed pairs ({SEED_TEST}); smallest p: the "
@@ -218,6 +246,11 @@ def format_rows(rows: list[Row], method_a: str, method_b: str, resampling: stats
         f"beyond evaluation noise, not whether the methods do; '< x' means no flip was as extreme."
     ]
     return "\n".join(lines) + "\n"
+
+
+def _reads(steps: list[tuple[int, ...]]) -> str:
+    """The steps read for each run, in seed order: `128` for one evaluation, `32+64+96+128` for an AUC."""
+    return "[" + ", ".join("+".join(map(str, read)) for read in steps) + "]"
 
 
 SEED_TEST = f"all 2^S sign patterns up to {stats.EXACT_SEEDS} seeds, random patterns above"

@@ -169,6 +169,14 @@ class Run:
             table.setdefault(step, {})[bench] = 0.0
         return final_step(self._with_average(table), key)
 
+    def later_eval_steps(self, key: str) -> list[int]:
+        """The steps after 0 that evaluated `key` (a benchmark, or AVERAGE: every configured benchmark): the
+        points of the run's AUC."""
+        table: dict[int, dict[str, float]] = {}
+        for step, bench in self.summary:
+            table.setdefault(step, {})[bench] = 0.0
+        return [step for step, values in self._with_average(table).items() if step > 0 and key in values]
+
 
 def _steps_text(steps: list[int]) -> str:
     shown = ", ".join(map(str, steps[:4])) + (f", …, {steps[-1]}" if len(steps) > 4 else "")

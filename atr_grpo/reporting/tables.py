@@ -24,6 +24,7 @@ import math
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -201,10 +202,10 @@ def table2(runs: list[Run], resampling: stats.Resampling | None = None, alpha: f
 
     def scores_of(model: str, method: str, metric: str, bench: str) -> cells.Scores:
         if method == BASE and (model, BASE) not in groups:
-            return cells.cell_scores(starts_of[model], metric, bench, benches[:-1], lambda run: 0)
+            return cells.cell_scores(starts_of[model], metric, bench, benches[:-1], step=0)
         group = groups[(model, method)]
         step = final_step(_seed_mean_table(group, metric), bench)  # the step whose seed mean is the final
-        return cells.cell_scores(group, metric, bench, benches[:-1], lambda run: step)
+        return cells.cell_scores(group, metric, bench, benches[:-1], step=step)
 
     resampling = resampling or stats.Resampling()
     notes += _with_uncertainty(rows, "final", scores_of, resampling, alpha, missing)
@@ -310,7 +311,8 @@ def _with_uncertainty(
         if isinstance(scores, str):
             reasons.add(f"{scores}: no interval or test for the cells that need it")
             continue
-        estimate, low, high = cells.cell_interval(scores, resampling, "interval|" + "|".join(where))
+        label = "interval|" + "|".join(where) + ("" if scores.endpoint == "final" else f"|{scores.endpoint}")
+        estimate, low, high = cells.cell_interval(scores, resampling, label)
         if abs(estimate - row[value]) > 0.0051:  # the table's value is rounded to 2 decimals
             reasons.add(
                 f"{' '.join(where)}: the per-sample files give {estimate:.2f}, the summaries "
@@ -324,7 +326,7 @@ def _with_uncertainty(
         if isinstance(baseline, str):
             continue  # its reason is reported with the baseline's own row
         key = cells.comparison_key(
-            scores.experiment, row["model"], scores.method, BASELINE, row["metric"], row["benchmark"]
+            scores.experiment, row["model"], scores.method, BASELINE, row["metric"], row["benchmark"], scores.endpoint
         )
         try:
             diff = cells.compare(scores, baseline, resampling, key, (row["method"], BASELINE))
@@ -391,9 +393,13 @@ SEED_COLUMNS = [
 ]
 
 
-def seeds_table(runs: list[Run], resampling: stats.Resampling | None = None, alpha: float = ALPHA) -> Table:
-    """The run as the unit: per model × method, each run's final value (`runs`, seed order), their mean and
-    rliable's IQM, and the seed-level comparison with clip, exactly as `compare M clip` prints it."""
+def seeds_table(
+    runs: list[Run], resampling: stats.Resampling | None = None, alpha: float = ALPHA, endpoint: str = "final"
+) -> Table:
+    """The run as the unit: per model × method, each run's value at `endpoint` (`runs`, seed order: its final
+    evaluation, or for `auc` the mean of its evaluations after step 0), their mean and rliable's IQM, and the
+    seed-level comparison with clip, exactly as `compare M clip [--endpoint auc]` prints it. Named `seeds`, or
+    `seeds_auc` for the AUC."""
     runs, metrics, missing = _prepare(runs)
     benches, groups = _benchmarks_of(runs), _grouped(runs)
     rows = []
@@ -401,7 +407,7 @@ def seeds_table(runs: list[Run], resampling: stats.Resampling | None = None, alp
         for metric in metrics:
             for bench in benches:
                 try:
-                    values = cells.cell_scores(group, metric, bench, benches[:-1]).run_values()
+                    values = cells.cell_scores(group, metric, bench, benches[:-1], endpoint).run_values()
                 except cells.ScoreError as err:
                     missing.append(f"{model} {method} {bench} {metric}: {err}")
                     continue
@@ -419,7 +425,7 @@ def seeds_table(runs: list[Run], resampling: stats.Resampling | None = None, alp
                 )
 
     def scores_of(model: str, method: str, metric: str, bench: str) -> cells.Scores:
-        return cells.cell_scores(groups[(model, method)], metric, bench, benches[:-1])  # each seed's final
+        return cells.cell_scores(groups[(model, method)], metric, bench, benches[:-1], endpoint)
 
     resampling = resampling or stats.Resampling()
     notes = _with_uncertainty(rows, "mean", scores_of, resampling, alpha, missing)
@@ -436,14 +442,22 @@ def seeds_table(runs: list[Run], resampling: stats.Resampling | None = None, alp
                 p_improve_high=diff.improvement_high,
             )
     notes += [
-        "runs: each run's final value in seed order; iqm: rliable's interquartile mean of the runs (the mean "
+        f"runs: each run's {'AUC (the mean of its evaluations after step 0)' if endpoint == 'auc' else 'final value'} "
+        "in seed order; iqm: rliable's interquartile mean of the runs (the mean "
         "when there are fewer than 4); p_improve: rliable's probability of improvement P(method > clip) over "
         "every pair of runs (½ for ties), averaged over the benchmarks, with a bootstrap interval over the "
         "runs of each method; p_t_vs_clip: the paired t-test over the seed differences (diff_per_seed)"
     ]
     formats = dict.fromkeys([*P_COLUMNS, "p_t_vs_clip"], P_FORMAT)
     return Table(
-        "seeds", SEED_COLUMNS, _sort_rows(rows, "table2"), missing, notes, formats, alpha, display=_seeds_display
+        "seeds" if endpoint == "final" else f"seeds_{endpoint}",
+        SEED_COLUMNS,
+        _sort_rows(rows, "table2"),
+        missing,
+        notes,
+        formats,
+        alpha,
+        display=_seeds_display,
     )
 
 
@@ -535,7 +549,14 @@ def passk_table(runs: list[Run]) -> Table:
     return Table("passk", columns, rows, missing, notes)
 
 
-BUILDERS = {"table2": table2, "table3": table3, "seeds": seeds_table, "delta": delta_table, "passk": passk_table}
+BUILDERS = {
+    "table2": table2,
+    "table3": table3,
+    "seeds": seeds_table,
+    "seeds_auc": partial(seeds_table, endpoint="auc"),
+    "delta": delta_table,
+    "passk": passk_table,
+}
 
 
 # ------------------------------------------------------------------------------------------- output files
