@@ -1,6 +1,6 @@
 """What a run prints while it works: one progress line per stage, with the few numbers that say it is healthy.
 
-Every logged value goes to metrics.jsonl and W&B (`training.logging`); the console shows where each stage is
+Every logged value goes to metrics.jsonl and W&B (`training.run_logger`); the console shows where each stage is
 (tiny-model pretraining, SFT, GRPO, evaluation) and its latest values (`GRPO_SHOWN`, `LOSS_SHOWN`,
 `evaluation_shown`). Warnings, our stderr notes and the final summary are printed as before.
 

@@ -33,6 +33,7 @@ from atr_grpo.console import console_is_terminal, quiet_libraries
 from atr_grpo.errors import ConfigError
 from atr_grpo.evaluation import engines
 from atr_grpo.hydra_app import run_app
+from atr_grpo.machine import decide_evaluation
 from atr_grpo.model_checks import check_adapter_base
 
 log = logging.getLogger(__name__)
@@ -70,7 +71,7 @@ def evaluate(cfg: EvaluateConfig, config_yaml: str | None = None) -> dict[str, f
     ev = cfg.eval
     check_inputs(cfg)
     benchmarks = engines.load_benchmarks(ev, cfg.data)
-    generator, tokenizer = build_generator(cfg, engines.choose_backend(ev.backend), benchmarks)
+    generator, tokenizer = build_generator(cfg, decide_evaluation(ev).evaluation_backend, benchmarks)
     config_path = Path(cfg.out_dir) / rundir.CONFIG_FILE
     if config_yaml is not None and not config_path.exists():
         rundir.write_text(config_path, config_yaml, overwrite=False)

@@ -157,7 +157,8 @@ def _run_command(cmd: list[str], label: str | None) -> int:
     if label is None:
         return subprocess.run(cmd, cwd=REPO).returncode
     with subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
-        for line in proc.stdout:  # type: ignore[union-attr]
+        assert proc.stdout is not None  # stdout=PIPE
+        for line in proc.stdout:
             print(f"[{label}] {line}", end="", flush=True)
     return proc.returncode
 

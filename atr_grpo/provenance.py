@@ -17,9 +17,12 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from atr_grpo import rundir
+
+if TYPE_CHECKING:
+    from atr_grpo.machine import Decision
 
 START_KEY = "start_point"
 WEIGHT_SUFFIXES = (".safetensors", ".bin")
@@ -40,8 +43,9 @@ def weights_sha256(directory: str | Path) -> str:
     return digest.hexdigest()
 
 
-def loaded_models(cfg: Any, training_backend: str) -> dict[str, str]:
-    """The weights each stage of a run (a TrainConfig) loads, recorded in env.json: one and the same for all.
+def loaded_models(cfg: Any, decision: Decision) -> dict[str, str]:
+    """The weights each stage of a run (a TrainConfig) on `decision`'s backends loads, recorded in env.json: one
+    and the same for all.
 
     The SFT stage and the evaluation load `resolve_model_path` through transformers or vLLM; GRPO through
     transformers (TRL path) or through Unsloth, which is told to load that name exactly (never its own mirror).
@@ -50,10 +54,10 @@ def loaded_models(cfg: Any, training_backend: str) -> dict[str, str]:
 
     path = resolve_model_path(cfg.model)
     grpo = path
-    if training_backend == "unsloth":
+    if decision.training_backend == "unsloth":
         from atr_grpo.training.unsloth_trainer import unsloth_model_arguments
 
-        grpo = unsloth_model_arguments(cfg)["model_name"]
+        grpo = unsloth_model_arguments(cfg, decision.rollout_engine)["model_name"]
     return {"sft": path, "grpo": grpo, "evaluation": path}
 
 

@@ -47,8 +47,6 @@ class StepTimer:
 
 
 def run_once(kind: str, cfg: object, adapter: Path, out_dir: Path, steps: int) -> list[float]:
-    import copy
-
     from trl import GRPOConfig, GRPOTrainer
 
     from atr_grpo.clipping import build_rule
@@ -58,13 +56,11 @@ def run_once(kind: str, cfg: object, adapter: Path, out_dir: Path, steps: int) -
     from atr_grpo.training.rule_trainer import grpo_arg_values, loss_settings
     from atr_grpo.training.trl_backend import RuleGRPOTrainer
 
-    if kind == "vllm":  # our trainer, rollouts from TRL's colocated vLLM engine
-        cfg = copy.deepcopy(cfg)
-        cfg.rollout.engine = "vllm"
+    engine = "vllm" if kind == "vllm" else "hf"  # vllm: our trainer, rollouts from TRL's colocated vLLM engine
     model, tokenizer = load_model_and_tokenizer(cfg.model, adapter_path=adapter, for_training=True)
     tr = cfg.trainer
     dataset = filter_long_prompts(grpo_dataset(cfg.data, cfg.prompt), tokenizer, tr.max_prompt_length, False)
-    args = GRPOConfig(**grpo_arg_values(cfg, out_dir / kind))
+    args = GRPOConfig(**grpo_arg_values(cfg, out_dir / kind, engine))
     args.max_steps, args.save_strategy, args.disable_tqdm = steps, "no", True
     # every completion runs to max_completion_length, so both trainers generate exactly the same number of
     # tokens per step (otherwise step times follow whatever lengths each policy happens to sample)

@@ -170,9 +170,9 @@ def test_trl_arguments_follow_the_bf16_and_checkpointing_flags():
 
     for value in (True, False):
         cfg = train_config(["experiment=smoke", f"trainer.bf16={value}", f"trainer.gradient_checkpointing={value}"])
-        args = grpo_arg_values(cfg, REPO / "results" / "unused")
+        args = grpo_arg_values(cfg, REPO / "results" / "unused", "hf")
         assert (args["bf16"], args["gradient_checkpointing"]) == (value, value)
-    args = grpo_arg_values(train_config(["experiment=smoke", "trainer.bf16=null"]), REPO / "results" / "unused")
+    args = grpo_arg_values(train_config(["experiment=smoke", "trainer.bf16=null"]), REPO / "results" / "unused", "hf")
     assert args["bf16"] is False
 
 

@@ -67,41 +67,6 @@ def test_a_hot_evaluation_temperature_is_allowed_with_the_hf_backend():
     assert (cfg.eval.backend, cfg.eval.temperature) == ("hf", 2.5)
 
 
-def test_vllm_rollouts_need_vllm_importable(monkeypatch):
-    from atr_grpo.training import pipeline
-
-    cfg = train_config(["experiment=smoke", "rollout.engine=vllm"])
-    monkeypatch.setattr(pipeline, "_importable", lambda name: name != "vllm")
-    with pytest.raises(ConfigError, match="rollout.engine='vllm' needs vLLM"):
-        pipeline.resolve_rollout_engine(cfg)
-
-
-def test_unsloth_with_a_vllm_server_is_refused_and_auto_trains_through_trl(monkeypatch):
-    """Unsloth's trainer samples with its own colocated engine whatever rollout.vllm.mode says (it sets
-    vllm_mode='colocate'): asked for explicitly with a server it is refused, and auto picks TRL, which uses it."""
-    import torch
-
-    from atr_grpo.training import pipeline
-
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a GPU machine with unsloth and vllm
-    monkeypatch.setattr(pipeline, "_importable", lambda name: True)
-    server = ["experiment=smoke", "rollout.vllm.mode=server"]
-    for engine in ("rollout.engine=vllm", "rollout.engine=auto"):
-        with pytest.raises(ConfigError, match="rollout.vllm.mode='server' needs trainer.backend=trl"):
-            pipeline.choose_backend(train_config([*server, engine, "trainer.backend=unsloth"]))
-        assert pipeline.choose_backend(train_config([*server, engine, "trainer.backend=auto"])) == "trl"
-    with pytest.raises(ConfigError, match="a rollout server only serves rollout.engine=vllm"):
-        train_config([*server, "rollout.engine=hf", "trainer.backend=unsloth"])  # refused before any backend
-    assert pipeline.choose_backend(train_config(["experiment=smoke", "trainer.backend=auto"])) == "unsloth"
-
-
-def test_auto_rollout_engine_is_hf_without_cuda():
-    from atr_grpo.training.pipeline import resolve_rollout_engine
-
-    cfg = train_config(["experiment=smoke"])
-    assert cfg.rollout.engine == "auto" and resolve_rollout_engine(cfg) == "hf" == cfg.rollout.engine
-
-
 def test_a_runs_config_survives_the_trip_through_its_yaml():
     """What a stage process reads back (config.yaml) is the config the run was launched with."""
     for overrides in (["experiment=smoke"], ["experiment=smoke", "clipping=clip_cov"], []):

@@ -18,6 +18,7 @@ from atr_grpo.clipping import build_rule
 from atr_grpo.config import to_object
 from atr_grpo.errors import ConfigError
 from atr_grpo.losses import AGGREGATIONS, LossSettings, grpo_loss
+from atr_grpo.machine import Machine, decide
 from atr_grpo.training import pipeline, stage_process
 from atr_grpo.training.rule_trainer import grpo_arg_values
 
@@ -48,7 +49,7 @@ def test_the_global_batch_is_the_configs_on_any_number_of_processes(monkeypatch,
     generation batch holds 64, as on one GPU."""
     launched_as(monkeypatch, processes)
     cfg = train_config([])
-    args = grpo_arg_values(cfg, "unused")
+    args = grpo_arg_values(cfg, "unused", "hf")
     assert processes * args["per_device_train_batch_size"] * args["gradient_accumulation_steps"] == 32
     assert processes * args["per_device_train_batch_size"] * args["steps_per_generation"] == 64
     assert args["ddp_timeout"] == cfg.trainer.ddp_timeout and args["ddp_find_unused_parameters"] is False
@@ -66,9 +67,10 @@ def test_a_batch_the_processes_cannot_share_is_refused_naming_the_keys():
 def test_a_launch_on_several_processes_refuses_what_it_cannot_run(monkeypatch):
     """Unsloth trains on one GPU; a ZeRO-3 model cannot be evaluated by the main process alone; auto picks TRL."""
     launched_as(monkeypatch, 2)
-    with pytest.raises(ConfigError, match="trainer.backend='unsloth' trains on one GPU"):
-        pipeline.choose_backend(train_config(["trainer.backend=unsloth"]))
-    assert pipeline.choose_backend(train_config(["trainer.backend=auto"])) == "trl"
+    gpus = Machine(cuda=True, unsloth=True, vllm=True, processes=2)
+    with pytest.raises(ConfigError, match="trainer.backend='unsloth' trains on one GPU; on 2 processes"):
+        decide(train_config(["trainer.backend=unsloth"]), gpus)
+    assert decide(train_config(["trainer.backend=auto"]), gpus).training_backend == "trl"
     monkeypatch.setenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", "3")
     with pytest.raises(ConfigError, match="eval.when='during'.*ZeRO-3"):
         pipeline.check_processes(train_config(["experiment=smoke"]))  # (the smoke run evaluates during training)
@@ -162,10 +164,10 @@ def test_env_json_records_the_number_of_processes_and_a_changed_one_is_pointed_o
     """env.json has world_size; a run continued on another number of processes says its random streams change."""
     cfg = compose(["experiment=smoke", f"run_dir={tmp_path / 'run'}"])
     launched_as(monkeypatch, 2)
-    pipeline.prepare_run_dir(to_object(cfg), OmegaConf.to_yaml(cfg, resolve=True))
+    pipeline.prepare_run_dir(to_object(cfg), OmegaConf.to_yaml(cfg, resolve=True), decide(to_object(cfg)))
     assert json.loads((tmp_path / "run" / rundir.ENV_FILE).read_text())["world_size"] == 2
     launched_as(monkeypatch, 1)
-    pipeline.prepare_run_dir(to_object(cfg), OmegaConf.to_yaml(cfg, resolve=True))
+    pipeline.prepare_run_dir(to_object(cfg), OmegaConf.to_yaml(cfg, resolve=True), decide(to_object(cfg)))
     assert "started on 2 process(es) and continues on 1" in capsys.readouterr().err
     env = json.loads((tmp_path / "run" / rundir.ENV_FILE).read_text())
     assert env["world_size"] == 2 and env["resumes"][0]["world_size"] == 1

@@ -53,27 +53,16 @@ def test_an_explicit_engine_length_must_hold_the_evaluation(tiny):
         engines.check_capacity(tiny.eval, tiny.model, longest=60, backend="vllm")
 
 
-def test_check_evaluation_fits_uses_the_engine_of_each_mode(tiny, monkeypatch):
-    """during + Unsloth's rollout engine → model.max_seq_length; after → an engine of its own."""
+def test_check_evaluation_fits_uses_the_engine_of_each_backend(tiny, monkeypatch):
+    """Unsloth's colocated engine (during training) → model.max_seq_length; vLLM or HF → an engine of its own;
+    no backend (the run evaluates nothing) → nothing to check."""
     from atr_grpo.training import evaluations
 
     calls = []
     monkeypatch.setattr(engines, "check_capacity", lambda *args: calls.append(args[3:]))
-    tiny.eval.when, tiny.rollout.engine = "during", "vllm"
-    evaluations.check_evaluation_fits(tiny, "unsloth")
-    tiny.eval.when, tiny.eval.backend = "after", "vllm"
-    evaluations.check_evaluation_fits(tiny, "unsloth")
-    tiny.eval.when, tiny.rollout.engine, tiny.eval.backend = "during", "hf", "hf"
-    evaluations.check_evaluation_fits(tiny, "trl")
+    for backend in ("unsloth_vllm", "vllm", "hf", None):
+        evaluations.check_evaluation_fits(tiny, backend)
     assert calls == [("vllm", tiny.model.max_seq_length), ("vllm", None), ("hf", None)]
-
-
-def test_vllm_during_training_on_the_trl_path_is_refused(tiny):
-    tiny.eval.when, tiny.eval.backend = "during", "vllm"
-    from atr_grpo.training.evaluations import check_evaluation_fits
-
-    with pytest.raises(ConfigError, match="eval.backend=vllm with eval.when=during.*eval.when=after"):
-        check_evaluation_fits(tiny, "trl")
 
 
 @pytest.mark.parametrize(

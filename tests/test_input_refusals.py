@@ -17,6 +17,7 @@ from omegaconf import OmegaConf
 from atr_grpo import rundir
 from atr_grpo.config import to_object
 from atr_grpo.errors import ConfigError
+from atr_grpo.machine import decide
 from atr_grpo.training import pipeline
 
 
@@ -73,7 +74,8 @@ def test_a_refused_seed_leaves_no_trace_that_blocks_the_fixed_run(tmp_path):
     refused_in_one_line(refused, "seed must be in [0, 2**32 - 1]")
     assert not run_dir.exists()
     cfg = compose(["experiment=smoke", "seed=1", f"run_dir={run_dir}"])
-    state = pipeline.prepare_run_dir(to_object(cfg), OmegaConf.to_yaml(cfg, resolve=True))
+    train_cfg = to_object(cfg)
+    state = pipeline.prepare_run_dir(train_cfg, OmegaConf.to_yaml(cfg, resolve=True), decide(train_cfg))
     assert state.resume_from is None and (run_dir / rundir.CONFIG_FILE).exists()
 
 
@@ -95,7 +97,8 @@ def test_a_sweep_with_a_bad_value_starts_no_job(tmp_path):
 # ---------------------------------------------------------------------- the same run, spelled differently
 def prepare(run_dir, overrides=()):
     cfg = compose(["experiment=smoke", f"run_dir={run_dir}", *overrides])
-    return pipeline.prepare_run_dir(to_object(cfg), OmegaConf.to_yaml(cfg, resolve=True))
+    train_cfg = to_object(cfg)
+    return pipeline.prepare_run_dir(train_cfg, OmegaConf.to_yaml(cfg, resolve=True), decide(train_cfg))
 
 
 def test_a_run_dir_given_absolute_relative_moved_or_copied_is_the_same_run(tmp_path, monkeypatch):
@@ -210,7 +213,7 @@ def test_a_corrupted_config_or_env_file_is_named_and_the_run_left_as_it_was(tmp_
 
 
 def test_corrupted_jsonl_files_are_named_with_their_line(tmp_path):
-    from atr_grpo.training.logging import truncate_metrics
+    from atr_grpo.training.run_logger import truncate_metrics
 
     path = tmp_path / rundir.METRICS_FILE
     path.write_text('{"step": 1}\n{"step": 2, "lo\n{"step": 3}\n')

@@ -159,8 +159,8 @@ def test_the_config_builds_the_correction():
 
 def test_auto_engine_resolving_to_hf_refuses_a_correction_before_anything_loads():
     """On a machine without CUDA rollout.engine=auto means transformers' generate: no rollout log-probs."""
-    from atr_grpo.training.pipeline import resolve_rollout_engine
+    from atr_grpo.machine import Machine, decide
 
     cfg = train_config(["experiment=smoke", "rollout.correction=tis"])
     with pytest.raises(ConfigError, match="rollout.correction must be 'none' with rollout.engine='hf'"):
-        resolve_rollout_engine(cfg)
+        decide(cfg, Machine(cuda=False, unsloth=False, vllm=True))

@@ -9,7 +9,7 @@ from wandb_offline_files import offline_runs
 
 from atr_grpo import rundir
 from atr_grpo.evaluation.grader import STATUSES
-from atr_grpo.training.logging import (
+from atr_grpo.training.run_logger import (
     WANDB_EVAL_FILE,
     WANDB_ID_FILE,
     EvaluationMirror,

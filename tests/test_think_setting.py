@@ -61,7 +61,7 @@ def test_the_trl_trainer_is_built_with_the_configured_reward(tmp_path, tiny_mode
     from atr_grpo.training.trl_backend import build_trl_trainer
 
     cfg = train_config(["experiment=smoke", "eval.credit_inside_think=true"])
-    trainer, _ = build_trl_trainer(cfg, build_rule("clip"), None, tmp_path)
+    trainer, _ = build_trl_trainer(cfg, build_rule("clip"), None, tmp_path, "hf")
     assert trainer.reward_func_names == ["math_verify_reward"]
     assert trainer.reward_funcs[0](completions=[INSIDE_ONLY, NEITHER], answer=["24", "24"]) == [1.0, 0.0]
 

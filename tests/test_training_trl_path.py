@@ -30,7 +30,7 @@ def trainer(tiny_model_dir, tmp_path_factory):
     trainer = RuleGRPOTrainer(
         model=model,
         reward_funcs=[math_verify_reward],
-        args=GRPOConfig(**grpo_arg_values(cfg, out)),
+        args=GRPOConfig(**grpo_arg_values(cfg, out, "hf")),
         train_dataset=data,
         processing_class=tokenizer,
         rule=build_rule("clip"),

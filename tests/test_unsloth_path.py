@@ -288,7 +288,7 @@ def test_on_policy_runs_keep_w_equal_to_1_as_on_the_trl_path(zoo, monkeypatch):
     from atr_grpo.training.rule_trainer import grpo_arg_values
 
     cfg = train_config(["rollout=on_policy"])
-    args = grpo_arg_values(cfg, "/nowhere")
+    args = grpo_arg_values(cfg, "/nowhere", "vllm")
     assert args["gradient_accumulation_steps"] % (args["steps_per_generation"] * args["num_iterations"]) == 0
     assert cfg.optimizer_steps_per_rollout == 1  # where TRL alone would skip π_old, the flag build_* passes
 
@@ -496,7 +496,7 @@ def test_every_valid_rollout_correction_gives_a_config_trl_accepts(tmp_path):
             assert kind == "none" and (level, low, high) != ("token", None, 2.0)
             refused += 1
             continue
-        values = {**grpo_arg_values(cfg, tmp_path), **sampling_logprob_values(cfg), "use_cpu": True}
+        values = {**grpo_arg_values(cfg, tmp_path, "vllm"), **sampling_logprob_values("vllm"), "use_cpu": True}
         args = trl.GRPOConfig(**values)
         assert args.vllm_importance_sampling_correction is True and args.use_vllm is True
         checked += 1
@@ -561,6 +561,7 @@ def test_grpo_on_unsloth_loads_the_weights_that_sft_and_evaluation_load(monkeypa
 
     from atr_grpo import rundir
     from atr_grpo.config import config_to_yaml
+    from atr_grpo.machine import Decision
     from atr_grpo.training import pipeline
     from atr_grpo.training.unsloth_trainer import load_unsloth_model
 
@@ -581,12 +582,11 @@ def test_grpo_on_unsloth_loads_the_weights_that_sft_and_evaluation_load(monkeypa
             return model
 
     monkeypatch.setitem(sys.modules, "unsloth", SimpleNamespace(FastLanguageModel=FastLanguageModel))
-    load_unsloth_model(cfg, None)
+    load_unsloth_model(cfg, None, "vllm")
     loaded = calls["from_pretrained"]
     assert loaded["use_exact_model_name"] is True and loaded["fast_inference"] is True
     assert loaded["model_name"] == cfg.model.path
 
-    monkeypatch.setattr(pipeline, "choose_backend", lambda cfg: "unsloth")
-    pipeline.prepare_run_dir(cfg, config_to_yaml(cfg))
+    pipeline.prepare_run_dir(cfg, config_to_yaml(cfg), Decision("unsloth", "vllm", "vllm"))
     recorded = rundir.read_json(tmp_path / "run" / rundir.ENV_FILE)["model_loaded"]
     assert recorded == {"sft": cfg.model.path, "grpo": loaded["model_name"], "evaluation": cfg.model.path}

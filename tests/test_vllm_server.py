@@ -71,7 +71,7 @@ def test_server_mode_reaches_trls_client_settings():
             "rollout.vllm.group_port=51300",
         ]
     )
-    values = grpo_arg_values(cfg, "unused")
+    values = grpo_arg_values(cfg, "unused", "vllm")
     assert values["use_vllm"] is True and values["vllm_mode"] == "server"
     assert (values["vllm_server_host"], values["vllm_server_port"]) == ("10.1.2.3", 8123)
     assert (values["vllm_server_timeout"], values["vllm_group_port"], values["vllm_server_base_url"]) == (
@@ -104,7 +104,7 @@ def test_a_server_that_answers_health_is_accepted(health_server):
             "rollout.vllm.server_timeout=5",
         ]
     )
-    check_rollout_server(cfg.rollout)
+    check_rollout_server(cfg.rollout, "vllm")
     assert handler.requests and set(handler.requests) == {"/health"}  # (a slow first answer is asked again)
 
 
@@ -119,7 +119,7 @@ def test_server_base_url_takes_precedence_over_host_and_port(health_server):
             "rollout.vllm.server_timeout=5",
         ]
     )
-    check_rollout_server(cfg.rollout)
+    check_rollout_server(cfg.rollout, "vllm")
     assert handler.requests and set(handler.requests) == {"/health"}
 
 
@@ -158,7 +158,7 @@ def test_a_server_that_is_not_healthy_is_refused(health_server):
         ]
     )
     with pytest.raises(ConfigError, match=r"last: HTTP 503.*rollout.vllm.server_base_url="):
-        check_rollout_server(cfg.rollout)
+        check_rollout_server(cfg.rollout, "vllm")
     assert handler.requests and set(handler.requests) == {"/health"}
 
 
@@ -167,7 +167,7 @@ def test_colocate_mode_asks_no_server(monkeypatch):
         raise AssertionError("no request expected")
 
     monkeypatch.setattr("urllib.request.urlopen", refuse)
-    check_rollout_server(train_config(["experiment=smoke", "rollout.engine=vllm"]).rollout)
+    check_rollout_server(train_config(["experiment=smoke", "rollout.engine=vllm"]).rollout, "vllm")
 
 
 def test_a_server_with_hf_rollouts_is_refused_since_nothing_would_ask_it():
@@ -176,13 +176,11 @@ def test_a_server_with_hf_rollouts_is_refused_since_nothing_would_ask_it():
 
 
 def test_auto_rollouts_resolving_to_hf_refuse_a_server_before_anything_loads():
-    from atr_grpo.training.pipeline import resolve_rollout_engine
+    from atr_grpo.machine import Machine, decide
 
-    cfg = train_config(["experiment=smoke", "rollout.vllm.mode=server"])  # auto: hf on this CPU machine
-    if torch.cuda.is_available():
-        pytest.skip("auto resolves to vLLM on a CUDA machine")
+    cfg = train_config(["experiment=smoke", "rollout.vllm.mode=server"])  # auto: hf on a CPU machine
     with pytest.raises(ConfigError, match="rollout.vllm.mode must be 'colocate' with rollout.engine='hf'"):
-        resolve_rollout_engine(cfg)
+        decide(cfg, Machine(cuda=False, unsloth=False, vllm=True))
 
 
 @pytest.mark.gpu

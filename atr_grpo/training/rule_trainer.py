@@ -81,10 +81,11 @@ def delta_control(cfg: TrainConfig) -> DeltaControl | None:
     )
 
 
-def vllm_arg_values(cfg: TrainConfig) -> dict[str, Any]:
-    """TRL's vLLM settings from `rollout.*` (rollout.engine=vllm): colocated engine or a `trl vllm-serve` server."""
+def vllm_arg_values(cfg: TrainConfig, rollout_engine: str | None) -> dict[str, Any]:
+    """TRL's vLLM settings from `rollout.*` (`rollout_engine`, the run's, is vllm): colocated engine or a
+    `trl vllm-serve` server."""
     ro, tr = cfg.rollout, cfg.trainer
-    if ro.engine != "vllm":
+    if rollout_engine != "vllm":
         return {"use_vllm": False}
     vllm = ro.vllm
     values: dict[str, Any] = {
@@ -106,9 +107,9 @@ def vllm_arg_values(cfg: TrainConfig) -> dict[str, Any]:
     return values
 
 
-def grpo_arg_values(cfg: TrainConfig, output_dir: str | Path) -> dict[str, Any]:
-    """TRL's `GRPOConfig` values from ours (both paths use these; Unsloth's config class changes some
-    silently, which `unsloth_trainer` undoes and checks)."""
+def grpo_arg_values(cfg: TrainConfig, output_dir: str | Path, rollout_engine: str | None) -> dict[str, Any]:
+    """TRL's `GRPOConfig` values from ours, sampling with `rollout_engine` (the run's: `machine.decide`); both
+    paths use these, and Unsloth's config class changes some silently, which `unsloth_trainer` undoes and checks."""
     tr, cuda = cfg.trainer, torch.cuda.is_available()
     # the config's micro-batch counts are global: each of N launched processes does 1/N of them
     share = process_batch(
@@ -137,7 +138,7 @@ def grpo_arg_values(cfg: TrainConfig, output_dir: str | Path) -> dict[str, Any]:
         disable_dropout=True,  # stale ratios must come from the update, not from dropout masks
         # TRL's own correction stays off: ours (rollout.correction) weighs the loss on both paths
         vllm_importance_sampling_correction=False,
-        **vllm_arg_values(cfg),
+        **vllm_arg_values(cfg, rollout_engine),
         # optimisation
         learning_rate=tr.learning_rate,
         weight_decay=tr.weight_decay,

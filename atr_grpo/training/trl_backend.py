@@ -72,8 +72,11 @@ class RuleGRPOTrainer(RuleTrainerMixin, GRPOTrainer):
         return result.loss
 
 
-def build_trl_trainer(cfg: TrainConfig, rule: ClipRule, adapter: Path | None, run_dir: Path) -> tuple[Any, Any]:
-    """transformers + peft model (the SFT adapter, trainable) and the rule's GRPOTrainer."""
+def build_trl_trainer(
+    cfg: TrainConfig, rule: ClipRule, adapter: Path | None, run_dir: Path, rollout_engine: str | None
+) -> tuple[Any, Any]:
+    """transformers + peft model (the SFT adapter, trainable) and the rule's GRPOTrainer, sampling with
+    `rollout_engine` (the run's, `machine.decide`)."""
     from atr_grpo import rundir
     from atr_grpo.data.datasets import filter_long_prompts, grpo_dataset
     from atr_grpo.models import load_model_and_tokenizer
@@ -85,7 +88,7 @@ def build_trl_trainer(cfg: TrainConfig, rule: ClipRule, adapter: Path | None, ru
     trainer = RuleGRPOTrainer(
         model=model,
         reward_funcs=[reward_function(cfg.eval)],
-        args=GRPOConfig(**grpo_arg_values(cfg, run_dir / rundir.CHECKPOINT_DIR)),
+        args=GRPOConfig(**grpo_arg_values(cfg, run_dir / rundir.CHECKPOINT_DIR, rollout_engine)),
         train_dataset=dataset,
         processing_class=tokenizer,
         rule=rule,

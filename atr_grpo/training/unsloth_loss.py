@@ -95,7 +95,7 @@ def make_grpo_compute_loss(rule: ClipRule, settings: LossSettings, on_policy: bo
     already normalised (Dr.GRPO constant, ÷ gradient-accumulation steps): Unsloth's backward returns the
     gradient computed here and ignores the upstream one. With the rollout engine's log-probs, `delta` is
     |log π_old − log π_rollout| and `flat_is_ratio` the correction weight ρ (1 without a correction), both `[B, T]`
-    and 0 on padding, which Unsloth logs as `sampling/*` (not recorded: `logging`). Pure tensor code: it runs under
+    and 0 on padding, which Unsloth logs as `sampling/*` (not recorded: `run_logger`). Pure tensor code: it runs under
     `torch.func.grad_and_value` and a fullgraph compile.
     """
 

@@ -89,16 +89,16 @@ def check_trainer_settings(trainer: Any, wanted: dict[str, Any]) -> None:
             raise RuntimeError(f"the Unsloth trainer changed {key} from {wanted[key]!r} to {found!r}{hint}")
 
 
-def sampling_logprob_values(cfg: TrainConfig) -> dict[str, Any]:
+def sampling_logprob_values(rollout_engine: str | None) -> dict[str, Any]:
     """TRL's importance-sampling switches for Unsloth's trainer: with vLLM rollouts the correction must be on,
     since Unsloth keeps the engine's log-probs of the sampled tokens for the loss only then.
 
     What TRL computes with it is never used: its weight would apply in a loss that ours replaces (`unsloth_loss`,
-    which weighs with `rollout.correction`), and its `sampling/*` metrics are not recorded (`logging`). So TRL
+    which weighs with `rollout.correction`), and its `sampling/*` metrics are not recorded (`run_logger`). So TRL
     gets one setting its config accepts, whatever `rollout.correction*` is: some valid settings (correction=none
     with both thresholds null, correction_min = correction_max = 1) would make `GRPOConfig` raise.
     """
-    if cfg.rollout.engine != "vllm":
+    if rollout_engine != "vllm":
         return {"vllm_importance_sampling_correction": False}
     return {"vllm_importance_sampling_correction": True, **UNUSED_TRL_CORRECTION}
 
@@ -132,8 +132,9 @@ def load_adapter_weights(model: Any, adapter: Path) -> None:
         )
 
 
-def unsloth_model_arguments(cfg: TrainConfig) -> dict[str, Any]:
-    """What `FastLanguageModel.from_pretrained` is given: the configured weights, exactly.
+def unsloth_model_arguments(cfg: TrainConfig, rollout_engine: str | None) -> dict[str, Any]:
+    """What `FastLanguageModel.from_pretrained` is given: the configured weights, exactly (and, for vLLM rollouts,
+    a colocated engine).
 
     Without `use_exact_model_name`, Unsloth swaps a hub id for its own mirror (Qwen/Qwen3-1.7B → unsloth/Qwen3-1.7B,
     its MAP_TO_UNSLOTH_16bit), which may render prompts with another chat template: GRPO would train other weights
@@ -148,22 +149,22 @@ def unsloth_model_arguments(cfg: TrainConfig) -> dict[str, Any]:
         max_seq_length=model_cfg.max_seq_length,
         dtype=None if model_cfg.dtype == "auto" else getattr(torch, model_cfg.dtype),
         load_in_4bit=model_cfg.load_in_4bit,
-        fast_inference=cfg.rollout.engine == "vllm",
+        fast_inference=rollout_engine == "vllm",
         max_lora_rank=model_cfg.lora.r,
         gpu_memory_utilization=cfg.rollout.vllm.gpu_memory_utilization,
         random_state=cfg.seed,
     )
 
 
-def load_unsloth_model(cfg: TrainConfig, adapter: Path | None) -> tuple[Any, Any]:
-    """Unsloth's model (+ colocated vLLM for rollout.engine=vllm) with the paper's LoRA, SFT weights loaded."""
+def load_unsloth_model(cfg: TrainConfig, adapter: Path | None, rollout_engine: str | None) -> tuple[Any, Any]:
+    """Unsloth's model (+ colocated vLLM for vLLM rollouts) with the paper's LoRA, SFT weights loaded."""
     from unsloth import FastLanguageModel  # noqa: I001  (must precede trl/transformers use)
 
     from atr_grpo.training.rule_trainer import resolve_flag
 
     lora = cfg.model.lora
-    use_vllm = cfg.rollout.engine == "vllm"
-    model, tokenizer = FastLanguageModel.from_pretrained(**unsloth_model_arguments(cfg))
+    use_vllm = rollout_engine == "vllm"
+    model, tokenizer = FastLanguageModel.from_pretrained(**unsloth_model_arguments(cfg, rollout_engine))
     if use_vllm and getattr(model, "vllm_engine", None) is None:  # Unsloth drops fast_inference silently
         raise RuntimeError(
             "rollout.engine=vllm, but Unsloth loaded the model without its vLLM engine (is vllm 0.31.0 installed "
@@ -199,10 +200,13 @@ class UnslothRuleTrainerMixin:
         return mask.bool()
 
 
-def build_unsloth_trainer(cfg: TrainConfig, rule: ClipRule, adapter: Path | None, run_dir: Path) -> tuple[Any, Any]:
-    """Unsloth's generated GRPOTrainer with the rule installed, the same settings as the TRL path."""
+def build_unsloth_trainer(
+    cfg: TrainConfig, rule: ClipRule, adapter: Path | None, run_dir: Path, rollout_engine: str | None
+) -> tuple[Any, Any]:
+    """Unsloth's generated GRPOTrainer with the rule installed, the same settings as the TRL path, sampling with
+    `rollout_engine` (the run's, `machine.decide`)."""
     check_environment()
-    model, tokenizer = load_unsloth_model(cfg, adapter)  # imports unsloth first: it patches trl
+    model, tokenizer = load_unsloth_model(cfg, adapter, rollout_engine)  # imports unsloth first: it patches trl
 
     import trl
 
@@ -216,9 +220,10 @@ def build_unsloth_trainer(cfg: TrainConfig, rule: ClipRule, adapter: Path | None
     if "grpo_accumulated_loss" not in namespace:
         raise RuntimeError("trl.GRPOTrainer is not Unsloth's generated trainer: import unsloth before trl")
 
-    wanted = grpo_arg_values(cfg, run_dir / rundir.CHECKPOINT_DIR)  # with vLLM, Unsloth reuses model.vllm_engine
+    # with vLLM, Unsloth reuses model.vllm_engine
+    wanted = grpo_arg_values(cfg, run_dir / rundir.CHECKPOINT_DIR, rollout_engine)
     wanted.update(
-        **sampling_logprob_values(cfg),
+        **sampling_logprob_values(rollout_engine),
         unsloth_num_chunks=-1,
         # any quantile < 1 makes zoo compute per-token entropies; `get_high_entropy_mask` records them and
         # keeps every token, so the loss is unchanged

@@ -41,9 +41,10 @@ def _answers(url: str, timeout: float) -> str | None:
         return str(getattr(err, "reason", err))
 
 
-def check_rollout_server(rollout: RolloutConfig) -> None:
-    """Refuse a server-mode run whose vLLM server does not answer (nothing to do in other modes)."""
-    if rollout.engine != "vllm" or rollout.vllm.mode != "server":
+def check_rollout_server(rollout: RolloutConfig, engine: str | None) -> None:
+    """Refuse a server-mode run whose vLLM server does not answer (nothing to do in other modes); `engine`: the
+    run's rollout engine (`machine.decide`)."""
+    if engine != "vllm" or rollout.vllm.mode != "server":
         return
     vllm = rollout.vllm
     url = f"{server_url(vllm)}/health"

@@ -226,10 +226,12 @@ class EvaluationMirror:
             )
 
 
-def _config_dict(cfg: TrainConfig) -> dict[str, Any]:
+def _config_dict(cfg: TrainConfig) -> dict[Any, Any]:
     from omegaconf import OmegaConf
 
-    return OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)  # type: ignore[return-value]
+    config = OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)
+    assert isinstance(config, dict)  # a dataclass's fields
+    return config
 
 
 class MetricsCallback(TrainerCallback):

