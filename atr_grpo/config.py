@@ -17,7 +17,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf, flag_override, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from atr_grpo import rundir
-from atr_grpo.benchmark_registry import BENCHMARKS
+from atr_grpo.benchmarks import BENCHMARKS
 from atr_grpo.cache import cache_dir
 from atr_grpo.clipping import RULES, build_rule
 from atr_grpo.clipping.adaptive_delta import DELTA_CONTROL_PARAMS, check_delta_control, delta_rules, takes_delta
