@@ -7,7 +7,8 @@ about the benchmark (where its rows come from, its answer format, its row count,
     register_benchmark(BenchmarkSpec(name="math500", hub_id="HuggingFaceH4/MATH-500", num_problems=500,
                                      display_name="MATH500", order=4))
 
-Importing this package imports every module in it (a new module needs no edit here).
+Importing this package imports every module in it (a new module needs no edit here), then the modules other
+installed packages declare under the entry-point group `atr_grpo.benchmarks` (`atr_grpo.plugins`).
 
 Built in: amc23, aime24, aime25 (from the hub), and `arithmetic`, the held-out problems of the synthetic task of
 `conf/data/arithmetic.yaml`, so that `python -m atr_grpo.evaluate eval=arithmetic` works without a training run.
@@ -25,6 +26,7 @@ from atr_grpo.benchmarks.registry import (
     register_benchmark,
     table_position,
 )
+from atr_grpo.plugins import BENCHMARK_GROUP, load_entry_points
 
 __all__ = [
     "BENCHMARKS",
@@ -38,3 +40,4 @@ __all__ = [
 
 for _module in pkgutil.iter_modules(__path__):
     importlib.import_module(f"{__name__}.{_module.name}")
+load_entry_points(BENCHMARK_GROUP)
