@@ -17,12 +17,15 @@ from pathlib import Path
 from unittest.mock import patch
 
 import pytest
+import torch
 from conftest import REPO, train_config
 from omegaconf import OmegaConf
 from test_results_tables import make_run
 
 from atr_grpo import rundir
 from atr_grpo.benchmarks import BENCHMARKS, BenchmarkError
+from atr_grpo.clipping import RULES, build_rule
+from atr_grpo.clipping.listing import rule_listing
 from atr_grpo.errors import ConfigError
 from atr_grpo.evaluation.benchmarks import load_benchmark
 from atr_grpo.plugins import BENCHMARK_GROUP, RULE_GROUP, PluginError, load_entry_points
@@ -138,6 +141,32 @@ def test_a_benchmark_module_makes_its_name_selectable_and_its_column_in_table2(s
     assert headings == ["AMC2023", "AIME2024", "MATH500", "AIME2025", "Average"]
     tex = (out / "table2.tex").read_text()
     assert tex.index(r"{AIME2024}") < tex.index(r"\multicolumn{2}{c}{MATH500}") < tex.index(r"{AIME2025}")
+
+
+def test_a_rule_module_registers_its_rule_and_the_listing_names_its_module(site):
+    """In this process: the entry point's module registers the rule, which builds, computes its loss and metrics,
+    and appears in `python -m atr_grpo.clipping`'s listing under its own module name."""
+    write_distribution(
+        site,
+        "dummy-rule",
+        {RULE_GROUP: {"dummy_log_clip": "dummy_rule_pkg"}},
+        {"dummy_rule_pkg/__init__.py": DUMMY_RULE_MODULE},
+    )
+    with patch.dict(RULES):
+        assert "dummy_log_clip" in load_entry_points(RULE_GROUP)
+        listing = rule_listing(["dummy_log_clip"])
+        assert listing.splitlines()[:2] == ["dummy_log_clip  (dummy_rule_pkg, family ratio)", "  |log w| <= eps"]
+        assert "eps = 0.05  a finite number > 0; the bound on |log w|" in listing
+        # log w = 0 and 0.2 on two tokens with A > 0: with eps = 0.1 the second is outside and its gradient frozen
+        logp, old_logp = torch.tensor([[0.0, 0.2]]), torch.zeros(1, 2)
+        out = build_rule("dummy_log_clip", eps=0.1)(
+            logp, old_logp, torch.ones(1, 2), torch.ones(1, 2, dtype=torch.bool)
+        )
+        assert (out.metrics["dummy/frac_outside"], out.metrics["clip/frac_high"], out.metrics["clip/frac"]) == (
+            0.5,
+            0.5,
+            0.5,
+        )
 
 
 @pytest.mark.parametrize("module_text", ["raise RuntimeError('needs a library this machine lacks')\n", None])
