@@ -24,8 +24,9 @@ RULE_GROUP = "atr_grpo.rules"
 BENCHMARK_GROUP = "atr_grpo.benchmarks"
 
 
-class PluginError(ImportError):
-    """An installed package's rule or benchmark module cannot be imported."""
+class PluginError(RuntimeError):
+    """An installed package's rule or benchmark module cannot be imported. (Not an ImportError: code that treats a
+    missing optional dependency as absent must not pass over a broken plugin.)"""
 
 
 def describe(entry_point: EntryPoint) -> str:

@@ -78,8 +78,8 @@ def write_distribution(site: Path, dist: str, entry_points: dict[str, dict[str, 
     for relative, text in files.items():
         (site / relative).parent.mkdir(parents=True, exist_ok=True)
         (site / relative).write_text(text)
-    info = site / f"{dist}-0.1.dist-info"
-    info.mkdir()
+    info = site / f"{dist.replace('-', '_')}-0.1.dist-info"  # the folder name pip gives it
+    info.mkdir(parents=True)
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 0.1\n")
     lines = [
         f"[{group}]\n" + "".join(f"{k} = {v}\n" for k, v in names.items()) for group, names in entry_points.items()
