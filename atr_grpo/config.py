@@ -11,13 +11,14 @@ from __future__ import annotations
 import dataclasses
 import warnings
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from omegaconf import MISSING, DictConfig, OmegaConf, flag_override, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from atr_grpo import rundir
-from atr_grpo.benchmark_registry import BENCHMARKS
+from atr_grpo.benchmarks import BENCHMARKS
 from atr_grpo.cache import cache_dir
 from atr_grpo.clipping import RULES, build_rule
 from atr_grpo.clipping.adaptive_delta import DELTA_CONTROL_PARAMS, check_delta_control, delta_rules, takes_delta
@@ -27,6 +28,8 @@ from atr_grpo.distributed import log_suffix
 from atr_grpo.errors import ConfigError
 from atr_grpo.losses import AGGREGATION_CHOICES, KL_ESTIMATORS
 from atr_grpo.rollout_correction import RolloutCorrection, correction_problem
+
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 
 # where data.datasets reads rows from: data.source / sft.source (sft.source may also be "none")
 SOURCES = ("hub", "file", "arithmetic")
@@ -703,6 +706,8 @@ def register_configs() -> None:
     # `defaults: [/schema/clipping@_here_: <rule>]`, since the field itself cannot know the rule.
     for name, node in CLIPPING_SCHEMAS.items():
         store.store(group="schema/clipping", name=name, node=node)
+        if not (CONF_DIR / "clipping" / f"{name}.yaml").exists():  # a rule with no file (a plugin's): its defaults
+            store.store(group="clipping", name=name, node=node(name=name))
 
 
 def config_to_yaml(cfg: TrainConfig) -> str:

@@ -13,17 +13,15 @@ import dataclasses
 import os
 import sys
 from collections.abc import Callable, Iterable
-from pathlib import Path
 from typing import Any
 
 from hydra.errors import HydraException
 from omegaconf import DictConfig
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
-from atr_grpo.config import register_configs, unknown_key_message
+from atr_grpo.config import CONF_DIR, register_configs, unknown_key_message
 from atr_grpo.errors import ConfigError
 
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 CONFIG_ERRORS = (ConfigError, HydraException, OmegaConfBaseException)
 
 

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from conftest import REPO, compose, train_config
 
-from atr_grpo.benchmark_registry import BENCHMARKS, BenchmarkSpec
+from atr_grpo.benchmarks import BENCHMARKS, BenchmarkSpec
 from atr_grpo.clipping import RULES, rule_defaults
 from atr_grpo.clipping.adaptive_delta import DELTA_CONTROL_DEFAULTS
 from atr_grpo.config import to_object

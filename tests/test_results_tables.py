@@ -35,7 +35,9 @@ UNCERTAINTY = [
 PAPER = Path(__file__).resolve().parents[1] / "results" / "paper"
 
 
-def make_run(root, experiment, model, method, clipping, seed, evals, max_steps=100, n=8, k=8, name=None):
+def make_run(
+    root, experiment, model, method, clipping, seed, evals, max_steps=100, n=8, k=8, name=None, benchmarks=BENCHES
+):
     """A run directory: config.yaml, metrics.jsonl and eval/summary.jsonl from {step: {bench: (mean, pass)}}."""
     path = root / experiment / (name or f"{experiment}__{method}__s{seed}__model={model}")
     path.mkdir(parents=True)
@@ -46,7 +48,7 @@ def make_run(root, experiment, model, method, clipping, seed, evals, max_steps=1
         "model": {"name": model},
         "clipping": clipping,
         "trainer": {"max_steps": max_steps},
-        "eval": {"benchmarks": BENCHES, "k": k, "n": n, "every_steps": 50, "at_start": 0 in evals},
+        "eval": {"benchmarks": list(benchmarks), "k": k, "n": n, "every_steps": 50, "at_start": 0 in evals},
     }
     OmegaConf.save(OmegaConf.create(config), path / "config.yaml")
     lines = [

@@ -18,10 +18,11 @@ TABLE_HEADER = (
 
 
 def module_path(rule: type[ClipRule]) -> str:
-    """'atr_grpo/clipping/kl.py': where the rule's class is defined, relative to the repository root."""
+    """'atr_grpo/clipping/kl.py': where the rule's class is defined, relative to the repository root; for a rule of
+    another package (`atr_grpo.plugins`), its module's name."""
     path = Path(inspect.getfile(rule)).resolve()
     package_root = Path(__file__).resolve().parents[2]
-    return path.relative_to(package_root).as_posix()
+    return path.relative_to(package_root).as_posix() if path.is_relative_to(package_root) else rule.__module__
 
 
 def format_default(value: object) -> str:

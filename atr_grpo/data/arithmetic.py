@@ -9,7 +9,7 @@ solved one operation at a time with every intermediate result written out (`12 +
 multi-step working before the boxed answer, as in the paper's reasoning chains. Every operand and every
 intermediate result stays in [0, max_operand], the range the tiny base model was pretrained on.
 
-The held-out problems are also the evaluation benchmark `arithmetic` (`benchmark_registry.arithmetic_benchmark`).
+The held-out problems are also the evaluation benchmark `arithmetic` (`benchmarks.arithmetic`).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Public functions: `grade`, `grade_many`, `pass_at_k`, `mean_at_k`, `run_evaluati
 import their heavy dependencies (vLLM, Unsloth, transformers) only when used.
 """
 
-from atr_grpo.benchmark_registry import BENCHMARKS, BenchmarkError, BenchmarkSpec, register_benchmark
+from atr_grpo.benchmarks import BENCHMARKS, BenchmarkError, BenchmarkSpec, register_benchmark
 from atr_grpo.evaluation.backends import (
     Generator,
     HFGenerator,

@@ -1,4 +1,4 @@
-"""Evaluation benchmarks: a loader that checks what it loads, for the specs of `atr_grpo.benchmark_registry`.
+"""Evaluation benchmarks: a loader that checks what it loads, for the specs of `atr_grpo.benchmarks`.
 
     spec = BenchmarkSpec(name="mine", loader=lambda: [{"id": 0, "problem": "1+1?", "answer": "2"}])
     register_benchmark(spec)
@@ -28,14 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from atr_grpo.benchmark_registry import (
-    BENCHMARKS,
-    BenchmarkError,
-    BenchmarkSpec,
-    Row,
-    arithmetic_benchmark,
-    register_benchmark,
-)
+from atr_grpo.benchmarks import BENCHMARKS, BenchmarkError, BenchmarkSpec, Row, register_benchmark
+from atr_grpo.benchmarks.arithmetic import arithmetic_benchmark
 from atr_grpo.data.arithmetic import task_settings
 from atr_grpo.evaluation.grader import GoldParseError, last_boxed, parse_gold
 

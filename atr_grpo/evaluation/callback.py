@@ -62,16 +62,16 @@ class EvaluationCallback(TrainerCallback):
             if getattr(state, "is_world_process_zero", True):
                 self._save_and_evaluate(step)
             elif self.save_fn is not None:
-                self._save_share(step)
+                self._save_share(self.save_fn, step)
         finally:
             if self.wait_fn is not None:
                 self.wait_fn()
 
-    def _save_share(self, step: int) -> None:
+    def _save_share(self, save_fn: Callable[[int], Any], step: int) -> None:
         """Another process's part of saving (it writes no file): a failure is logged here, and only what the
         main process writes decides whether the step can be evaluated."""
         try:
-            self.save_fn(step)  # type: ignore[misc]
+            save_fn(step)
         except Exception as err:
             log.error("saving the adapter for evaluation at step %d failed on this process", step, exc_info=err)
 

@@ -43,8 +43,8 @@ def sampling_config(eval_cfg: EvalConfig) -> Any:
 
 def load_benchmarks(eval_cfg: EvalConfig, data: DataConfig | None = None) -> list[Any]:
     """The configured benchmarks. `arithmetic` holds the held-out problems of the synthetic task: `data`'s when
-    it is that task (a training run), else the task of conf/data/arithmetic.yaml (`benchmark_registry`)."""
-    from atr_grpo.benchmark_registry import BenchmarkError
+    it is that task (a training run), else the task of conf/data/arithmetic.yaml (`benchmarks.arithmetic`)."""
+    from atr_grpo.benchmarks import BenchmarkError
     from atr_grpo.evaluation.benchmarks import load_benchmark, register_task_benchmark
 
     if "arithmetic" in eval_cfg.benchmarks and data is not None and data.source == "arithmetic":

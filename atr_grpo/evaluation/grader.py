@@ -46,6 +46,10 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from atr_grpo.evaluation.pool import Progress
 
 log = logging.getLogger(__name__)
 
@@ -310,7 +314,7 @@ def grade_samples(
     items: Sequence[tuple[str, str, str | None]],
     workers: int | None = None,
     timeout: float = DEFAULT_TIMEOUT,
-    progress: object | None = None,
+    progress: Progress | None = None,
     credit_inside_think: bool = False,
 ) -> list[GradeResult]:
     """Grade (completion, gold, finish_reason) triples, in order, in `workers` processes.
@@ -318,7 +322,7 @@ def grade_samples(
     workers: None = one per usable CPU; 0 = in this process (signal timer only, no outer bound).
     Each answer has `timeout` seconds inside its worker; a worker still busy well after that (a C-level
     call ignoring the signal) is killed and replaced, and its answer counts as "timeout".
-    progress: an object with `update(int)` (e.g. a tqdm bar), called as answers complete.
+    progress: an object with `update(int)` (e.g. a tqdm bar), called with 1 as each answer completes.
     credit_inside_think: grade a box inside `<think>...</think>` too (see the module docstring).
     """
     from atr_grpo.evaluation.pool import run_with_deadline
@@ -330,7 +334,7 @@ def grade_samples(
         for job in jobs:
             results.append(_grade_job(job))
             if progress is not None:
-                progress.update(1)  # type: ignore[attr-defined]
+                progress.update(1)
         return results
     _grade_job(("\\boxed{1}", "1", "stop", timeout, False))  # import and warm math-verify once, before forking
     return run_with_deadline(

@@ -18,9 +18,15 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection, wait
-from typing import Any
+from typing import Any, Protocol
 
 log = logging.getLogger(__name__)
+
+
+class Progress(Protocol):
+    """What counts finished jobs: a tqdm bar, for one."""
+
+    def update(self, n: int, /) -> object: ...
 
 
 def _context() -> Any:
@@ -102,7 +108,7 @@ def run_with_deadline(
     workers: int,
     deadline_s: float,
     on_failure: Callable[[Any, str], Any],
-    progress: object | None = None,
+    progress: Progress | None = None,
 ) -> list[Any]:
     """`[fn(job) for job in jobs]`, in `workers` processes, in order.
 
@@ -127,7 +133,7 @@ def run_with_deadline(
     def finish(index: int, value: Any) -> None:
         results[index] = value
         if progress is not None:
-            progress.update(1)  # type: ignore[attr-defined]
+            progress.update(1)
 
     def replace(worker: _Worker, reason: str) -> _Worker:
         """Kill `worker`: its current job fails with `reason`, the rest of its chunk is queued again."""

@@ -141,11 +141,8 @@ def run_evaluation_state(run_dir: str | Path, config: dict[str, Any]) -> Evaluat
 
 def run_complete(run_dir: str | Path) -> bool:
     """Trained to its last step and every scheduled evaluation recorded: a run there is nothing left to do for."""
-    from omegaconf import OmegaConf
-
     run_dir = Path(run_dir)
     if not (run_dir / rundir.DONE_FILE).exists():
         return False
-    config = OmegaConf.to_container(OmegaConf.load(run_dir / rundir.CONFIG_FILE), resolve=True)
-    state = run_evaluation_state(run_dir, config)  # type: ignore[arg-type]
+    state = run_evaluation_state(run_dir, rundir.load_config(run_dir / rundir.CONFIG_FILE))
     return state is None or state.complete

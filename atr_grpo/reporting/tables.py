@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from atr_grpo import rundir
+from atr_grpo.benchmarks import display_name, table_position
 from atr_grpo.evaluation.metrics import summarize
 from atr_grpo.reporting import cells, compare, stats
 from atr_grpo.reporting.runs import (
@@ -42,8 +43,6 @@ from atr_grpo.reporting.runs import (
     problems,
 )
 
-BENCHMARK_ORDER = ["amc23", "aime24", "aime25", AVERAGE]
-BENCHMARK_NAMES = {"amc23": "AMC2023", "aime24": "AIME2024", "aime25": "AIME2025", AVERAGE: "Average"}
 PAPER_DIR = Path(__file__).resolve().parents[2] / "results" / "paper"
 BASE = "base"
 BASELINE = "clip"  # the method every other is tested against in tables 2 and 3
@@ -109,9 +108,17 @@ def _sort_rows(rows: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: _sort_key(r["model"], r["method"], order))  # stable: benchmarks stay
 
 
+def _column_order(bench: str) -> tuple[bool, tuple[float, str]]:
+    """The benchmarks' columns in their specs' order (`benchmarks.table_position`), the Average last."""
+    return (bench == AVERAGE, table_position(bench))
+
+
 def _benchmarks_of(runs: list[Run]) -> list[str]:
-    names = {b for run in runs for b in run.benchmarks}
-    return [b for b in BENCHMARK_ORDER[:-1] if b in names] + sorted(names - set(BENCHMARK_ORDER)) + [AVERAGE]
+    return sorted({b for run in runs for b in run.benchmarks} | {AVERAGE}, key=_column_order)
+
+
+def _column_name(bench: str) -> str:
+    return "Average" if bench == AVERAGE else display_name(bench)
 
 
 def _prepare(runs: list[Run]) -> tuple[list[Run], list[str], list[str]]:
@@ -616,7 +623,7 @@ def _paper_grid(table: Table) -> tuple[list[tuple[str, str]], list[tuple[str, st
     """Tables 2 and 3 as the paper lays them out: a row per (model, method), a column per benchmark × metric."""
     value = "final" if table.name == "table2" else "mean"
     keys = list(dict.fromkeys((r["benchmark"], r["metric"]) for r in table.rows))
-    keys.sort(key=lambda bm: (BENCHMARK_ORDER.index(bm[0]) if bm[0] in BENCHMARK_ORDER else 3, bm[0], bm[1]))
+    keys.sort(key=lambda bm: (_column_order(bm[0]), bm[1]))
     top: dict[tuple, float] = {}
     for r in table.rows:
         if r["method"] != BASE and not math.isnan(r[value]):
@@ -655,7 +662,7 @@ def _plain_rows(table: Table) -> tuple[list[str], list[list[str]]]:
 
 
 def _header(bench: str, metric: str) -> str:
-    return f"{BENCHMARK_NAMES.get(bench, bench)} {metric[0].upper()}{metric[1:]} (%)"
+    return f"{_column_name(bench)} {metric[0].upper()}{metric[1:]} (%)"
 
 
 def to_markdown(table: Table) -> str:
@@ -697,8 +704,7 @@ def to_latex(table: Table) -> str:
     lines = [r"\begin{tabular}{l" + "r" * len(keys) + "}", r"\toprule"]
     lines.append(
         " & ".join(
-            ["Method"]
-            + [rf"\multicolumn{{{n}}}{{c}}{{{BENCHMARK_NAMES.get(b, _tex(b))}}}" for b, n in zip(benches, spans)]
+            ["Method"] + [rf"\multicolumn{{{n}}}{{c}}{{{_tex(_column_name(b))}}}" for b, n in zip(benches, spans)]
         )
         + r" \\"
     )

@@ -1,0 +1,54 @@
+"""Rules and benchmarks from installed packages, found through entry points.
+
+A package ships a clipping rule or a benchmark by naming, in its own `pyproject.toml`, a module whose import
+registers it (`@register` from `atr_grpo.clipping`, `register_benchmark` from `atr_grpo.benchmarks`):
+
+    [project.entry-points."atr_grpo.rules"]
+    log_clip = "my_package.log_clip"
+
+    [project.entry-points."atr_grpo.benchmarks"]
+    math500 = "my_package.math500"
+
+The registries import these modules when they are first imported themselves (`atr_grpo.clipping`,
+`atr_grpo.benchmarks`), so a package's names exist before `config` checks `clipping.name` or `eval.benchmarks`
+against the registries. The entry point's name is a label for messages; the module decides what it registers.
+An entry point whose module fails to import stops the program with `PluginError`, naming the entry point and its
+distribution: a rule or benchmark that silently went missing would change what a run measures.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import EntryPoint, entry_points
+
+RULE_GROUP = "atr_grpo.rules"
+BENCHMARK_GROUP = "atr_grpo.benchmarks"
+
+
+class PluginError(RuntimeError):
+    """An installed package's rule or benchmark module cannot be imported. (Not an ImportError: code that treats a
+    missing optional dependency as absent must not pass over a broken plugin.)"""
+
+
+def describe(entry_point: EntryPoint) -> str:
+    """`'log_clip = my_package.log_clip' (group atr_grpo.rules) of the distribution my-package 0.1`."""
+    dist = entry_point.dist
+    where = f"the distribution {dist.name} {dist.version}" if dist is not None else "an unknown distribution"
+    return f"{entry_point.name} = {entry_point.value!r} (group {entry_point.group}) of {where}"
+
+
+def load_entry_points(group: str) -> list[str]:
+    """Import every module `group`'s entry points name, in name order; returns the entry points' names.
+
+    Importing is what registers, so a second call imports nothing new except entry points that appeared since
+    (Python keeps each imported module)."""
+    loaded = []
+    for entry_point in sorted(entry_points(group=group), key=lambda ep: (ep.name, ep.value)):
+        try:
+            entry_point.load()
+        except Exception as err:
+            raise PluginError(
+                f"cannot load the entry point {describe(entry_point)}: {type(err).__name__}: {err} "
+                "(fix that package, or uninstall it)"
+            ) from err
+        loaded.append(entry_point.name)
+    return loaded
