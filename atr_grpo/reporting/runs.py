@@ -310,6 +310,11 @@ def metric_number(value: Any) -> float | None:
     return float(value)
 
 
+def two_decimals(value: float) -> float:
+    """A table's value (a percentage) rounded to 2 decimals; nan stays nan."""
+    return round(value, 2) if not math.isnan(value) else math.nan
+
+
 def mean_or_nan(values: list[float]) -> float:
     return sum(values) / len(values) if values else math.nan
 
