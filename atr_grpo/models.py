@@ -20,7 +20,7 @@ import torch
 
 from atr_grpo import rundir
 from atr_grpo.cache import cache_dir
-from atr_grpo.config import LoraConfig, ModelConfig, TinyModelConfig
+from atr_grpo.config_inputs import LoraConfig, ModelConfig, TinyModelConfig
 from atr_grpo.data.prompts import DEFAULT_SYSTEM_PROMPT, format_answer
 
 log = logging.getLogger(__name__)

@@ -74,7 +74,7 @@ def compose(overrides: list[str] | None = None, config_name: str = "train", **kw
 
 
 def train_config(overrides: list[str] | None = None):
-    from atr_grpo.config import to_object
+    from atr_grpo.config_hydra import to_object
 
     return to_object(compose(overrides))
 

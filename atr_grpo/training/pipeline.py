@@ -34,13 +34,10 @@ from omegaconf import OmegaConf
 
 from atr_grpo import distributed, rundir
 from atr_grpo.clipping import RULES, build_rule
-from atr_grpo.config import (
-    ConfigError,
-    TrainConfig,
-    check_correction_engine,
-    check_server_engine,
-    check_vllm_temperature,
-)
+from atr_grpo.config import TrainConfig
+from atr_grpo.config_checks import check_vllm_temperature
+from atr_grpo.config_training import check_correction_engine, check_server_engine
+from atr_grpo.errors import ConfigError
 from atr_grpo.evaluation.schedule import EvaluationState, record_failure, run_evaluation_state, saved_adapters
 from atr_grpo.provenance import loaded_models
 from atr_grpo.training import checkpoints
