@@ -82,7 +82,7 @@ def train_config(overrides: list[str] | None = None):
 @pytest.fixture(scope="session")
 def tiny_model_dir():
     """The pretrained tiny base model (built on first use, then reused from the test cache)."""
-    from atr_grpo.models import materialize_tiny
+    from atr_grpo.tiny_model import materialize_tiny
 
     return materialize_tiny(train_config(["experiment=smoke"]).model.tiny)
 
