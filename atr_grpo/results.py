@@ -126,7 +126,7 @@ def build_figures(
     return written, skipped
 
 
-def _positive(text: str) -> int:
+def _resample_count(text: str) -> int:
     value = int(text)
     if value < 100:
         raise argparse.ArgumentTypeError(f"must be >= 100, got {value}")
@@ -153,7 +153,7 @@ def _common(parser: argparse.ArgumentParser, statistics: bool = True) -> None:
     if statistics:
         parser.add_argument(
             "--resamples",
-            type=_positive,
+            type=_resample_count,
             default=10_000,
             help="bootstrap resamples and sign flips per interval / test (default 10,000)",
         )

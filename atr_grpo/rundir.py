@@ -224,7 +224,9 @@ def load_config(path: str | Path, resolve: bool = True) -> dict[str, Any]:
         config = OmegaConf.load(path)
         if not isinstance(config, DictConfig):
             raise RunFileError(f"{path}: not a config (a YAML mapping of keys)")
-        return OmegaConf.to_container(config, resolve=resolve)  # type: ignore[return-value]
+        container = OmegaConf.to_container(config, resolve=resolve)
+        assert isinstance(container, dict)  # what to_container gives for a DictConfig
+        return {str(key): value for key, value in container.items()}
     except (YAMLError, OmegaConfBaseException, UnicodeDecodeError) as err:
         raise RunFileError(f"{path}: not a readable config ({_reason(err)})") from None
 

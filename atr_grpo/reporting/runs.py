@@ -183,7 +183,7 @@ def load_run(path: Path, grader: str | None = None) -> Run:
         run = Run(path=path, config={}, problems=[f"config.yaml unreadable ({err})"], grader=grader)
         run.__dict__["summary"] = {}
         return run
-    run = Run(path=path, config=config if isinstance(config, dict) else {}, grader=grader)  # type: ignore[arg-type]
+    run = Run(path=path, config=config, grader=grader)
     source = "eval/summary.jsonl" if grader is None else f"eval/regrade/{grader}/summary.jsonl"
     try:
         summary = run.summary
