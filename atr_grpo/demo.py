@@ -75,7 +75,7 @@ def format_table(summary: dict[str, Any], k: int) -> str:
 def main(argv: list[str] | None = None) -> int:
     from omegaconf import OmegaConf
 
-    from atr_grpo.config import to_object
+    from atr_grpo.config_hydra import to_object
     from atr_grpo.console import configure_logging
     from atr_grpo.errors import ConfigError
     from atr_grpo.training.pipeline import EXIT_EVALUATIONS_INCOMPLETE, RunDirError, run_pipeline

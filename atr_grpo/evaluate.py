@@ -28,7 +28,8 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from atr_grpo import rundir
-from atr_grpo.config import EvaluateConfig, register_configs, to_object
+from atr_grpo.config import EvaluateConfig
+from atr_grpo.config_hydra import register_configs, to_object
 from atr_grpo.console import console_is_terminal, quiet_libraries
 from atr_grpo.errors import ConfigError
 from atr_grpo.evaluation import engines

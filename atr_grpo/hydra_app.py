@@ -19,7 +19,8 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
-from atr_grpo.config import CONF_DIR, register_configs, unknown_key_message
+from atr_grpo.config import unknown_key_message
+from atr_grpo.config_hydra import CONF_DIR, register_configs
 from atr_grpo.errors import ConfigError
 
 CONFIG_ERRORS = (ConfigError, HydraException, OmegaConfBaseException)
@@ -65,7 +66,7 @@ def compose(config_name: str, overrides: Iterable[str] = (), return_hydra_config
 
 
 def compose_train(overrides: Iterable[str] = ()) -> DictConfig:
-    """What `python -m atr_grpo.train <overrides>` composes (run it through `config.to_object` to validate)."""
+    """What `python -m atr_grpo.train <overrides>` composes (run it through `config_hydra.to_object` to validate)."""
     return compose("train", overrides)
 
 
@@ -81,7 +82,7 @@ def sweep_jobs(overrides: Iterable[str]) -> list[list[str]]:
 def check_sweep(config_name: str, overrides: Iterable[str], check: Callable[[Any], None] | None = None) -> int:
     """Compose and validate every job of a sweep (Hydra's own `hydra...` overrides aside), and `check` each job's
     config object, so that a bad value is refused before the first job starts; returns the number of jobs."""
-    from atr_grpo.config import PLAN_KEY, to_object
+    from atr_grpo.config_hydra import PLAN_KEY, to_object
 
     overrides = list(overrides)
     for override in overrides:  # the schema drops an experiment's plan: set for one run, it would do nothing

@@ -4,7 +4,7 @@ one fresh process per run.
 PLAN is an experiment whose file (`conf/experiment/<PLAN>.yaml`) has a `plan:` key, which is data: `app` (train,
 the default, or evaluate), an optional list of `runs` (override lists) and a `grid` (key → values, crossed with
 every run); every run starts with `experiment=<PLAN>`. Hydra composes the rest of the file into each run's config
-(the schema drops `plan`: atr_grpo.config.PLAN_KEY). Each run is a one-job Hydra
+(the schema drops `plan`: atr_grpo.config_hydra.PLAN_KEY). Each run is a one-job Hydra
 multirun (`python -m atr_grpo.train -m ...`), so its run directory is named from its overrides exactly as in a
 sweep. Finished runs (trained, and every scheduled evaluation recorded) are skipped; interrupted ones, and
 trained ones whose evaluations failed or wait, are launched again (a re-launch of the same config continues
@@ -72,7 +72,7 @@ class Plan:
 
 def _read_plan(path: Path) -> dict | None:
     """The `plan:` of an experiment file as plain data (None when it has none); the rest of the file is Hydra's."""
-    from atr_grpo.config import PLAN_KEY
+    from atr_grpo.config_hydra import PLAN_KEY
 
     plan = OmegaConf.load(path).get(PLAN_KEY)
     return None if plan is None else OmegaConf.to_container(plan, resolve=True)

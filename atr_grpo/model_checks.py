@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from atr_grpo.config import ModelConfig
+from atr_grpo.config_inputs import ModelConfig
 from atr_grpo.errors import ConfigError
 
 ADAPTER_CONFIG = "adapter_config.json"

@@ -63,7 +63,8 @@ def loaded_models(cfg: Any, decision: Decision) -> dict[str, str]:
 
 def start_point(cfg: Any, adapter: Path | None) -> dict[str, Any]:
     """The `start_point` of a run of `cfg` (a TrainConfig) that starts from `adapter` (None: no SFT stage)."""
-    from atr_grpo.models import resolve_model_path, tiny_fingerprint
+    from atr_grpo.models import resolve_model_path
+    from atr_grpo.tiny_model import tiny_fingerprint
     from atr_grpo.training.sft import sft_cache_key
 
     model = cfg.model

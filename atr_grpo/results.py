@@ -28,7 +28,7 @@ from pathlib import Path
 
 from atr_grpo import provenance, rundir
 from atr_grpo.evaluation.grader import DEFAULT_TIMEOUT
-from atr_grpo.reporting import binding, cells, compare, endpoints, figures, pack, regrade, stats, tables
+from atr_grpo.reporting import binding, cells, compare, endpoints, figures, pack, regrade, stats, tables, writers
 from atr_grpo.reporting.runs import Run, drop_repeats, find_runs
 
 # each table's experiment; None = every run
@@ -99,7 +99,7 @@ def build_table(
         table = tables.BUILDERS[name](chosen)
     for line in table.missing:
         print(f"warning: {name}: {line}", file=sys.stderr)
-    return tables.write_table(table, out_dir)
+    return writers.write_table(table, out_dir)
 
 
 def build_figures(
@@ -114,7 +114,7 @@ def build_figures(
     except ResultsError as err:
         skipped.append(f"figure 2 and clipping curves: {err}")
         for stem in ("figure2_training_curves", "clipping_curves"):
-            tables.remove_stale(out_dir, stem)
+            writers.remove_stale(out_dir, stem)
     for name, builder, stem in (("delta", figures.figure3, "figure3_delta"), ("passk", figures.figure4, "figure4")):
         try:
             table = tables.BUILDERS[name](_select(runs, runs_dir, experiment or TABLES[name]))
@@ -123,11 +123,11 @@ def build_figures(
             written += builder(table, out_dir)
         except ResultsError as err:
             skipped.append(f"{stem}: {err}")
-            tables.remove_stale(out_dir, stem if name == "delta" else "figure4_passk")
+            writers.remove_stale(out_dir, stem if name == "delta" else "figure4_passk")
     return written, skipped
 
 
-def _positive(text: str) -> int:
+def _resample_count(text: str) -> int:
     value = int(text)
     if value < 100:
         raise argparse.ArgumentTypeError(f"must be >= 100, got {value}")
@@ -154,7 +154,7 @@ def _common(parser: argparse.ArgumentParser, statistics: bool = True) -> None:
     if statistics:
         parser.add_argument(
             "--resamples",
-            type=_positive,
+            type=_resample_count,
             default=10_000,
             help="bootstrap resamples and sign flips per interval / test (default 10,000)",
         )
@@ -350,10 +350,10 @@ def main(argv: list[str] | None = None) -> int:
                     written += build_table(name, runs, opts.runs, out, opts.experiment, **options)
                 except ResultsError as err:
                     print(f"skipped {name}: {err}", file=sys.stderr)
-                    tables.remove_stale(out, name)
+                    writers.remove_stale(out, name)
             if not written:
                 raise ResultsError(f"none of {', '.join(TABLES)} has runs under {opts.runs}")
-    except (ResultsError, tables.OutputError) as err:
+    except (ResultsError, writers.OutputError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     for path in written:

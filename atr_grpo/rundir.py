@@ -15,7 +15,8 @@ Its files:
       eval/summary.jsonl     one line per (step, benchmark)
 
 Writers here never truncate an existing file: JSONL files are appended to, JSON files are written
-through a temporary file and renamed, and a file that must not change is refused if present.
+through a temporary file and renamed, and a file that must not change is refused if present. A re-launch into a
+run directory continues the run only when its config is the saved one (`config_differences`).
 """
 
 from __future__ import annotations
@@ -224,7 +225,9 @@ def load_config(path: str | Path, resolve: bool = True) -> dict[str, Any]:
         config = OmegaConf.load(path)
         if not isinstance(config, DictConfig):
             raise RunFileError(f"{path}: not a config (a YAML mapping of keys)")
-        return OmegaConf.to_container(config, resolve=resolve)  # type: ignore[return-value]
+        container = OmegaConf.to_container(config, resolve=resolve)
+        assert isinstance(container, dict)  # what to_container gives for a DictConfig
+        return {str(key): value for key, value in container.items()}
     except (YAMLError, OmegaConfBaseException, UnicodeDecodeError) as err:
         raise RunFileError(f"{path}: not a readable config ({_reason(err)})") from None
 
@@ -248,6 +251,44 @@ def write_text(path: str | Path, text: str, overwrite: bool = True) -> None:
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
+
+
+# ------------------------------------------------------------------------------- is a re-launch the same run?
+# keys that may change when a run is resumed (they do not change what the run computes)
+RESUMABLE_CHANGES = ("resume", "logger")
+# keys that hold a file or folder (compared resolved), besides eval.paths.<benchmark>
+PATH_KEYS = ("model.path", "data.path", "sft.path", "sft.cache_dir")
+
+
+def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(tree, dict):
+        out: dict[str, Any] = {}
+        for key, value in tree.items():
+            out.update(_flatten(value, f"{prefix}{key}."))
+        return out
+    return {prefix[:-1]: tree}
+
+
+def _same_value(key: str, a: Any, b: Any) -> bool:
+    """Paths compare resolved (`runs/x` and `/home/me/runs/x` are one file); a hub id resolves alike on both
+    sides, so it still compares as itself."""
+    if a == b:
+        return True
+    if key in PATH_KEYS or key.startswith("eval.paths."):
+        return (
+            isinstance(a, str)
+            and isinstance(b, str)
+            and Path(a).expanduser().resolve() == Path(b).expanduser().resolve()
+        )
+    return False
+
+
+def config_differences(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """Dotted keys whose values differ, ignoring keys a resume may change and where the run directory is (a
+    relaunch may spell it as an absolute path, or the directory may have been moved or copied)."""
+    a, b = _flatten(saved), _flatten(current)
+    keys = sorted((set(a) | set(b)) - {"run_dir"})
+    return [k for k in keys if not _same_value(k, a.get(k), b.get(k)) and not k.startswith(RESUMABLE_CHANGES)]
 
 
 def find_run_dirs(root: str | Path) -> list[Path]:

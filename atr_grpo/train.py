@@ -15,7 +15,7 @@ import sys
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from atr_grpo.config import register_configs, to_object
+from atr_grpo.config_hydra import register_configs, to_object
 from atr_grpo.console import quiet_libraries
 from atr_grpo.errors import ConfigError
 from atr_grpo.hydra_app import run_app

@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     import torch
 
-    from atr_grpo.config import to_object
+    from atr_grpo.config_hydra import to_object
     from atr_grpo.evaluation import HFGenerator, engines
     from atr_grpo.hydra_app import compose_train
     from atr_grpo.models import load_model_and_tokenizer, load_tokenizer

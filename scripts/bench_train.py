@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from atr_grpo.config import to_object
+    from atr_grpo.config_hydra import to_object
     from atr_grpo.hydra_app import compose_train
     from atr_grpo.training.sft import ensure_sft_adapter
 

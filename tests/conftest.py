@@ -74,7 +74,7 @@ def compose(overrides: list[str] | None = None, config_name: str = "train", **kw
 
 
 def train_config(overrides: list[str] | None = None):
-    from atr_grpo.config import to_object
+    from atr_grpo.config_hydra import to_object
 
     return to_object(compose(overrides))
 
@@ -93,7 +93,7 @@ def random_tiny_model(**arch):
 @pytest.fixture(scope="session")
 def tiny_model_dir():
     """The pretrained tiny base model (built on first use, then reused from the test cache)."""
-    from atr_grpo.models import materialize_tiny
+    from atr_grpo.tiny_model import materialize_tiny
 
     return materialize_tiny(train_config(["experiment=smoke"]).model.tiny)
 

@@ -23,7 +23,7 @@ from omegaconf import OmegaConf
 from transformers import TrainerCallback
 
 from atr_grpo import distributed
-from atr_grpo.config import to_object
+from atr_grpo.config_hydra import to_object
 from atr_grpo.hydra_app import compose_train
 from atr_grpo.training.pipeline import run_training
 from atr_grpo.training.rule_trainer import RuleTrainerMixin

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from atr_grpo import distributed
-from atr_grpo.config import to_object
+from atr_grpo.config_hydra import to_object
 from atr_grpo.hydra_app import compose_train
 from atr_grpo.training import sft
 

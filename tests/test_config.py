@@ -14,7 +14,7 @@ from conftest import REPO, compose, train_config
 from atr_grpo.benchmarks import BENCHMARKS, BenchmarkSpec
 from atr_grpo.clipping import RULES, rule_defaults
 from atr_grpo.clipping.adaptive_delta import DELTA_CONTROL_DEFAULTS
-from atr_grpo.config import to_object
+from atr_grpo.config_hydra import to_object
 from atr_grpo.data.arithmetic import DEFAULT_TASK
 from atr_grpo.errors import ConfigError
 from atr_grpo.losses import AGGREGATIONS, KL_ESTIMATORS

@@ -7,7 +7,7 @@ import sys
 import pytest
 from conftest import REPO, compose, train_config
 
-from atr_grpo.config import config_from_yaml, config_to_yaml, to_object
+from atr_grpo.config_hydra import config_from_yaml, config_to_yaml, to_object
 from atr_grpo.errors import ConfigError
 
 

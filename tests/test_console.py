@@ -210,8 +210,8 @@ def test_tiny_model_pretraining_prints_one_line_with_its_loss(capsys):
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    from atr_grpo.config import TinyModelConfig
-    from atr_grpo.models import build_tiny_tokenizer, pretrain_tiny
+    from atr_grpo.config_inputs import TinyModelConfig
+    from atr_grpo.tiny_model import build_tiny_tokenizer, pretrain_tiny
 
     cfg = TinyModelConfig(pretrain_steps=3, pretrain_batch_size=2)
     tokenizer = build_tiny_tokenizer(cfg.vocab_size)

@@ -93,7 +93,7 @@ def test_power_task_completions_are_long_enough():
     from conftest import train_config
 
     from atr_grpo.data.datasets import sft_dataset
-    from atr_grpo.models import build_tiny_tokenizer
+    from atr_grpo.tiny_model import build_tiny_tokenizer
 
     cfg = train_config(["experiment=power"])
     tokenizer = build_tiny_tokenizer(cfg.model.tiny.vocab_size)

@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 
 from atr_grpo import distributed, rundir
 from atr_grpo.clipping import build_rule
-from atr_grpo.config import to_object
+from atr_grpo.config_hydra import to_object
 from atr_grpo.errors import ConfigError
 from atr_grpo.losses import AGGREGATIONS, LossSettings, grpo_loss
 from atr_grpo.machine import Machine, decide

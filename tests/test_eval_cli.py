@@ -68,7 +68,7 @@ def one_thread():
 def test_an_adapter_is_evaluated_and_a_rerun_is_skipped(tmp_path, monkeypatch):
     from hydra import compose, initialize_config_dir
 
-    from atr_grpo.config import register_configs, to_object
+    from atr_grpo.config_hydra import register_configs, to_object
     from atr_grpo.evaluate import evaluate
     from atr_grpo.models import load_model_and_tokenizer
 

@@ -176,3 +176,25 @@ def test_an_upward_import_from_the_bottom_is_named(tmp_path):
         "atr_grpo.losses imports atr_grpo.evaluation (line 2)",
         "atr_grpo.losses imports atr_grpo.evaluation.benchmarks (line 2)",
     ]
+
+
+MAX_MODULE_LINES = 400  # past this a module holds two things: split it (docs/layout.md has the map)
+
+
+def long_modules(root: Path = ROOT, limit: int = MAX_MODULE_LINES) -> dict[str, int]:
+    """The package's modules longer than `limit` lines, with their line counts."""
+    lengths = {
+        path.relative_to(root.parent).as_posix(): len(path.read_text(encoding="utf-8").splitlines())
+        for path in sorted(root.rglob("*.py"))
+    }
+    return {name: n for name, n in lengths.items() if n > limit}
+
+
+def test_no_module_of_the_package_is_longer_than_400_lines():
+    assert len(list(ROOT.rglob("*.py"))) > 50
+    assert long_modules() == {}
+
+
+def test_a_module_past_the_limit_is_named_with_its_length(tmp_path):
+    root = write_package(tmp_path, {"__init__.py": "", "short.py": "x = 1\n" * 3, "deep/long.py": "x = 1\n" * 4})
+    assert long_modules(root, limit=3) == {"atr_grpo/deep/long.py": 4}

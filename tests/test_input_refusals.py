@@ -15,7 +15,7 @@ from conftest import REPO, compose, train_config
 from omegaconf import OmegaConf
 
 from atr_grpo import rundir
-from atr_grpo.config import to_object
+from atr_grpo.config_hydra import to_object
 from atr_grpo.errors import ConfigError
 from atr_grpo.machine import decide
 from atr_grpo.training import pipeline

@@ -18,7 +18,8 @@ from conftest import CONF, compose, train_config
 from omegaconf import OmegaConf
 
 from atr_grpo import launch, rundir
-from atr_grpo.config import PLAN_KEY, ConfigError, config_to_yaml, to_object
+from atr_grpo.config_hydra import PLAN_KEY, config_to_yaml, to_object
+from atr_grpo.errors import ConfigError
 from atr_grpo.hydra_app import check_sweep
 from atr_grpo.rundir import sweep_suffix
 
@@ -285,7 +286,7 @@ def test_table2_dry_run_prints_these_14_commands():
 
 
 def test_the_plan_key_reaches_neither_the_config_objects_nor_the_run_files():
-    """An experiment's `plan:` composes (the schema takes it in one place, config.PLAN_KEY) and is dropped on
+    """An experiment's `plan:` composes (the schema takes it in one place, config_hydra.PLAN_KEY) and is dropped on
     validation: no attribute, and the YAML a run writes from the composed config has no `plan`."""
     cfg = compose(["experiment=table2"])
     assert OmegaConf.to_container(cfg.plan)["grid"]["model"] == ["qwen3-1.7b", "qwen3-8b"]

@@ -17,7 +17,8 @@ from omegaconf import OmegaConf
 from test_eval_runner import FakeTokenizer, ScriptedGenerator
 
 from atr_grpo import rundir
-from atr_grpo.config import EvalConfig, config_from_yaml, config_to_yaml
+from atr_grpo.config_hydra import config_from_yaml, config_to_yaml
+from atr_grpo.config_training import EvalConfig
 from atr_grpo.errors import ConfigError
 from atr_grpo.evaluation import SamplingConfig, load_benchmark, read_summary, run_evaluation
 from atr_grpo.reporting import regrade

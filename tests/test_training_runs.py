@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 from transformers import TrainerCallback
 
 from atr_grpo import rundir
-from atr_grpo.config import config_from_yaml, to_object
+from atr_grpo.config_hydra import config_from_yaml, to_object
 from atr_grpo.provenance import weights_sha256
 from atr_grpo.training.pipeline import RunDirError, run_training
 from atr_grpo.training.sft import sft_cache_key

@@ -16,7 +16,7 @@ from conftest import REPO, compose, needs_vllm
 from omegaconf import OmegaConf
 
 from atr_grpo import rundir
-from atr_grpo.config import to_object
+from atr_grpo.config_hydra import to_object
 from atr_grpo.evaluation.schedule import adapter_dir, read_failures, run_complete, saved_adapters
 from atr_grpo.training import evaluations
 from atr_grpo.training.pipeline import EXIT_EVALUATIONS_INCOMPLETE, run_outcome, run_training

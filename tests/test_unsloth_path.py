@@ -560,7 +560,7 @@ def test_grpo_on_unsloth_loads_the_weights_that_sft_and_evaluation_load(monkeypa
     from conftest import train_config
 
     from atr_grpo import rundir
-    from atr_grpo.config import config_to_yaml
+    from atr_grpo.config_hydra import config_to_yaml
     from atr_grpo.machine import Decision
     from atr_grpo.training import pipeline
     from atr_grpo.training.unsloth_trainer import load_unsloth_model

@@ -46,7 +46,7 @@ TRAIN_ONLY = """
 import sys
 from omegaconf import OmegaConf
 from atr_grpo import hydra_app
-from atr_grpo.config import to_object
+from atr_grpo.config_hydra import to_object
 from atr_grpo.training.pipeline import run_training
 
 cfg = hydra_app.compose("train", sys.argv[1:])
@@ -58,7 +58,7 @@ import sys
 from omegaconf import OmegaConf
 from transformers import TrainerCallback
 from atr_grpo import hydra_app
-from atr_grpo.config import to_object
+from atr_grpo.config_hydra import to_object
 from atr_grpo.training.pipeline import run_training
 
 class Kill(TrainerCallback):

@@ -20,7 +20,7 @@ from atr_grpo.data.prompts import build_messages, format_answer
 from atr_grpo.errors import ConfigError
 
 if TYPE_CHECKING:
-    from atr_grpo.config import DataConfig, PromptConfig, SFTConfig
+    from atr_grpo.config_inputs import DataConfig, PromptConfig, SFTConfig
 
 log = logging.getLogger(__name__)
 

@@ -64,7 +64,7 @@ REGIMES = {
 
 def regime(name: str, **settings: float | int | str) -> Scenario:
     """The scenario of regime `name` (a key of REGIMES) with other settings."""
-    return Scenario(**REGIMES[name], **settings)  # type: ignore[arg-type]
+    return replace(Scenario(), **REGIMES[name], **settings)
 
 
 def _logit(p: np.ndarray) -> np.ndarray:

@@ -27,7 +27,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from atr_grpo.clipping import RULES, build_rule, kl3_ratio_bounds  # noqa: E402
 from atr_grpo.reporting.runs import AVERAGE, Run  # noqa: E402
-from atr_grpo.reporting.tables import PAPER_DIR, Table, claim_outputs  # noqa: E402
+from atr_grpo.reporting.tables import PAPER_DIR, Table  # noqa: E402
+from atr_grpo.reporting.writers import claim_outputs  # noqa: E402
 
 
 def _save(fig: plt.Figure, out_dir: Path, name: str) -> list[Path]:

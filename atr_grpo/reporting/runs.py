@@ -191,7 +191,7 @@ def load_run(path: Path, grader: str | None = None) -> Run:
         run = Run(path=path, config={}, problems=[f"config.yaml unreadable ({err})"], grader=grader)
         run.__dict__["summary"] = {}
         return run
-    run = Run(path=path, config=config if isinstance(config, dict) else {}, grader=grader)  # type: ignore[arg-type]
+    run = Run(path=path, config=config, grader=grader)
     source = "eval/summary.jsonl" if grader is None else f"eval/regrade/{grader}/summary.jsonl"
     try:
         summary = run.summary
@@ -316,6 +316,11 @@ def metric_number(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
         return None
     return float(value)
+
+
+def two_decimals(value: float) -> float:
+    """A table's value (a percentage) rounded to 2 decimals; nan stays nan."""
+    return round(value, 2) if not math.isnan(value) else math.nan
 
 
 def mean_or_nan(values: list[float]) -> float:

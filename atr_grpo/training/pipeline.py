@@ -34,7 +34,8 @@ from omegaconf import OmegaConf
 
 from atr_grpo import distributed, rundir
 from atr_grpo.clipping import RULES, build_rule
-from atr_grpo.config import ConfigError, TrainConfig
+from atr_grpo.config import TrainConfig
+from atr_grpo.errors import ConfigError
 from atr_grpo.evaluation.schedule import EvaluationState, record_failure, run_evaluation_state, saved_adapters
 from atr_grpo.machine import Decision, decide
 from atr_grpo.provenance import loaded_models
@@ -44,10 +45,6 @@ log = logging.getLogger(__name__)
 
 # exit status of a run whose training finished but whose scheduled evaluations are not all done
 EXIT_EVALUATIONS_INCOMPLETE = 3
-# keys that may change when a run is resumed (they do not change what the run computes)
-RESUMABLE_CHANGES = ("resume", "logger")
-# keys that hold a file or folder (compared resolved), besides eval.paths.<benchmark>
-PATH_KEYS = ("model.path", "data.path", "sft.path", "sft.cache_dir")
 
 
 class RunDirError(RuntimeError):
@@ -62,37 +59,6 @@ class RunState:
 
 
 # ------------------------------------------------------------------------------------------ run dir
-def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(tree, dict):
-        out: dict[str, Any] = {}
-        for key, value in tree.items():
-            out.update(_flatten(value, f"{prefix}{key}."))
-        return out
-    return {prefix[:-1]: tree}
-
-
-def _same_value(key: str, a: Any, b: Any) -> bool:
-    """Paths compare resolved (`runs/x` and `/home/me/runs/x` are one file); a hub id resolves alike on both
-    sides, so it still compares as itself."""
-    if a == b:
-        return True
-    if key in PATH_KEYS or key.startswith("eval.paths."):
-        return (
-            isinstance(a, str)
-            and isinstance(b, str)
-            and Path(a).expanduser().resolve() == Path(b).expanduser().resolve()
-        )
-    return False
-
-
-def config_differences(saved: dict[Any, Any], current: dict[Any, Any]) -> list[str]:
-    """Dotted keys whose values differ, ignoring keys a resume may change and where the run directory is (a
-    relaunch may spell it as an absolute path, or the directory may have been moved or copied)."""
-    a, b = _flatten(saved), _flatten(current)
-    keys = sorted((set(a) | set(b)) - {"run_dir"})
-    return [k for k in keys if not _same_value(k, a.get(k), b.get(k)) and not k.startswith(RESUMABLE_CHANGES)]
-
-
 def latest_checkpoint(run_dir: Path) -> Path | None:
     """The newest complete checkpoint (a cut-off newer one is named in a warning and skipped)."""
     return checkpoints.latest_complete_checkpoint(run_dir / rundir.CHECKPOINT_DIR)
@@ -123,7 +89,7 @@ def prepare_run_dir(cfg: TrainConfig, config_yaml: str, decision: Decision) -> R
     saved = rundir.load_config(config_path)
     current = OmegaConf.to_container(OmegaConf.create(config_yaml), resolve=True)
     assert isinstance(current, dict), "config_yaml is a config's YAML: a mapping"
-    diff = config_differences(saved, current)
+    diff = rundir.config_differences(saved, current)
     if diff:
         raise RunDirError(
             f"{run_dir} already holds a run started with a different config (differing keys: {', '.join(diff)}); "

@@ -25,9 +25,11 @@ from typing import Any
 import torch
 
 from atr_grpo import rundir
-from atr_grpo.config import TrainConfig, config_to_yaml
+from atr_grpo.config import TrainConfig
+from atr_grpo.config_hydra import config_to_yaml
 from atr_grpo.data.datasets import sft_dataset
-from atr_grpo.models import load_model_and_tokenizer, tiny_fingerprint
+from atr_grpo.models import load_model_and_tokenizer
+from atr_grpo.tiny_model import tiny_fingerprint
 from atr_grpo.training.stage_process import RUN_CONFIG, run_stage
 
 log = logging.getLogger(__name__)

@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
 def run_here(stage: str, path: Path) -> int:
     """One stage in this process."""
     from atr_grpo import rundir
-    from atr_grpo.config import config_from_yaml
+    from atr_grpo.config_hydra import config_from_yaml
 
     if stage == "sft":
         from atr_grpo.training.sft import train_sft

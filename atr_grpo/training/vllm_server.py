@@ -15,7 +15,7 @@ import time
 import urllib.error
 import urllib.request
 
-from atr_grpo.config import RolloutConfig, VLLMRolloutConfig
+from atr_grpo.config_training import RolloutConfig, VLLMRolloutConfig
 from atr_grpo.errors import ConfigError
 
 log = logging.getLogger(__name__)

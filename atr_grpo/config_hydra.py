@@ -1,0 +1,94 @@
+"""Between Hydra / OmegaConf and the config dataclasses: the schemas and resolvers registered for composition,
+a composed DictConfig validated into its dataclasses (`to_object`), and a run's config.yaml written and read back.
+Hydra itself is imported only inside `register_configs`."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf, flag_override, open_dict
+from omegaconf.errors import OmegaConfBaseException
+
+from atr_grpo import rundir
+from atr_grpo.cache import cache_dir
+from atr_grpo.config import CLIPPING_SCHEMAS, EvaluateConfig, TrainConfig, unknown_key_message
+from atr_grpo.distributed import log_suffix
+from atr_grpo.errors import ConfigError
+
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+
+# --------------------------------------------------------------------------------------- registration
+# An experiment file (conf/experiment/<name>.yaml) may hold one key that is not a run's config: `plan`, the runs
+# `python -m atr_grpo.launch <name>` starts. This is the one place that knows it: the root schemas accept the key
+# so that the file composes, and `to_object` drops it, so it reaches neither a config object nor a run's files.
+PLAN_KEY = "plan"
+
+
+def _root_schema(schema: type) -> DictConfig:
+    """The root schema as Hydra composes it: the dataclass's fields, plus the experiment's `plan` (null)."""
+    node = OmegaConf.structured(schema)
+    with open_dict(node):
+        node[PLAN_KEY] = None
+    return node
+
+
+def register_configs() -> None:
+    """Register schemas and resolvers (idempotent); entry points and tests call this before composing."""
+    from hydra.core.config_store import ConfigStore
+
+    OmegaConf.register_new_resolver("atr_method", rundir.method_label, replace=True)
+    OmegaConf.register_new_resolver("atr_mul", lambda a, b: a * b, replace=True)
+    OmegaConf.register_new_resolver("atr_run_name", rundir.run_name, replace=True)
+    OmegaConf.register_new_resolver("atr_cache", lambda name: str(cache_dir(name)), replace=True)
+    OmegaConf.register_new_resolver("atr_rank_suffix", log_suffix, replace=True)
+    store = ConfigStore.instance()
+    store.store(name="train_schema", node=_root_schema(TrainConfig))
+    store.store(name="evaluate_schema", node=_root_schema(EvaluateConfig))
+    # The groups are typed through the root schemas' fields; a clipping file picks its rule's schema with
+    # `defaults: [/schema/clipping@_here_: <rule>]`, since the field itself cannot know the rule.
+    for name, node in CLIPPING_SCHEMAS.items():
+        store.store(group="schema/clipping", name=name, node=node)
+        if not (CONF_DIR / "clipping" / f"{name}.yaml").exists():  # a rule with no file (a plugin's): its defaults
+            store.store(group="clipping", name=name, node=node(name=name))
+
+
+def config_to_yaml(cfg: TrainConfig) -> str:
+    """The resolved YAML of a config object (the inverse of `config_from_yaml`)."""
+    return OmegaConf.to_yaml(OmegaConf.structured(cfg))
+
+
+def config_from_yaml(text: str) -> TrainConfig:
+    """A run's resolved config.yaml back into its dataclasses (what a stage process of the run reads)."""
+    raw = OmegaConf.create(text)
+    schema = OmegaConf.structured(TrainConfig)
+    name = raw.get("clipping", {}).get("name")
+    if name not in CLIPPING_SCHEMAS:
+        raise ConfigError(f"invalid config: clipping.name must be one of {', '.join(CLIPPING_SCHEMAS)}, got {name!r}")
+    schema.clipping = OmegaConf.structured(CLIPPING_SCHEMAS[name])
+    return to_object(OmegaConf.merge(schema, raw))
+
+
+def _refuse_unknown_keys(node: DictConfig, prefix: str = "") -> None:
+    """A `+trainer.lr=...` override adds a key the schema lacks, which OmegaConf would carry along as a stray
+    attribute that nothing reads; refuse it like a misspelled key."""
+    schema = OmegaConf.get_type(node)
+    allowed = {f.name for f in dataclasses.fields(schema)} if dataclasses.is_dataclass(schema) else None
+    for key, value in node.items_ex(resolve=False):
+        if allowed is not None and key not in allowed:
+            raise ConfigError(unknown_key_message(f"{prefix}{key}", schema))
+        if isinstance(value, DictConfig) and not OmegaConf.is_missing(node, key) and OmegaConf.get_type(value):
+            _refuse_unknown_keys(value, f"{prefix}{key}.")  # (get_type is None for a null section)
+
+
+def to_object(cfg: DictConfig) -> Any:
+    """Resolve a composed DictConfig into its dataclasses, running every validation; drops the experiment's
+    `plan` from `cfg` (see PLAN_KEY), so a run's config.yaml written from `cfg` afterwards holds none."""
+    with flag_override(cfg, ["readonly", "struct"], False):
+        cfg.pop(PLAN_KEY, None)
+    _refuse_unknown_keys(cfg)
+    try:
+        return OmegaConf.to_object(cfg)
+    except OmegaConfBaseException as err:  # a missing mandatory value, an interpolation that fails
+        raise ConfigError(f"invalid config: {err}") from err
