@@ -2,8 +2,8 @@
 
 - `grpo_arg_values`: TRL's config values from ours; everything that changes the loss or the sampler is set
   explicitly, never left to a library default.
-- `RuleTrainerMixin`: the rule and its `LossSettings`, the rule's extras for a micro-batch (Clip-Cov's key
-  seed, the full-vocabulary KL against π_old's snapshot, the δ in force), and one `record_loss` that turns a
+- `RuleTrainerMixin`: the rule and its `LossSettings`, the rule's extras for a micro-batch (as `clipping.extras`
+  provides them from a `TrainerBatch`; the δ in force), and one `record_loss` that turns a
   micro-batch's `GRPOLoss` into the step's metrics: the rule's `clip/*` (with `clip/delta` for a δ-rule),
   `ratio/*`, `kl/*`, the entropy, and under `rollout/` the rollout-engine mismatch and the correction's weights.
   Metrics are pooled over micro-batches and processes (`step_stats.StepStats`) and added to TRL's log at each
@@ -24,12 +24,12 @@ from transformers import TrainerCallback
 from atr_grpo import rundir
 from atr_grpo.clipping import ClipRule
 from atr_grpo.clipping.adaptive_delta import DeltaControl, takes_delta
-from atr_grpo.clipping.cov import key_seed_from
+from atr_grpo.clipping.extras import TrainerBatch, keeps_old_weights, trainer_extras
+from atr_grpo.clipping.vocab_kl import adapter_snapshot
 from atr_grpo.config import TrainConfig
 from atr_grpo.distributed import process_batch, world_size
 from atr_grpo.losses import GRPOLoss, LossSettings, resolve_aggregation
 from atr_grpo.training import checkpoints
-from atr_grpo.training.full_kl import adapter_snapshot, full_vocab_kl
 from atr_grpo.training.step_stats import StepStats
 
 log = logging.getLogger(__name__)
@@ -207,9 +207,9 @@ class RuleTrainerMixin:
         self._old_adapter: dict[str, Tensor] | None = None
         self._step_stats = StepStats()
 
-    # π_old for the full-vocabulary KL: the weights that generated this rollout
+    # π_old's weights, for an extra computed from them (the full-vocabulary KL): those that generated this rollout
     def _generate_and_score_completions(self, inputs: Any) -> Any:
-        if "full_kl" in self.rule.needs:
+        if keeps_old_weights(self.rule.needs):
             self._old_adapter = adapter_snapshot(self.accelerator.unwrap_model(self.model))
         return super()._generate_and_score_completions(inputs)  # type: ignore[misc]
 
@@ -222,26 +222,25 @@ class RuleTrainerMixin:
         like: Tensor,
         has_old: bool,
     ) -> dict[str, Tensor]:
-        """The rule's declared extras as tensors in the layout of `like` (`[B, logits_to_keep]`)."""
+        """The δ in force (δ-rules) and the rule's declared extras (`clipping.extras`), in the layout of `like`
+        (`[B, logits_to_keep]`)."""
         extras: dict[str, Tensor] = {}
         if self.delta_control is not None:  # a tensor: a new value does not recompile Unsloth's compiled loss
             extras["delta"] = torch.tensor(self.delta_control.delta, dtype=torch.float32, device=like.device)
-        if "generator" in self.rule.needs:  # Clip-Cov: a seed tensor, so compiled code can draw the same keys
+        if self.rule.needs:
             process = self.accelerator.process_index  # type: ignore[attr-defined]
-            generator = rule_generator(self.args.seed, self.state.global_step, self._micro_step(), process)
-            extras["key_seed"] = key_seed_from(generator)
-        if "full_kl" in self.rule.needs:
-            if not has_old or self._old_adapter is None:
-                extras["full_kl"] = torch.zeros_like(like, dtype=torch.float32)  # on-policy: π_old = π_θ
-            else:
-                extras["full_kl"] = full_vocab_kl(
-                    self.accelerator.unwrap_model(model),
-                    self._old_adapter,
-                    input_ids,
-                    attention_mask,
-                    logits_to_keep,
-                    self.temperature,
-                )
+            batch = TrainerBatch(
+                like=like,
+                on_policy=not has_old,
+                random=lambda: rule_generator(self.args.seed, self.state.global_step, self._micro_step(), process),
+                model=self.accelerator.unwrap_model(model),
+                old_weights=self._old_adapter,
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                logits_to_keep=logits_to_keep,
+                temperature=self.temperature,
+            )
+            extras.update(trainer_extras(self.rule.needs, batch))
         return extras
 
     def _micro_step(self) -> int:
