@@ -1,9 +1,10 @@
 """`make bench-loss`: forward + backward time of every registered rule plus Dr.GRPO aggregation, against `clip`.
 
 Per-token inputs of one GRPO micro-batch (B = 32 sequences, T = 2048 tokens, fp32, CPU): log-probs that
-require grad, stale π_old log-probs, advantages, a ragged completion mask; `full_kl` gets a precomputed
-per-token KL (its vocabulary pass is the trainer's, not the rule's). Rules are timed in interleaved rounds
-(every rule once per round, in a shuffled order) so that machine noise hits all of them alike; the table
+require grad, stale π_old log-probs, advantages, a ragged completion mask, and the rule's extras from their
+fixtures (`clipping.extras`: `full_kl` gets a per-token KL, its vocabulary pass is the trainer's, not the rule's).
+Rules are timed in interleaved rounds (every rule once per round, in a shuffled order) so that machine noise hits
+all of them alike; the table
 reports the median over rounds and its ratio to `clip`. Targets by the rule's family: covariance rules, which
 also select tokens over the whole batch, ≤ 1.30× `clip`; every other rule ≤ 1.10× `clip`.
 """
@@ -20,6 +21,7 @@ import time
 import torch
 
 from atr_grpo.clipping import RULES, build_rule
+from atr_grpo.clipping.extras import fixture_extras
 from atr_grpo.losses import aggregate
 
 # The cost target of each family, as a multiple of `clip`'s time (None: reported as measured). Every family not
@@ -44,18 +46,7 @@ def make_inputs(batch: int, steps: int, seed: int = 0) -> dict[str, torch.Tensor
         "old": old,
         "advantages": torch.randn(batch, generator=g),
         "mask": mask,
-        "full_kl": torch.rand(batch, steps, generator=g) * 0.1,
     }
-
-
-def extras_for(rule: object, inputs: dict[str, torch.Tensor]) -> dict[str, object]:
-    """A rule's extras, built once per rule as a trainer does (Clip-Cov's generator lives as long as the run)."""
-    extras: dict[str, object] = {}
-    if "generator" in rule.needs:
-        extras["generator"] = torch.Generator().manual_seed(1)
-    if "full_kl" in rule.needs:
-        extras["full_kl"] = inputs["full_kl"]
-    return extras
 
 
 def step(rule: object, inputs: dict[str, torch.Tensor], max_len: int, extras: dict[str, object]) -> None:
@@ -80,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
 
     inputs = make_inputs(opts.batch, opts.steps)
     rules = {name: build_rule(name) for name in sorted(RULES)}
-    extras = {name: extras_for(rule, inputs) for name, rule in rules.items()}
+    extras = {name: fixture_extras(rule.needs, inputs["old"], seed=1) for name, rule in rules.items()}
     for name, rule in rules.items():  # warm-up: allocator, first-call overheads
         step(rule, inputs, opts.steps, extras[name])
     times: dict[str, list[float]] = {name: [] for name in rules}

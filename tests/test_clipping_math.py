@@ -24,6 +24,7 @@ from atr_grpo.clipping import (
     make_batch,
 )
 from atr_grpo.clipping.cov import hash_ranks, hashed_keys, lowest_ranked
+from atr_grpo.clipping.extras import TrainerBatch, fixture_extras, key_seed_from, trainer_extras
 from atr_grpo.clipping.ratio import ppo_clip_terms
 
 DELTAS = [0.01, 0.03, 0.05, 0.07, 0.09, 0.2, 0.5, 1.0]
@@ -49,13 +50,23 @@ def planted_batch(seed: int = 0, batch: int = 6, steps: int = 40, dtype=torch.fl
 
 
 def extras_for(rule, logp):
-    extras = {}
-    if "generator" in rule.needs:
-        extras["generator"] = torch.Generator().manual_seed(7)
-    if "full_kl" in rule.needs:
-        g = torch.Generator().manual_seed(3)
-        extras["full_kl"] = torch.rand(logp.shape, generator=g, dtype=logp.dtype) * 0.2
-    return extras
+    return fixture_extras(rule.needs, logp, seed=7)
+
+
+def on_policy_extras(rule, logp):
+    """The rule's extras as the trainer provides them on-policy (π_old = π_θ: e.g. the full KL is 0)."""
+    batch = TrainerBatch(
+        like=logp,
+        on_policy=True,
+        random=lambda: torch.Generator().manual_seed(7),
+        model=None,
+        old_weights=None,
+        input_ids=None,
+        attention_mask=None,
+        logits_to_keep=logp.shape[1],
+        temperature=1.0,
+    )
+    return trainer_extras(rule.needs, batch)
 
 
 def loss_and_grad(rule, logp, old, advantages, mask, **extras):
@@ -213,9 +224,7 @@ def test_on_policy_every_ratio_rule_is_reinforce(name):
     declare `acts_on_policy`."""
     logp, _, advantages, mask = planted_batch(5)
     rule = build_rule(name)
-    extras = extras_for(rule, logp)
-    if "full_kl" in extras:
-        extras["full_kl"] = torch.zeros_like(logp)  # π_old = π_θ: the full KL is 0 too
+    extras = on_policy_extras(rule, logp)
     _, grad = loss_and_grad(rule, logp, logp.detach(), advantages, mask, **extras)
     torch.testing.assert_close(grad, torch.where(mask, -advantages[:, None].expand_as(logp), 0.0))
 
@@ -226,7 +235,7 @@ def test_clip_cov_acts_on_policy():
     logp, _, advantages, mask = planted_batch(6)
     rule = build_rule("clip_cov", ratio=0.05, cov_lb=-1e9, cov_ub=1e9)
     leaf = logp.clone().requires_grad_()
-    out = rule(leaf, logp.detach(), advantages, mask, generator=torch.Generator().manual_seed(0))
+    out = rule(leaf, logp.detach(), advantages, mask, key_seed=key_seed_from(torch.Generator().manual_seed(0)))
     out.loss.sum().backward()
     kept = leaf.grad != 0
     dropped = int((mask & ~kept & (advantages[:, None] != 0)).sum())
@@ -453,7 +462,7 @@ def test_covariance_rules_equal_their_first_implementation(name):
     for seed in range(60):
         logp, old, advantages, mask, keys = tied_batch(seed)
         key_seed = torch.tensor(seed * 7919)
-        runs = [{"random_keys": keys}, {"key_seed": key_seed}] if name == "clip_cov" else [{}]
+        runs = [{"random_keys": keys, "key_seed": key_seed}, {"key_seed": key_seed}] if name == "clip_cov" else [{}]
         for extras in runs:
             out, grad = loss_and_grad(rule, logp, old, advantages, mask, **extras)
             leaf = logp.clone().requires_grad_()
@@ -464,12 +473,12 @@ def test_covariance_rules_equal_their_first_implementation(name):
             assert fraction == pytest.approx(int(selected.sum()) / int(mask.sum())) and fraction > 0
 
 
-def test_clip_cov_is_deterministic_given_a_generator_and_respects_quota_and_window():
+def test_clip_cov_is_deterministic_given_a_key_seed_and_respects_quota_and_window():
     logp, old, advantages, mask = planted_batch(10, steps=60)
     rule = build_rule("clip_cov", ratio=0.02, cov_lb=0.0, cov_ub=5.0)
 
     def run(seed):
-        return rule(logp, old, advantages, mask, generator=torch.Generator().manual_seed(seed))
+        return rule(logp, old, advantages, mask, key_seed=key_seed_from(torch.Generator().manual_seed(seed)))
 
     a, b, c = run(1), run(1), run(2)
     torch.testing.assert_close(a.loss, b.loss, rtol=0, atol=0)
@@ -478,7 +487,7 @@ def test_clip_cov_is_deterministic_given_a_generator_and_respects_quota_and_wind
     quota = max(math.floor(0.02 * n), 1)
     assert a.metrics["clip/frac_cov"] * n == pytest.approx(quota)
     assert not torch.equal(a.loss, c.loss)  # another seed detaches other tokens
-    with pytest.raises(ValueError, match="generator"):
+    with pytest.raises(ValueError, match="key_seed"):
         rule(logp, old, advantages, mask)
 
 

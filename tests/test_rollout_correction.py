@@ -12,7 +12,6 @@ from conftest import train_config
 from test_clipping_math import extras_for
 
 from atr_grpo.clipping import RULES, build_rule
-from atr_grpo.clipping.cov import key_seed_from
 from atr_grpo.errors import ConfigError
 from atr_grpo.losses import LossSettings, aggregate, grpo_loss
 from atr_grpo.rollout_correction import CORRECTIONS, LEVELS, RolloutCorrection
@@ -120,12 +119,9 @@ def test_every_rule_with_every_correction_is_the_rules_loss_times_the_weight(nam
     extras = extras_for(rule, logp)
     weight = oracle_weight(correction, old.double(), sampling.double(), mask).float()
 
-    loss_extras = dict(extras)
-    if "generator" in rule.needs:  # what the trainer hands grpo_loss: Clip-Cov's seed as a tensor
-        loss_extras = {"key_seed": key_seed_from(torch.Generator().manual_seed(7))}
     leaf = logp.clone().requires_grad_()
     settings = LossSettings(max_completion_length=MAX_LEN, correction=correction)
-    got = grpo_loss(rule, leaf, old, advantages, mask, settings, sampling_logp=sampling, extras=loss_extras).loss
+    got = grpo_loss(rule, leaf, old, advantages, mask, settings, sampling_logp=sampling, extras=extras).loss
     (got_grad,) = torch.autograd.grad(got, leaf)
 
     leaf = logp.clone().requires_grad_()

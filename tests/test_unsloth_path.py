@@ -19,7 +19,7 @@ import torch
 from conftest import rules_of_each_kind, slow_beyond
 
 from atr_grpo.clipping import RULES, build_rule
-from atr_grpo.clipping.cov import key_seed_from
+from atr_grpo.clipping.extras import EXTRAS, TrainerBatch, trainer_extras
 from atr_grpo.errors import ConfigError
 from atr_grpo.losses import LossSettings, aggregate
 from atr_grpo.rollout_correction import RolloutCorrection
@@ -102,13 +102,31 @@ def left_packed(values: torch.Tensor, mask: torch.Tensor, pad: int) -> tuple[tor
     return out, packed_mask
 
 
+def with_batch_values(extras, rule, full_kl):
+    """The extras computed from π_old's weights (full_kl's vocabulary pass, tested in test_full_kl) replaced by the
+    batch's per-token values: the trainers here have no model."""
+    return {**extras, **{name: full_kl for name in rule.needs if EXTRAS[name].old_weights}}
+
+
+def trainer_side(rule, full_kl, micro_step: int = MICRO_STEP):
+    """The rule's extras as the trainer provides them at seed 0, optimizer step 3, `micro_step` (`clipping.extras`)."""
+    batch = TrainerBatch(
+        like=full_kl,
+        on_policy=False,
+        random=lambda: rule_generator(0, 3, micro_step),
+        model=None,
+        old_weights=None,
+        input_ids=None,
+        attention_mask=None,
+        logits_to_keep=full_kl.shape[1],
+        temperature=1.0,
+    )
+    return with_batch_values(trainer_extras(rule.needs, batch), rule, full_kl)
+
+
 def trl_path(rule, logp, old, advantages, mask, full_kl, micro_step: int = MICRO_STEP):
     """What RuleGRPOTrainer._compute_loss computes (tests/test_training_trl_path.py ties it to TRL's loss)."""
-    extras = {}
-    if "generator" in rule.needs:
-        extras["generator"] = rule_generator(0, 3, micro_step)
-    if "full_kl" in rule.needs:
-        extras["full_kl"] = full_kl
+    extras = trainer_side(rule, full_kl, micro_step)
     leaf = logp.clone().requires_grad_()
     out = rule(leaf, old, advantages, mask, **extras)
     loss = aggregate(out.loss, mask, "dr_grpo", MAX_LEN) / GA
@@ -117,11 +135,7 @@ def trl_path(rule, logp, old, advantages, mask, full_kl, micro_step: int = MICRO
 
 
 def unsloth_kwargs(rule, full_kl, mask, micro_step: int = MICRO_STEP):
-    extras = {}
-    if "generator" in rule.needs:
-        extras["key_seed"] = key_seed_from(rule_generator(0, 3, micro_step))
-    if "full_kl" in rule.needs:
-        extras["full_kl"] = full_kl
+    extras = trainer_side(rule, full_kl, micro_step)
     return {"max_completion_length": MAX_LEN, "current_gradient_accumulation_steps": GA, **encode_extras(extras, mask)}
 
 
@@ -191,15 +205,14 @@ class FakeTrainer(RuleTrainerMixin):
         self.state = SimpleNamespace(global_step=3)
         self._step = MICRO_STEP  # TRL's count of micro-batches in an uninterrupted run
         self.current_gradient_accumulation_steps = GA
-        self.accelerator = SimpleNamespace(process_index=0)
+        self.accelerator = SimpleNamespace(process_index=0, unwrap_model=lambda model: model)
         self.model = SimpleNamespace(training=True)
+        self.temperature = 1.0
         self._full_kl = full_kl
 
     def rule_extras(self, model, input_ids, attention_mask, logits_to_keep, like, has_old):
         extras = super().rule_extras(model, input_ids, attention_mask, logits_to_keep, like, has_old)
-        if "full_kl" in self.rule.needs:  # the model-based computation is tested in test_full_kl
-            extras["full_kl"] = self._full_kl
-        return extras
+        return with_batch_values(extras, self.rule, self._full_kl)
 
 
 # the paper's rule, every rule that needs extras, every rule defined per sequence

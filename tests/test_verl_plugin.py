@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from atr_grpo.clipping import RULES, build_rule
+from atr_grpo.clipping.extras import EXTRAS, Unavailable
 from atr_grpo.clipping.kl import ATR
 from atr_grpo.integrations import verl as plugin
 from atr_grpo.losses import AGGREGATIONS
@@ -89,10 +90,12 @@ def test_full_kl_is_refused_because_verl_has_no_full_distribution():
     assert plugin.refusal(RULES["full_kl"]) is not None
 
 
-def test_generator_is_the_only_extra_supplied_and_clip_cov_is_accepted():
-    """Clip-Cov's random keys are supplied (a seeded generator); no other rule of the registry is refused."""
+def test_only_rules_needing_an_extra_verl_cannot_supply_are_refused():
+    """Clip-Cov's key seed is supplied (from a seeded generator); a rule is refused exactly when one of its extras is
+    `Unavailable` under verl."""
     refused = {name for name, rule in RULES.items() if plugin.refusal(rule)}
-    assert refused == {name for name, rule in RULES.items() if set(rule.needs) - set(plugin.PROVIDED_EXTRAS)}
+    unavailable = {name for name, extra in EXTRAS.items() if isinstance(extra.from_verl, Unavailable)}
+    assert refused == {name for name, rule in RULES.items() if unavailable.intersection(rule.needs)}
     assert "clip_cov" not in refused and "full_kl" in refused
 
 

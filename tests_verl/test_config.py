@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from atr_grpo.clipping import build_rule
+from atr_grpo.clipping.extras import key_seed_from
 from atr_grpo.integrations import verl as plugin
 from atr_grpo.integrations import verl_check
 from atr_grpo.losses import aggregate
@@ -126,13 +127,14 @@ def clip_cov_loss(seed, inputs):
 
 
 def test_clip_cov_draws_its_keys_from_the_seeded_stream():
-    """Clip-Cov under verl = our rule fed the generator of (actor.data_loader_seed, rank), advanced by every call."""
+    """Clip-Cov under verl = our rule fed key seeds drawn from the generator of (actor.data_loader_seed, rank),
+    advanced by every call."""
     inputs = verl_check.random_inputs()
     rule = build_rule("clip_cov", **CLIP_COV)
     stream = plugin.key_generator(7, rank=0)
     for _ in range(2):  # the second call draws the next keys of the same stream
         ours = aggregate(
-            rule(inputs.logp, inputs.old_logp, inputs.advantages, inputs.mask, generator=stream).loss,
+            rule(inputs.logp, inputs.old_logp, inputs.advantages, inputs.mask, key_seed=key_seed_from(stream)).loss,
             inputs.mask,
             "token_mean",
         )

@@ -17,6 +17,8 @@ from typing import Any, ClassVar, NamedTuple
 import torch
 from torch import Tensor
 
+from atr_grpo.clipping.extras import check_needs, describe
+
 # exp(±20) ≈ 4.9e8 / 2.1e-9. Ratios are evaluated at the clamped log-ratio, but the clamp is a
 # straight-through one (see `ratio_from_log`), so a token far outside keeps a gradient of bounded size.
 LOG_RATIO_LIMIT = 20.0
@@ -203,7 +205,7 @@ class ClipRule:
     name: ClassVar[str]
     family: ClassVar[str]  # one of FAMILIES
     params: ClassVar[tuple[Param, ...]] = ()
-    needs: ClassVar[tuple[str, ...]] = ()  # extras a call must pass: "full_kl", "generator"
+    needs: ClassVar[tuple[str, ...]] = ()  # names of the extras a call must pass (registered in `extras`)
     # True when the rule changes the gradient even where w ≡ 1 (strictly on-policy updates), i.e. its effect
     # does not go through the ratio; a run of any other rule warns that it cannot act when every update is on-policy
     acts_on_policy: ClassVar[bool] = False
@@ -271,7 +273,9 @@ class ClipRule:
     def check_extras(self, extras: dict[str, Any]) -> None:
         for need in self.needs:
             if extras.get(need) is None:
-                raise ValueError(f"clipping rule {self.name!r} needs the extra {need!r}; pass {need}=... in the call")
+                raise ValueError(
+                    f"clipping rule {self.name!r} needs the extra {describe(need)}; pass {need}=... in the call"
+                )
 
     def __call__(self, logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, **extras: Any) -> ClipOutput:
         """Per-token loss `[B, T]` (gradient to `logp` only) and metrics over valid tokens."""
@@ -292,6 +296,7 @@ def register(cls: type[ClipRule]) -> type[ClipRule]:
         raise ValueError(f"clipping rule {cls.name!r} is registered twice")
     if getattr(cls, "family", None) not in FAMILIES:
         raise ValueError(f"clipping rule {cls.name!r}: family must be one of {', '.join(FAMILIES)}")
+    check_needs(cls.name, cls.needs)
     RULES[cls.name] = cls
     return cls
 

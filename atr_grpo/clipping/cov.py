@@ -11,8 +11,9 @@ rule (one micro-batch, as in the public code's per-GPU approximation):
 
 Selections are pure tensor code (partial top-ks under a bound known from the shape, the quota as a tensor),
 so they run inside compiled losses, and they pick exactly what a stable sort of the whole batch would (ties by
-position). Clip-Cov's randomness is a hash of a seed (drawn from a `torch.Generator` when called) and of each
-token's index among the valid tokens (`hashed_keys`), so the TRL and Unsloth paths select the same tokens.
+position). Clip-Cov's randomness is a hash of a seed (its extra `key_seed`, drawn from a seeded stream: see
+`extras`) and of each token's index among the valid tokens (`hashed_keys`), so the TRL and Unsloth paths and
+verl select the same tokens.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ import torch
 from torch import Tensor
 
 from atr_grpo.clipping.base import (
-    ClipOutput,
     ClipRule,
     RuleTerms,
     TokenBatch,
@@ -133,11 +133,6 @@ def hash_ranks(seed: Tensor, mask: Tensor) -> Tensor:
     return ranks
 
 
-def key_seed_from(generator: torch.Generator) -> Tensor:
-    """The 0-d seed of `hashed_keys`, drawn from a generator (how a seeded call becomes a tensor input)."""
-    return torch.randint(0, 2**31 - 1, (), generator=generator, device=generator.device)
-
-
 def token_quota(count: Tensor, size: int, fraction: float) -> tuple[Tensor, int]:
     """max(⌊fraction · N⌋, 1) as a tensor (N = `count`, the number of valid tokens), and a bound on it from the
     batch's `size` (number of entries) alone."""
@@ -155,7 +150,7 @@ class ClipCov(ClipRangeRule):
     name = "clip_cov"
     family = "covariance"
     acts_on_policy = True  # the covariance selection is detached whatever w is
-    needs = ("generator",)  # or `key_seed` / `random_keys` directly (see check_extras)
+    needs = ("key_seed",)
     params = (
         fraction("eps_low", 1.0, "lower clip range (Clip-Cov recipe: 1.0)"),
         positive("eps_high", 1.0, "upper clip range (Clip-Cov recipe: 1.0)"),
@@ -172,21 +167,8 @@ class ClipCov(ClipRangeRule):
                 f"clipping rule 'clip_cov': parameter 'cov_ub' must be > cov_lb = {self.cov_lb}, got {self.cov_ub}"
             )
 
-    def check_extras(self, extras: dict[str, Any]) -> None:
-        if all(extras.get(k) is None for k in ("generator", "key_seed", "random_keys")):
-            raise ValueError(
-                "clipping rule 'clip_cov' needs the extra 'generator' (a torch.Generator), 'key_seed' or 'random_keys'"
-            )
-
-    def __call__(self, logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, **extras: Any) -> ClipOutput:
-        generator = extras.pop("generator", None)
-        if generator is not None and extras.get("random_keys") is None and extras.get("key_seed") is None:
-            extras["key_seed"] = key_seed_from(generator)
-        return super().__call__(logp, old_logp, advantages, mask, **extras)
-
-    def terms(
-        self, batch: TokenBatch, random_keys: Tensor | None = None, key_seed: Tensor | None = None, **_: Any
-    ) -> RuleTerms:
+    def terms(self, batch: TokenBatch, key_seed: Tensor, random_keys: Tensor | None = None, **_: Any) -> RuleTerms:
+        """`random_keys` (`[B, T]`, tests only) replaces the keys hashed from `key_seed`."""
         distinct = random_keys is None
         if distinct:  # the hashed keys' order, made distinct by the position (a stable sort's tie-break)
             random_keys = hash_ranks(key_seed.to(batch.mask.device), batch.mask)

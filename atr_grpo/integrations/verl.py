@@ -19,10 +19,11 @@ micro-batching normalise exactly as for verl's built-in losses. Three of verl's 
     seq-mean-token-sum-norm  ≡ dr_grpo      Σ ℓ / (B · L) with L = actor.loss_scale_factor, which must be set
 
 `token-sum` and `seq-mean-token-sum` have no counterpart here and are refused; a sequence-level rule under a
-token sum runs with a warning (`check_aggregation`). Extras: Clip-Cov's `generator` is
-a per-process torch.Generator seeded from `actor.data_loader_seed` and the data-parallel rank, advanced by every
-call; `full_kl` needs π_old's whole next-token distribution, which verl's policy-loss API does not carry, so
-`atr_grpo.full_kl` is refused.
+token sum runs with a warning (`check_aggregation`). A rule's extras come from their registry (`clipping.extras`),
+which says how verl provides each or why it cannot: Clip-Cov's `key_seed` is drawn from a per-process
+torch.Generator seeded from `actor.data_loader_seed` and the data-parallel rank, advanced by every call; `full_kl`
+needs π_old's whole next-token distribution, which verl's policy-loss API does not carry, so `atr_grpo.full_kl` is
+refused.
 
 Without verl the module still imports (the main environment has none); what needs verl raises an ImportError
 that says how to get it.
@@ -41,6 +42,7 @@ import torch
 from torch import Tensor
 
 from atr_grpo.clipping import RULES, ClipRule, build_rule
+from atr_grpo.clipping.extras import VerlCall, verl_extras, verl_refusals
 from atr_grpo.losses import length_weighting
 
 LOSS_PREFIX = "atr_grpo."
@@ -58,11 +60,6 @@ VERL_AGGREGATIONS = {
     "token-mean": "token_mean",
     "seq-mean-token-mean": "seq_mean",
     "seq-mean-token-sum-norm": "dr_grpo",
-}
-# extras this plugin can supply from what verl passes to a policy loss; why the others cannot be
-PROVIDED_EXTRAS = ("generator",)
-MISSING_EXTRAS = {
-    "full_kl": "π_old's full next-token distribution (verl passes the old log-probs of the sampled tokens only)",
 }
 # actor keys that verl's own losses read and ours do not: a changed value is reported, once per loss mode
 VERL_ONLY_ACTOR_KEYS = ("clip_ratio", "clip_ratio_low", "clip_ratio_high", "clip_ratio_c")
@@ -100,10 +97,10 @@ def set_params(policy_loss: Any) -> dict[str, Any]:
 
 def refusal(rule: type[ClipRule]) -> str | None:
     """Why a rule cannot run as a verl policy loss (an extra verl cannot supply), or None."""
-    missing = [need for need in rule.needs if need not in PROVIDED_EXTRAS]
+    missing = verl_refusals(rule.needs)
     if not missing:
         return None
-    what = "; ".join(f"{need!r}: {MISSING_EXTRAS.get(need, 'no source for it in verl')}" for need in missing)
+    what = "; ".join(f"{need!r}: {reason}" for need, reason in missing.items())
     return (
         f"{POLICY_LOSS_KEY}.loss_mode={loss_mode_of(rule.name)!r} is not available under verl: clipping rule "
         f"{rule.name!r} needs the extra {what}; use it through `python -m atr_grpo.train` instead"
@@ -187,13 +184,16 @@ def reset_key_generators() -> None:
     _GENERATORS.clear()
 
 
-def rule_extras(rule: ClipRule, config: Any) -> dict[str, Any]:
-    """The extras a rule needs that verl can supply: the process's generator for the rule, advanced by each call."""
-    if "generator" not in rule.needs:
-        return {}
+def rule_stream(rule: ClipRule, config: Any) -> torch.Generator:
+    """The rule's random stream in this process (made on first use), advanced by each draw."""
     if rule.name not in _GENERATORS:
         _GENERATORS[rule.name] = key_generator(int(getattr(config, "data_loader_seed", 0)), _rank())
-    return {"generator": _GENERATORS[rule.name]}
+    return _GENERATORS[rule.name]
+
+
+def rule_extras(rule: ClipRule, config: Any, log_prob: Tensor) -> dict[str, Any]:
+    """The extras a rule needs, as the registry says verl provides them (`clipping.extras`)."""
+    return verl_extras(rule.needs, VerlCall(like=log_prob, random=lambda: rule_stream(rule, config)))
 
 
 def _warn_verl_only_keys(loss_mode: str, config: Any) -> None:
@@ -230,7 +230,7 @@ def policy_loss_fn(rule_name: str) -> Callable[..., tuple[Tensor, dict[str, floa
         rule = rule_from_config(loss_mode, getattr(config, "policy_loss", None))
         check_aggregation(rule, loss_agg_mode, config.global_batch_info.get("loss_scale_factor"))
         _warn_verl_only_keys(loss_mode, config)
-        out = rule(log_prob, old_log_prob, advantages, response_mask, **rule_extras(rule, config))
+        out = rule(log_prob, old_log_prob, advantages, response_mask, **rule_extras(rule, config, log_prob))
         per_token = out.loss if rollout_is_weights is None else out.loss * rollout_is_weights
         loss = agg_loss(
             loss_mat=per_token, loss_mask=response_mask, loss_agg_mode=loss_agg_mode, **config.global_batch_info

@@ -25,6 +25,7 @@ import torch
 from torch import Tensor
 
 from atr_grpo.clipping import RULES, build_rule
+from atr_grpo.clipping.extras import VerlCall, verl_extras
 from atr_grpo.integrations import verl as plugin
 from atr_grpo.losses import aggregate
 
@@ -143,7 +144,8 @@ def gaps(rule_name: str, loss_agg_mode: str, seed: int = 0) -> Gaps:
     verl_loss, _ = verl_actor_loss(config, inputs)
     (verl_grad,) = torch.autograd.grad(verl_loss, inputs.logp)
     rule = build_rule(rule_name)
-    extras = {"generator": plugin.key_generator(seed, rank=0)} if "generator" in rule.needs else {}
+    stream = plugin.key_generator(seed, rank=0)  # a fresh stream of what verl's call drew from
+    extras = verl_extras(rule.needs, VerlCall(like=inputs.logp, random=lambda: stream))
     ours = reference_loss(rule_name, loss_agg_mode, inputs, extras)
     (our_grad,) = torch.autograd.grad(ours, inputs.logp)
     return Gaps(

@@ -2,8 +2,8 @@
 
 - `grpo_arg_values`: TRL's config values from ours; everything that changes the loss or the sampler is set
   explicitly, never left to a library default.
-- `RuleTrainerMixin`: the rule and its `LossSettings`, the rule's extras for a micro-batch (Clip-Cov's key
-  seed, the full-vocabulary KL against π_old's snapshot, the δ in force), and one `record_loss` that turns a
+- `RuleTrainerMixin`: the rule and its `LossSettings`, the rule's extras for a micro-batch (as `clipping.extras`
+  provides them from a `TrainerBatch`; the δ in force), and one `record_loss` that turns a
   micro-batch's `GRPOLoss` into the step's metrics: the rule's `clip/*` (with `clip/delta` for a δ-rule),
   `ratio/*`, `kl/*`, the entropy, and under `rollout/` the rollout-engine mismatch and the correction's weights.
   Metrics are pooled over micro-batches and processes (`step_stats.StepStats`) and added to TRL's log at each
@@ -14,22 +14,23 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 from torch import Tensor
-from transformers import TrainerCallback
+from transformers import TrainerCallback, TrainerState
 
 from atr_grpo import rundir
 from atr_grpo.clipping import ClipRule
 from atr_grpo.clipping.adaptive_delta import DeltaControl, takes_delta
-from atr_grpo.clipping.cov import key_seed_from
+from atr_grpo.clipping.extras import TrainerBatch, keeps_old_weights, trainer_extras
+from atr_grpo.clipping.vocab_kl import adapter_snapshot
 from atr_grpo.config import TrainConfig
 from atr_grpo.distributed import process_batch, world_size
 from atr_grpo.losses import GRPOLoss, LossSettings, resolve_aggregation
 from atr_grpo.training import checkpoints
-from atr_grpo.training.full_kl import adapter_snapshot, full_vocab_kl
 from atr_grpo.training.step_stats import StepStats
 
 log = logging.getLogger(__name__)
@@ -198,8 +199,40 @@ def rollout_mismatch(sampling_logp: Tensor, trainer_logp: Tensor, mask: Tensor) 
     }
 
 
-class RuleTrainerMixin:
+class GRPOTrainerHost(Protocol):
+    """What `RuleTrainerMixin` uses of the `GRPOTrainer` it is mixed into (TRL's, or Unsloth's generated one).
+
+    The methods the mixin extends (and calls through `super()`) are declared as callables.
+    """
+
+    model: torch.nn.Module
+    args: Any  # GRPOConfig: seed, output_dir, should_save, save_total_limit
+    state: TrainerState
+    accelerator: Any  # accelerate.Accelerator: process_index, device, unwrap_model, wait_for_everyone
+    callback_handler: Any  # transformers' CallbackHandler: callbacks
+    temperature: float
+    current_gradient_accumulation_steps: int
+    _step: int  # TRL's count of micro-batches in this process
+
+    def add_callback(self, callback: TrainerCallback) -> None: ...
+
+    _generate_and_score_completions: Callable[[Any], Any]
+    train: Callable[..., Any]
+    _get_output_dir: Callable[[Any], str]
+    _save_checkpoint: Callable[[Any, Any], None]
+    log: Callable[[dict[str, float], float | None], None]
+
+
+if TYPE_CHECKING:
+    _Host = GRPOTrainerHost
+else:
+    _Host = object
+
+
+class RuleTrainerMixin(_Host):
     """Added in front of a `GRPOTrainer` class (TRL's or Unsloth's): the rule, its extras and its metrics."""
+
+    _checkpoint_staging: Path | None = None  # set while `_save_checkpoint` runs
 
     def _setup_rule(self, rule: ClipRule, settings: LossSettings, delta: DeltaControl | None = None) -> None:
         self.rule = rule
@@ -208,11 +241,11 @@ class RuleTrainerMixin:
         self._old_adapter: dict[str, Tensor] | None = None
         self._step_stats = StepStats()
 
-    # π_old for the full-vocabulary KL: the weights that generated this rollout
+    # π_old's weights, for an extra computed from them (the full-vocabulary KL): those that generated this rollout
     def _generate_and_score_completions(self, inputs: Any) -> Any:
-        if "full_kl" in self.rule.needs:
+        if keeps_old_weights(self.rule.needs):
             self._old_adapter = adapter_snapshot(self.accelerator.unwrap_model(self.model))
-        return super()._generate_and_score_completions(inputs)  # type: ignore[misc]
+        return super()._generate_and_score_completions(inputs)
 
     def rule_extras(
         self,
@@ -223,34 +256,33 @@ class RuleTrainerMixin:
         like: Tensor,
         has_old: bool,
     ) -> dict[str, Tensor]:
-        """The rule's declared extras as tensors in the layout of `like` (`[B, logits_to_keep]`)."""
+        """The δ in force (δ-rules) and the rule's declared extras (`clipping.extras`), in the layout of `like`
+        (`[B, logits_to_keep]`)."""
         extras: dict[str, Tensor] = {}
         if self.delta_control is not None:  # a tensor: a new value does not recompile Unsloth's compiled loss
             extras["delta"] = torch.tensor(self.delta_control.delta, dtype=torch.float32, device=like.device)
-        if "generator" in self.rule.needs:  # Clip-Cov: a seed tensor, so compiled code can draw the same keys
-            process = self.accelerator.process_index  # type: ignore[attr-defined]
-            generator = rule_generator(self.args.seed, self.state.global_step, self._micro_step(), process)
-            extras["key_seed"] = key_seed_from(generator)
-        if "full_kl" in self.rule.needs:
-            if not has_old or self._old_adapter is None:
-                extras["full_kl"] = torch.zeros_like(like, dtype=torch.float32)  # on-policy: π_old = π_θ
-            else:
-                extras["full_kl"] = full_vocab_kl(
-                    self.accelerator.unwrap_model(model),
-                    self._old_adapter,
-                    input_ids,
-                    attention_mask,
-                    logits_to_keep,
-                    self.temperature,
-                )
+        if self.rule.needs:
+            process = self.accelerator.process_index
+            batch = TrainerBatch(
+                like=like,
+                on_policy=not has_old,
+                random=lambda: rule_generator(self.args.seed, self.state.global_step, self._micro_step(), process),
+                model=self.accelerator.unwrap_model(model),
+                old_weights=self._old_adapter,
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                logits_to_keep=logits_to_keep,
+                temperature=self.temperature,
+            )
+            extras.update(trainer_extras(self.rule.needs, batch))
         return extras
 
     def _micro_step(self) -> int:
         """The micro-batch's index since the start of training, computed from the optimizer step (restored on
         resume), not from TRL's `_step`, which counts from 0 again in a resumed process: an uninterrupted run gets
         TRL's count, and a resumed one the same keys as that run."""
-        accumulation = self.current_gradient_accumulation_steps  # type: ignore[attr-defined]
-        return self.state.global_step * accumulation + self._step % accumulation  # type: ignore[attr-defined]
+        accumulation = self.current_gradient_accumulation_steps
+        return self.state.global_step * accumulation + self._step % accumulation
 
     def record_loss(self, result: GRPOLoss, sampling_logp: Tensor | None = None) -> None:
         """A training micro-batch's metrics: the rule's, the δ in force, the KL to the reference, the rollout
@@ -271,7 +303,7 @@ class RuleTrainerMixin:
     def check_sampling_logp(self, sampling_logp: Tensor | None) -> None:
         """A rollout correction without the engine's log-probs is an error, never a silent no-op."""
         correction = self.loss_settings.correction
-        if correction.active and sampling_logp is None and self.model.training:  # type: ignore[attr-defined]
+        if correction.active and sampling_logp is None and self.model.training:
             raise RuntimeError(
                 f"rollout.correction={correction.kind}, but this batch carries no log-probs from the rollout "
                 "engine (rollout.engine must be vllm, and the engine must return the sampled tokens' log-probs)"
@@ -282,20 +314,21 @@ class RuleTrainerMixin:
         """Before training: δ restored from the checkpoint resumed from, and the step hook that moves δ."""
         if self.delta_control is not None:
             if resume_from_checkpoint:
-                self._load_delta(resume_from_checkpoint)
-            callbacks = self.callback_handler.callbacks  # type: ignore[attr-defined]
+                self._load_delta(self.delta_control, resume_from_checkpoint)
+            callbacks = self.callback_handler.callbacks
             if not any(isinstance(callback, DeltaStep) for callback in callbacks):
-                self.add_callback(DeltaStep(self))  # type: ignore[attr-defined]
-        return super().train(resume_from_checkpoint, *args, **kwargs)  # type: ignore[misc]
+                self.add_callback(DeltaStep(self))
+        return super().train(resume_from_checkpoint, *args, **kwargs)
 
     def end_delta_step(self) -> None:
-        self.delta_control.end_step(self.state.global_step, self._all_reduce)  # type: ignore[union-attr,attr-defined]
+        if self.delta_control is not None:  # the step hook exists only then
+            self.delta_control.end_step(self.state.global_step, self._all_reduce)
 
     # ------------------------------------------------------------------------------ checkpoints
     def _get_output_dir(self, trial: Any) -> str:
         """Where transformers writes a checkpoint: its temporary folder while `_save_checkpoint` runs."""
-        staging = getattr(self, "_checkpoint_staging", None)
-        return str(staging) if staging is not None else super()._get_output_dir(trial)  # type: ignore[misc]
+        staging = self._checkpoint_staging
+        return str(staging) if staging is not None else super()._get_output_dir(trial)
 
     def _save_checkpoint(self, model: Any, trial: Any) -> None:
         """transformers' save (and the δ in force) under a temporary name, renamed into place once every process
@@ -303,40 +336,40 @@ class RuleTrainerMixin:
         newest."""
         from transformers.trainer_utils import rotate_checkpoints
 
-        root = Path(super()._get_output_dir(trial))  # type: ignore[misc]
-        checkpoint = root / f"{checkpoints.PREFIX}-{self.state.global_step}"  # type: ignore[attr-defined]
-        wait = self.accelerator.wait_for_everyone  # type: ignore[attr-defined]
-        if self.args.should_save:  # type: ignore[attr-defined]
+        root = Path(super()._get_output_dir(trial))
+        checkpoint = root / f"{checkpoints.PREFIX}-{self.state.global_step}"
+        wait = self.accelerator.wait_for_everyone
+        if self.args.should_save:
             checkpoints.discard_partial(checkpoint)  # what a save killed at this step before left behind
         wait()
         self._checkpoint_staging = checkpoints.staging_dir(checkpoint)
         try:
-            super()._save_checkpoint(model, trial)  # type: ignore[misc]
-            if self.delta_control is not None and self.args.should_save:  # type: ignore[attr-defined]
+            super()._save_checkpoint(model, trial)
+            if self.delta_control is not None and self.args.should_save:
                 path = self._checkpoint_staging / checkpoint.name / DELTA_STATE_FILE
                 rundir.write_json(path, self.delta_control.state_dict())
         finally:
             self._checkpoint_staging = None
         wait()  # every process's files (its RNG state) are in place
-        if self.args.should_save:  # type: ignore[attr-defined]
+        if self.args.should_save:
             checkpoints.commit(checkpoint)
-            rotate_checkpoints(str(root), self.args.save_total_limit, use_mtime=True)  # type: ignore[attr-defined]
+            rotate_checkpoints(str(root), self.args.save_total_limit, use_mtime=True)
         wait()
 
-    def _load_delta(self, checkpoint: str | bool) -> None:
+    def _load_delta(self, control: DeltaControl, checkpoint: str | bool) -> None:
         if checkpoint is True:
             from transformers.trainer_utils import get_last_checkpoint
 
-            checkpoint = get_last_checkpoint(self.args.output_dir)  # type: ignore[attr-defined]
+            checkpoint = get_last_checkpoint(self.args.output_dir)
         path = Path(str(checkpoint)) / DELTA_STATE_FILE
         if path.exists():
             try:
-                self.delta_control.load_state_dict(rundir.read_json(path))  # type: ignore[union-attr]
+                control.load_state_dict(rundir.read_json(path))
             except rundir.RunFileError:
                 raise
             except (AttributeError, KeyError, TypeError, ValueError) as err:  # valid JSON, but not this run's δ state
                 raise rundir.RunFileError(f"{path}: the δ in force cannot be restored ({err!r})") from None
-        elif self.delta_control.adapts:  # type: ignore[union-attr]
+        elif control.adapts:
             raise FileNotFoundError(f"{path} is missing: the δ of this adaptive-δ run cannot be restored")
 
     def record_entropy(self, entropies: Tensor, mask: Tensor) -> None:
@@ -349,14 +382,14 @@ class RuleTrainerMixin:
         """Add the step's pooled metrics (global over micro-batches and processes) to TRL's log."""
         if self._step_stats.keys():
             logs.update(self._step_stats.reduce(self._all_reduce))
-        super().log(logs, start_time)  # type: ignore[misc]
+        super().log(logs, start_time)
 
     def _all_reduce(self, tensor: Tensor, op: str) -> Tensor:
         import torch.distributed as dist
 
         if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
             return tensor
-        pooled = tensor.to(self.accelerator.device)  # type: ignore[attr-defined]
+        pooled = tensor.to(self.accelerator.device)
         dist.all_reduce(pooled, op={"sum": dist.ReduceOp.SUM, "min": dist.ReduceOp.MIN, "max": dist.ReduceOp.MAX}[op])
         return pooled.cpu()
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
@@ -186,17 +186,23 @@ def load_unsloth_model(cfg: TrainConfig, adapter: Path | None, rollout_engine: s
     return model, tokenizer
 
 
-class UnslothRuleTrainerMixin:
+if TYPE_CHECKING:  # the mixin always stands in front of RuleTrainerMixin (imported after unsloth at run time)
+    from atr_grpo.training.rule_trainer import RuleTrainerMixin as _RuleTrainer
+else:
+    _RuleTrainer = object
+
+
+class UnslothRuleTrainerMixin(_RuleTrainer):
     """In front of `RuleTrainerMixin` and Unsloth's generated `GRPOTrainer`: the rule's constructor, and
     the entropy, which zoo computes only for `get_high_entropy_mask` (every token is kept: the loss is unchanged)."""
 
     def __init__(self, *args: Any, rule: ClipRule, settings: Any, delta: Any = None, **kwargs: Any) -> None:
-        self._setup_rule(rule, settings, delta)  # type: ignore[attr-defined]
+        self._setup_rule(rule, settings, delta)
         super().__init__(*args, **kwargs)
 
     def get_high_entropy_mask(self, entropies: Tensor, mask: Tensor, threshold: float) -> Tensor:
-        if self.model.training:  # type: ignore[attr-defined]
-            self.record_entropy(entropies, mask)  # type: ignore[attr-defined]
+        if self.model.training:
+            self.record_entropy(entropies, mask)
         return mask.bool()
 
 
