@@ -21,13 +21,9 @@ import logging
 from dataclasses import dataclass
 
 from atr_grpo import distributed
-from atr_grpo.config import (
-    EvalConfig,
-    TrainConfig,
-    check_correction_engine,
-    check_server_engine,
-    check_vllm_temperature,
-)
+from atr_grpo.config import TrainConfig
+from atr_grpo.config_checks import check_vllm_temperature
+from atr_grpo.config_training import EvalConfig, check_correction_engine, check_server_engine
 from atr_grpo.errors import ConfigError
 
 log = logging.getLogger(__name__)

@@ -1,13 +1,14 @@
-"""`python -m atr_grpo.results {table2,table3,seeds,delta,passk,clip_binding,all,figures} --runs DIR --out DIR`
-`python -m atr_grpo.results compare A B --runs DIR [--benchmark B] [--metric mean@8]`
+"""`python -m atr_grpo.results {table2,table3,seeds,seeds_auc,delta,passk,clip_binding,endpoints,bounds,all,figures}
+  --runs DIR --out DIR`
+`python -m atr_grpo.results compare A B --runs DIR [--benchmark B] [--metric mean@8] [--endpoint auc]`
 `python -m atr_grpo.results regrade --runs DIR`
 `python -m atr_grpo.results pack --runs DIR`
 
 Reads only the run directories under --runs (found by their config.yaml) and writes the paper's tables as
 CSV, Markdown and LaTeX, plus `<table>_vs_paper.md` where the paper publishes the numbers
 (results/paper/), or its figures as PNG and PDF. Each table takes the runs of one experiment:
-  table2 → table2, table3 → table3, seeds (each run's value, IQM and the seed-level tests against clip) →
-  table3, delta → ablate_delta (Figure 3), passk → passk_curve (Figure 4);
+  table2 → table2, table3 → table3, seeds and seeds_auc (each run's final value or AUC, IQM and the seed-level
+  tests against clip) → table3, delta → ablate_delta (Figure 3), passk → passk_curve (Figure 4);
   binding (clip_binding: does the rule act or react to noise), endpoints (step 0, final, best, AUC per method) and
   bounds (per run: completion length, how often each bound fired) → every run; figures 2 and the clipping
   curves → table2. --experiment takes another (e.g. `demo` on a CPU).
@@ -28,7 +29,7 @@ from pathlib import Path
 
 from atr_grpo import provenance, rundir
 from atr_grpo.evaluation.grader import DEFAULT_TIMEOUT
-from atr_grpo.reporting import binding, cells, compare, endpoints, figures, pack, regrade, stats, tables, writers
+from atr_grpo.reporting import binding, cells, compare, endpoints, figures, pack, regrade, seeds, stats, tables, writers
 from atr_grpo.reporting.runs import Run, drop_repeats, find_runs
 
 # each table's experiment; None = every run
@@ -43,6 +44,8 @@ TABLES = {
     "endpoints": None,
     "bounds": None,
 }
+# the data of figures 3 and 4
+FIGURE_TABLES = {"delta": tables.delta_table, "passk": tables.passk_table}
 # tables of any experiment's training runs (reporting/endpoints.py)
 RUN_TABLES = {"endpoints": endpoints.endpoints_table, "bounds": endpoints.bounds_table}
 COMMANDS = (*TABLES, "all", "figures", "compare", "regrade", "pack")
@@ -86,7 +89,7 @@ def build_table(
     elif name == "table3":
         table = tables.table3(chosen, ddof=ddof, resampling=resampling, alpha=alpha)
     elif name in ("seeds", "seeds_auc"):
-        table = tables.seeds_table(chosen, resampling, alpha, endpoint="auc" if name == "seeds_auc" else "final")
+        table = seeds.seeds_table(chosen, resampling, alpha, endpoint="auc" if name == "seeds_auc" else "final")
     elif name == "clip_binding":
         table = binding.binding_table(chosen)
         if not table.rows:
@@ -96,7 +99,7 @@ def build_table(
         if not table.rows:
             raise ResultsError("no training run with evaluations after step 0 and metrics.jsonl")
     else:
-        table = tables.BUILDERS[name](chosen)
+        table = FIGURE_TABLES[name](chosen)
     for line in table.missing:
         print(f"warning: {name}: {line}", file=sys.stderr)
     return writers.write_table(table, out_dir)
@@ -117,7 +120,7 @@ def build_figures(
             writers.remove_stale(out_dir, stem)
     for name, builder, stem in (("delta", figures.figure3, "figure3_delta"), ("passk", figures.figure4, "figure4")):
         try:
-            table = tables.BUILDERS[name](_select(runs, runs_dir, experiment or TABLES[name]))
+            table = FIGURE_TABLES[name](_select(runs, runs_dir, experiment or TABLES[name]))
             if not table.rows:
                 raise ResultsError(f"the runs have no {'ATR δ values' if name == 'delta' else 'per-sample files'}")
             written += builder(table, out_dir)

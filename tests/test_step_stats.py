@@ -6,8 +6,7 @@ import pytest
 import torch
 
 from atr_grpo.clipping import build_rule
-from atr_grpo.training.rule_trainer import rollout_mismatch
-from atr_grpo.training.step_stats import StepStats, reduction
+from atr_grpo.training.step_stats import StepStats, reduction, rollout_mismatch
 
 
 def micro_batch(seed, batch, steps):

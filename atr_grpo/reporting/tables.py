@@ -8,8 +8,7 @@ as CSV, Markdown and LaTeX.
   "Clip (ε ∈ {0.1, ..., 0.5})" row, `clip-tuned`: the ε whose mean final Average Mean@K is highest.
   Both give the reported value (final, mean) a bootstrap interval and the seed-level comparison with `clip`
   (`reporting.uncertainty`).
-- seeds: per model × method, each run's final value, their mean and IQM, and everything `compare M clip`
-  prints for it (the same family and random streams, so the same numbers).
+- seeds and seeds_auc: in `reporting.seeds`.
 - delta (Figure 3 data): ATR by δ, mean over seeds of the final Average Mean@K / Pass@K.
 - passk (Figure 4 data): Mean@K / Pass@K for K = 1..n from the per-sample files of the last evaluation.
 Percent values rounded to 2 decimals. Runs with missing evaluations are listed, never silently dropped.
@@ -21,7 +20,6 @@ import csv
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -80,7 +78,7 @@ def _sort_key(model: str, method: str, order: list[str]) -> tuple:
     return (model, order.index(rule) + 0.5 if rule in order else len(order), method)
 
 
-def _sort_rows(rows: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
+def sort_rows(rows: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
     order = _paper_order(name)
     return sorted(rows, key=lambda r: _sort_key(r["model"], r["method"], order))  # stable: benchmarks stay
 
@@ -94,18 +92,18 @@ def column_name(bench: str) -> str:
     return "Average" if bench == AVERAGE else display_name(bench)
 
 
-def _benchmarks_of(runs: list[Run]) -> list[str]:
+def benchmarks_of(runs: list[Run]) -> list[str]:
     return sorted({b for run in runs for b in run.benchmarks} | {AVERAGE}, key=column_order)
 
 
-def _prepare(runs: list[Run]) -> tuple[list[Run], list[str], list[str]]:
+def prepare(runs: list[Run]) -> tuple[list[Run], list[str], list[str]]:
     """(one run per experiment point, its metric names, the missing-evaluation report)."""
     kept, repeats = drop_repeats(runs)
     k = kept[0].k if kept else 8
     return kept, [f"mean@{k}", f"pass@{k}"], problems(kept) + repeats
 
 
-def _grouped(runs: list[Run]) -> dict[tuple[str, str], list[Run]]:
+def grouped(runs: list[Run]) -> dict[tuple[str, str], list[Run]]:
     groups: dict[tuple[str, str], list[Run]] = defaultdict(list)
     for run in runs:
         groups[(run.model, run.method)].append(run)
@@ -128,8 +126,8 @@ def _final(run: Run, metric: str, bench: str) -> float | None:
 
 
 def table2(runs: list[Run], resampling: stats.Resampling | None = None, alpha: float = ALPHA) -> Table:
-    runs, metrics, missing = _prepare(runs)
-    benches, groups = _benchmarks_of(runs), _grouped(runs)
+    runs, metrics, missing = prepare(runs)
+    benches, groups = benchmarks_of(runs), grouped(runs)
     notes = [
         "final = last evaluation step, best = maximum over evaluation steps (step 0 excluded when later steps "
         "exist); average = mean of the benchmarks at each step, so its best is the best step's average; "
@@ -195,7 +193,7 @@ def table2(runs: list[Run], resampling: stats.Resampling | None = None, alpha: f
     notes += add_uncertainty(rows, "final", scores_of, resampling, alpha, missing)
     columns = ["model", "method", "benchmark", "metric", "final", "best", *UNCERTAINTY_COLUMNS]
     formats = dict.fromkeys(P_COLUMNS, P_FORMAT)
-    return Table("table2", columns, _sort_rows(rows, "table2"), missing, notes, formats, alpha)
+    return Table("table2", columns, sort_rows(rows, "table2"), missing, notes, formats, alpha)
 
 
 def _seed_rows(model: str, method: str, group: list[Run], metrics: list[str], benches: list[str], ddof: int) -> list:
@@ -226,8 +224,8 @@ def table3(
     resampling: stats.Resampling | None = None,
     alpha: float = ALPHA,
 ) -> Table:
-    runs, metrics, missing = _prepare(runs)
-    benches, groups = _benchmarks_of(runs), _grouped(runs)
+    runs, metrics, missing = prepare(runs)
+    benches, groups = benchmarks_of(runs), grouped(runs)
     rows = []
     for (model, method), group in groups.items():
         rows += _seed_rows(model, method, group, metrics, benches, ddof)
@@ -258,98 +256,11 @@ def table3(
     notes += add_uncertainty(rows, "mean", scores_of, resampling, alpha, missing)
     columns = ["model", "method", "benchmark", "metric", "mean", "std", "n_seeds", *UNCERTAINTY_COLUMNS]
     formats = dict.fromkeys(P_COLUMNS, P_FORMAT)
-    return Table("table3", columns, _sort_rows(rows, "table3"), missing, notes, formats, alpha)
-
-
-SEED_COLUMNS = [
-    "model",
-    "method",
-    "benchmark",
-    "metric",
-    "n_seeds",
-    "runs",
-    "mean",
-    "iqm",
-    "ci_low",
-    "ci_high",
-    "diff_vs_clip",
-    "diff_per_seed",
-    "diff_ci_low",
-    "diff_ci_high",
-    "p_seeds_vs_clip",
-    "p_min_vs_clip",
-    "p_holm_vs_clip",
-    "p_t_vs_clip",
-    "mde_vs_clip",
-    "p_improve",
-    "p_improve_low",
-    "p_improve_high",
-    "p_problems_vs_clip",
-]
-
-
-def seeds_table(
-    runs: list[Run], resampling: stats.Resampling | None = None, alpha: float = ALPHA, endpoint: str = "final"
-) -> Table:
-    """The run as the unit: per model × method, each run's value at `endpoint` (`runs`, seed order: its final
-    evaluation, or for `auc` the mean of its evaluations after step 0), their mean and rliable's IQM, and the
-    seed-level comparison with clip, exactly as `compare M clip [--endpoint auc]` prints it. Named `seeds`, or
-    `seeds_auc` for the AUC."""
-    runs, metrics, missing = _prepare(runs)
-    benches, groups = _benchmarks_of(runs), _grouped(runs)
-    rows = []
-    for (model, method), group in groups.items():
-        for metric in metrics:
-            for bench in benches:
-                try:
-                    values = cells.cell_scores(group, metric, bench, benches[:-1], endpoint).run_values()
-                except cells.ScoreError as err:
-                    missing.append(f"{model} {method} {bench} {metric}: {err}")
-                    continue
-                rows.append(
-                    {
-                        "model": model,
-                        "method": method,
-                        "benchmark": bench,
-                        "metric": metric,
-                        "n_seeds": len(values),
-                        "runs": " ".join(f"{100 * v:.2f}" for v in values),
-                        "mean": two_decimals(100 * float(values.mean())),
-                        "iqm": two_decimals(100 * float(stats.interquartile_mean(values))),
-                    }
-                )
-
-    def scores_of(model: str, method: str, metric: str, bench: str) -> cells.Scores:
-        return cells.cell_scores(groups[(model, method)], metric, bench, benches[:-1], endpoint)
-
-    resampling = resampling or stats.Resampling()
-    notes = add_uncertainty(rows, "mean", scores_of, resampling, alpha, missing)
-    for row in rows:
-        diff: cells.Difference | None = row.get("difference")
-        row.update(dict.fromkeys(["p_t_vs_clip", "p_improve", "p_improve_low", "p_improve_high"], math.nan))
-        row["diff_per_seed"] = ""
-        if diff is not None:
-            row.update(
-                diff_per_seed=" ".join(f"{x:+.2f}" for x in diff.per_seed),
-                p_t_vs_clip=diff.p_t,
-                p_improve=diff.improvement,
-                p_improve_low=diff.improvement_low,
-                p_improve_high=diff.improvement_high,
-            )
-    notes += [
-        f"runs: each run's {'AUC (the mean of its evaluations after step 0)' if endpoint == 'auc' else 'final value'} "
-        "in seed order; iqm: rliable's interquartile mean of the runs (the mean "
-        "when there are fewer than 4); p_improve: rliable's probability of improvement P(method > clip) over "
-        "every pair of runs (½ for ties), averaged over the benchmarks, with a bootstrap interval over the "
-        "runs of each method; p_t_vs_clip: the paired t-test over the seed differences (diff_per_seed)"
-    ]
-    formats = dict.fromkeys([*P_COLUMNS, "p_t_vs_clip"], P_FORMAT)
-    name = "seeds" if endpoint == "final" else f"seeds_{endpoint}"
-    return Table(name, SEED_COLUMNS, _sort_rows(rows, "table2"), missing, notes, formats, alpha)
+    return Table("table3", columns, sort_rows(rows, "table3"), missing, notes, formats, alpha)
 
 
 def delta_table(runs: list[Run]) -> Table:
-    runs, metrics, missing = _prepare(runs)
+    runs, metrics, missing = prepare(runs)
     by_delta: dict[tuple[str, float], list[Run]] = defaultdict(list)
     for run in runs:
         if run.clipping.get("name") == "atr" and "delta" in run.clipping:
@@ -367,7 +278,7 @@ def delta_table(runs: list[Run]) -> Table:
 
 def passk_table(runs: list[Run]) -> Table:
     """Mean@K / Pass@K for K = 1..n of each run's last evaluation with the most samples (Figure 4)."""
-    runs, _, missing = _prepare(runs)
+    runs, _, missing = prepare(runs)
     rows = []
     for run in runs:
         if not run.summary:
@@ -399,13 +310,3 @@ def passk_table(runs: list[Run]) -> Table:
     columns = ["model", "method", "seed", "step", "benchmark", "k", "mean@k", "pass@k"]
     notes = ["unbiased Pass@K from all n samples per problem; Mean@K = accuracy of the first K samples"]
     return Table("passk", columns, rows, missing, notes)
-
-
-BUILDERS = {
-    "table2": table2,
-    "table3": table3,
-    "seeds": seeds_table,
-    "seeds_auc": partial(seeds_table, endpoint="auc"),
-    "delta": delta_table,
-    "passk": passk_table,
-}

@@ -31,12 +31,11 @@ from atr_grpo.config import TrainConfig
 from atr_grpo.distributed import process_batch, world_size
 from atr_grpo.losses import GRPOLoss, LossSettings, resolve_aggregation
 from atr_grpo.training import checkpoints
-from atr_grpo.training.step_stats import StepStats
+from atr_grpo.training.step_stats import StepStats, rollout_mismatch
 
 log = logging.getLogger(__name__)
 
 # A token whose ratio π_trainer/π_rollout leaves [1 - band, 1 + band] counts as mismatched
-ROLLOUT_RATIO_BAND = 0.1
 # the δ in force after a checkpoint's step, in the checkpoint's folder
 DELTA_STATE_FILE = "delta_control.json"
 
@@ -174,29 +173,6 @@ def rule_generator(seed: int, global_step: int, micro_step: int, process: int = 
     tag = f"{seed}:{global_step}:{micro_step}" + (f":{process}" if process else "")  # one process: as before
     digest = hashlib.sha256(tag.encode()).digest()
     return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") & ((1 << 63) - 1))
-
-
-def rollout_mismatch(sampling_logp: Tensor, trainer_logp: Tensor, mask: Tensor) -> dict[str, float]:
-    """How far the rollout engine's log-probs are from the trainer's, under the same weights.
-
-    `trainer_logp` is log π_old as the trainer computes it (the weights that generated the rollout),
-    `sampling_logp` the engine's log-prob of the sampled token (NaN where it gave none). Over valid tokens:
-    mean and max |Δ log p| and the fraction whose ratio π_trainer/π_rollout is outside [0.9, 1.1]. On a
-    perfect engine all three are 0; a clipping rule sees this mismatch as ratio movement it did not cause.
-    """
-    with torch.no_grad():
-        diff = trainer_logp.detach().float() - sampling_logp.float()
-        valid = mask.bool() & ~torch.isnan(diff)
-        count = valid.sum().clamp(min=1)
-        absolute = torch.where(valid, diff.abs(), 0.0)
-        ratio = torch.exp(torch.where(valid, diff, 0.0))
-        outside = valid & ((ratio < 1 - ROLLOUT_RATIO_BAND) | (ratio > 1 + ROLLOUT_RATIO_BAND))
-        values = torch.stack([absolute.sum() / count, absolute.max(), outside.sum() / count]).tolist()
-    return {
-        "rollout/logp_abs_diff_mean": values[0],
-        "rollout/logp_abs_diff_max": values[1],
-        "rollout/ratio_out_of_band_frac": values[2],
-    }
 
 
 class GRPOTrainerHost(Protocol):

@@ -14,6 +14,7 @@ from collections import defaultdict
 from typing import Any
 
 import torch
+from torch import Tensor
 
 
 def reduction(key: str) -> str:
@@ -68,3 +69,29 @@ class StepStats:
         out.update((k, v if math.isfinite(v) else math.nan) for k, v in zip(maxs, highs.tolist()))
         self.__init__()
         return out
+
+
+ROLLOUT_RATIO_BAND = 0.1  # |π_trainer/π_rollout − 1| beyond this counts as out of band
+
+
+def rollout_mismatch(sampling_logp: Tensor, trainer_logp: Tensor, mask: Tensor) -> dict[str, float]:
+    """How far the rollout engine's log-probs are from the trainer's, under the same weights.
+
+    `trainer_logp` is log π_old as the trainer computes it (the weights that generated the rollout),
+    `sampling_logp` the engine's log-prob of the sampled token (NaN where it gave none). Over valid tokens:
+    mean and max |Δ log p| and the fraction whose ratio π_trainer/π_rollout is outside [0.9, 1.1]. On a
+    perfect engine all three are 0; a clipping rule sees this mismatch as ratio movement it did not cause.
+    """
+    with torch.no_grad():
+        diff = trainer_logp.detach().float() - sampling_logp.float()
+        valid = mask.bool() & ~torch.isnan(diff)
+        count = valid.sum().clamp(min=1)
+        absolute = torch.where(valid, diff.abs(), 0.0)
+        ratio = torch.exp(torch.where(valid, diff, 0.0))
+        outside = valid & ((ratio < 1 - ROLLOUT_RATIO_BAND) | (ratio > 1 + ROLLOUT_RATIO_BAND))
+        values = torch.stack([absolute.sum() / count, absolute.max(), outside.sum() / count]).tolist()
+    return {
+        "rollout/logp_abs_diff_mean": values[0],
+        "rollout/logp_abs_diff_max": values[1],
+        "rollout/ratio_out_of_band_frac": values[2],
+    }
