@@ -328,10 +328,28 @@ def git_commit(cwd: str | Path | None = None) -> str | None:
     return sha + ("-dirty" if dirty else "")
 
 
+def cpu_model() -> str | None:
+    """The CPU's model name (/proc/cpuinfo on Linux, else what `platform` knows)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
 def device_info() -> dict[str, Any]:
+    """The device of a run. Float results are bit-identical only on the same CPU type: `cpu_capability` is the
+    vector instruction set torch's CPU kernels dispatch to (AVX512, AVX2, ...), which vLLM's choice follows too."""
     import torch
 
-    info: dict[str, Any] = {"cuda": torch.cuda.is_available(), "cpu_threads": torch.get_num_threads()}
+    info: dict[str, Any] = {
+        "cuda": torch.cuda.is_available(),
+        "cpu_threads": torch.get_num_threads(),
+        "cpu": cpu_model(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+    }
     if torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(0)
         info["gpu_count"] = torch.cuda.device_count()

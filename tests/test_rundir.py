@@ -2,6 +2,7 @@
 
 import gzip
 import json
+from pathlib import Path
 
 import pytest
 
@@ -46,6 +47,12 @@ def test_environment_records_versions_and_device():
     assert env["packages"]["torch"].startswith("2.13.0")
     assert env["packages"]["trl"] == "1.15.0"
     assert {"git_commit", "python", "device", "start_time"} <= set(env)
+    # the CPU type decides float results: its name and the instruction set torch's kernels use
+    cpuinfo = Path("/proc/cpuinfo").read_text()
+    assert env["device"]["cpu"] and f": {env['device']['cpu']}\n" in cpuinfo
+    capability = env["device"]["cpu_capability"]
+    assert capability in {"AVX512", "AVX2", "DEFAULT", "ZVECTOR", "SVE256", "VSX"}
+    assert (capability == "AVX512") == (" avx512f " in cpuinfo.split("flags", 1)[1].split("\n", 1)[0] + " ")
 
 
 def test_compressed_jsonl_reads_like_the_plain_file(tmp_path):
