@@ -81,10 +81,10 @@ def train_config(overrides: list[str] | None = None):
 
 def random_tiny_model(**arch):
     """A tiny Qwen3 with random weights (no pretraining) and the package's tokenizer, from the package's own
-    factory (`models.materialize_tiny`, `model=tiny` with `pretrain_steps=0`): (its directory, its ModelConfig).
-    Cached in the test cache by its architecture, like the pretrained one."""
-    from atr_grpo.config import ModelConfig, TinyModelConfig
-    from atr_grpo.models import materialize_tiny
+    factory (`tiny_model.materialize_tiny`, `model=tiny` with `pretrain_steps=0`): (its directory, its
+    ModelConfig). Cached in the test cache by its architecture, like the pretrained one."""
+    from atr_grpo.config_inputs import ModelConfig, TinyModelConfig
+    from atr_grpo.tiny_model import materialize_tiny
 
     cfg = ModelConfig(name="tiny", tiny=TinyModelConfig(pretrain_steps=0, **arch))
     return materialize_tiny(cfg.tiny), cfg
