@@ -161,21 +161,21 @@ class Run:
                 values[AVERAGE] = sum(values[b] for b in self.benchmarks) / len(self.benchmarks)
         return dict(sorted(table.items()))
 
-    def final_eval_step(self, key: str) -> int | None:
-        """The step of the final evaluation of `key`, a benchmark or AVERAGE (every configured benchmark),
-        whatever metrics its summary line holds (the per-sample files give the others)."""
+    def _evaluated(self) -> dict[int, dict[str, float]]:
+        """{step: {benchmark: 0.0, and AVERAGE once every configured benchmark is there}}: what was evaluated
+        when, whatever metrics the summary lines hold (the per-sample files give the others)."""
         table: dict[int, dict[str, float]] = {}
         for step, bench in self.summary:
             table.setdefault(step, {})[bench] = 0.0
-        return final_step(self._with_average(table), key)
+        return self._with_average(table)
+
+    def final_eval_step(self, key: str) -> int | None:
+        """The step of the final evaluation of `key`, a benchmark or AVERAGE (every configured benchmark)."""
+        return final_step(self._evaluated(), key)
 
     def later_eval_steps(self, key: str) -> list[int]:
-        """The steps after 0 that evaluated `key` (a benchmark, or AVERAGE: every configured benchmark): the
-        points of the run's AUC."""
-        table: dict[int, dict[str, float]] = {}
-        for step, bench in self.summary:
-            table.setdefault(step, {})[bench] = 0.0
-        return [step for step, values in self._with_average(table).items() if step > 0 and key in values]
+        """The steps after 0 that evaluated `key` (a benchmark, or AVERAGE): the points of the run's AUC."""
+        return [step for step, values in self._evaluated().items() if step > 0 and key in values]
 
 
 def _steps_text(steps: list[int]) -> str:
