@@ -1,9 +1,10 @@
 """What a run runs on, decided in one place: the training backend, the rollout engine and the evaluation backend.
 
 `decide(cfg)` turns a validated config's `auto` choices (trainer.backend, rollout.engine, eval.backend) into what
-this machine runs, refuses what it cannot run, and logs one line saying what was chosen and why. Each stage calls
-it once (a training run's checks, the GRPO stage's process, the evaluation stage, `python -m atr_grpo.evaluate`)
-and hands the `Decision` to whoever needs it; the config itself keeps what was asked.
+this machine runs, refuses what it cannot run, and logs one line saying what was chosen and why. A run decides
+once, in its checks before any model is loaded, and hands the `Decision` to whoever needs it: the GRPO stage's
+process receives it from its parent (`DECISION_ENV`) instead of deciding again. The evaluation stage and
+`python -m atr_grpo.evaluate` decide their backend alone (`decide_evaluation`). The config keeps what was asked.
 
 The rules:
 - trainer.backend=auto: Unsloth on a CUDA machine where it is installed; TRL under a launcher (Unsloth trains on
@@ -17,7 +18,9 @@ The rules:
 from __future__ import annotations
 
 import importlib.util
+import json
 import logging
+import os
 from dataclasses import dataclass
 
 from atr_grpo import distributed
@@ -27,6 +30,7 @@ from atr_grpo.config_training import EvalConfig, check_correction_engine, check_
 from atr_grpo.errors import ConfigError
 
 log = logging.getLogger(__name__)
+DECISION_ENV = "ATR_GRPO_DECISION"  # a parent's decision, passed to the stage process it starts (JSON)
 
 
 def _installed(name: str) -> bool:
@@ -75,6 +79,16 @@ class Decision:
             "rollout_engine": self.rollout_engine,
             "evaluation_backend": self.evaluation_backend,
         }
+
+    def to_json(self) -> str:
+        return json.dumps({**self.record(), "reasons": list(self.reasons)})
+
+    @classmethod
+    def from_json(cls, text: str) -> Decision:
+        fields = json.loads(text)
+        return cls(
+            fields["training_backend"], fields["rollout_engine"], fields["evaluation_backend"], tuple(fields["reasons"])
+        )
 
     def describe(self) -> str:
         """One line: what runs where, and why each `auto` chose it."""
@@ -180,3 +194,10 @@ def decide_evaluation(ev: EvalConfig, machine: Machine | None = None) -> Decisio
     Logs one line."""
     backend, reason = _own_engine_backend(ev, Machine.here() if machine is None else machine)
     return _announce(Decision(None, None, backend, () if reason is None else (reason,)))
+
+
+def inherited_or_decided(cfg: TrainConfig) -> Decision:
+    """The decision this stage process was given by the process that started it (made and logged there), or, for a
+    stage started by hand, one made here."""
+    passed = os.environ.get(DECISION_ENV)
+    return decide(cfg) if passed is None else Decision.from_json(passed)

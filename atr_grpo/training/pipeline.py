@@ -214,7 +214,7 @@ def run_pipeline(cfg: TrainConfig, config_yaml: str) -> RunOutcome | None:
             if distributed.is_main():
                 print(f"{state.run_dir}: training already finished")
         elif separate and not distributed.launched():  # a process of its own: all of its memory is given back
-            run_stage("grpo", state.run_dir)
+            run_stage("grpo", state.run_dir, decision)
         else:  # (launched: these processes are the GRPO stage)
             train_grpo(cfg, state, decision)
     if not distributed.is_main():

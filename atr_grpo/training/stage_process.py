@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from atr_grpo.distributed import stage_environment
+from atr_grpo.machine import DECISION_ENV, Decision
 
 STAGES = ("sft", "grpo", "evaluate")
 RUN_CONFIG = "run_config.yaml"  # the config an SFT stage process is given, in its staging folder
@@ -21,9 +22,14 @@ class StageError(RuntimeError):
     """A stage process failed; its own output (above) says why."""
 
 
-def run_stage(stage: str, path: Path) -> None:
-    """Run one stage in a fresh Python process and wait for it; raises StageError if it fails."""
+def run_stage(stage: str, path: Path, decision: Decision | None = None) -> None:
+    """Run one stage in a fresh Python process and wait for it; raises StageError if it fails. `decision`: what
+    this process decided the stage runs on, passed down so that the stage neither decides nor logs it again."""
     command = [sys.executable, "-m", STAGE_MODULE, stage, str(path)]
-    result = subprocess.run(command, env={**stage_environment(), "PYTHONUNBUFFERED": "1"})
+    env = {**stage_environment(), "PYTHONUNBUFFERED": "1"}
+    env.pop(DECISION_ENV, None)  # only ever this process's own decision
+    if decision is not None:
+        env[DECISION_ENV] = decision.to_json()
+    result = subprocess.run(command, env=env)
     if result.returncode != 0:
         raise StageError(f"the {stage} stage of {path} failed (exit status {result.returncode}); its output is above")

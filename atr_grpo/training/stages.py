@@ -51,10 +51,10 @@ def run_here(stage: str, path: Path) -> int:
         return 0
     cfg = config_from_yaml((path / rundir.CONFIG_FILE).read_text())
     if stage == "grpo":
-        from atr_grpo.machine import decide
+        from atr_grpo.machine import inherited_or_decided
         from atr_grpo.training.pipeline import run_state, train_grpo
 
-        train_grpo(cfg, run_state(path), decide(cfg))
+        train_grpo(cfg, run_state(path), inherited_or_decided(cfg))
         return 0
     from atr_grpo.training.evaluations import evaluate_saved_adapters
 
