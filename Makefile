@@ -45,7 +45,7 @@ format: install ## Apply ruff's formatter and safe fixes
 	$(PY) -m ruff format .
 
 test: lint ## Lint, then the whole CPU test suite, end-to-end runs included (what CI runs; GPU tests skip)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadfile
 
 test-fast: install ## The inner loop: tests not marked slow or gpu, on two workers (pytest-xdist), no lint
 	$(PY) -m pytest -q -m "not slow and not gpu" -n 2
@@ -122,9 +122,9 @@ reproduce-mini: install ## CPU mini-reproduction: Table 2's 7 methods + ATR's de
 	$(REPRODUCE) mini $(if $(filter 1 true yes,$(DRY_RUN)),,--runs results/mini/runs \
 		--out $(if $(RERUN_ON),$(NEED_OUT),results/mini) --methods clip,clip_higher,dual_clip,dcpo,clip_cov,sapo,atr) $(ARGS)
 
-reproduce-power: install ## CPU experiment with power: clip, clip_higher, atr, sapo x 10 seeds on 3-5-step chains (~2 h)
+reproduce-power: install ## CPU experiment with power: clip, clip_higher, atr, gspo x 10 seeds on 3-5-step chains (~2 h)
 	$(REPRODUCE) power $(if $(filter 1 true yes,$(DRY_RUN)),,--jobs 2 --runs results/power/runs \
-		--out $(if $(RERUN_ON),$(NEED_OUT),results/power) --methods clip,clip_higher,atr,sapo) $(ARGS)
+		--out $(if $(RERUN_ON),$(NEED_OUT),results/power) --methods clip,clip_higher,atr,gspo) $(ARGS)
 
 tables: install ## Rebuild results/tables/ from the run directories under RUNS
 	$(PY) -m atr_grpo.results all --runs $(RUNS) --out results/tables

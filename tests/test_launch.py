@@ -174,7 +174,7 @@ def test_runs_into_another_folder_keep_their_names(tmp_path):
 
 def test_power_plan_is_4_methods_by_10_seeds_with_one_thread_each():
     configs = [train_config(overrides) for overrides in launch.load_plan("power").expand()]
-    assert sorted({cfg.method for cfg in configs}) == ["atr", "clip", "clip_higher", "sapo"]
+    assert sorted({cfg.method for cfg in configs}) == ["atr", "clip", "clip_higher", "gspo"]
     assert sorted({cfg.seed for cfg in configs}) == list(range(10)) and len(configs) == 40
     assert len({cfg.run_name for cfg in configs}) == 40
     for cfg in configs:
@@ -235,7 +235,7 @@ PLANS_BEFORE_THE_FOLD = {
     "passk_curve": ("evaluate", [[]], {}),
     "power": (
         "train",
-        [["clipping=" + c] for c in ("clip", "clip_higher", "atr", "sapo")],
+        [["clipping=" + c] for c in ("clip", "clip_higher", "atr", "gspo")],
         {"seed": list("0123456789")},
     ),
     "rivals": (
