@@ -94,16 +94,18 @@ def log_suffix() -> str:
     return "" if is_main() else f".rank{rank()}"
 
 
+def parent_only(name: str) -> bool:
+    """Whether a process it starts must not inherit this environment variable: it makes this process a member of a
+    process group (a launcher's), or a client of this process's W&B service."""
+    return name in LAUNCHER_VARIABLES or name.startswith(LAUNCHER_PREFIXES) or name == WANDB_SERVICE_VARIABLE
+
+
 def stage_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
     """The environment of a stage process: this one's, without the variables that made it a member of a group or
     a client of this process's W&B service, and with CUDA_VISIBLE_DEVICES narrowed to the one GPU the stage uses
     (`stage_device`)."""
     source = os.environ if environ is None else environ
-    env = {
-        key: value
-        for key, value in source.items()
-        if key not in LAUNCHER_VARIABLES and not key.startswith(LAUNCHER_PREFIXES) and key != WANDB_SERVICE_VARIABLE
-    }
+    env = {key: value for key, value in source.items() if not parent_only(key)}
     device = stage_device(source)
     if device is not None:
         env["CUDA_VISIBLE_DEVICES"] = device

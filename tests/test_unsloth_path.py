@@ -4,7 +4,8 @@ every rule, whatever padding layout Unsloth repacks the batch into, and logs the
 
 unsloth_zoo is installed without its dependencies on CPU machines and imported with
 UNSLOTH_ZOO_DISABLE_GPU_INIT=1; its stand-in `triton` module would make Inductor believe Triton exists,
-so Inductor's Triton probes run first (they are cached) and the stand-ins are removed afterwards.
+so Inductor's Triton probes run first (they are cached), and afterwards the stand-ins are removed and the modules
+they replaced put back.
 """
 
 from __future__ import annotations
@@ -60,7 +61,8 @@ def zoo():
     import torch.utils._triton as triton_probe
 
     triton_probe.has_triton()  # cached: the answer stays "no Triton" after zoo's stand-in appears
-    before = set(sys.modules)
+    replaced = ("triton", "bitsandbytes")  # zoo puts its stand-ins in sys.modules, over the real ones if imported
+    before = {name: module for name, module in sys.modules.items() if name.split(".")[0] in replaced}
     saved_env = os.environ.get("UNSLOTH_ZOO_DISABLE_GPU_INIT")
     os.environ["UNSLOTH_ZOO_DISABLE_GPU_INIT"] = "1"
     import unsloth_zoo.rl_replacements as zoo_loss
@@ -73,9 +75,11 @@ def zoo():
     os.environ.pop("UNSLOTH_HARD_BACKEND_FAILURE", None)
     if saved_env is None:
         os.environ.pop("UNSLOTH_ZOO_DISABLE_GPU_INIT", None)
-    for name in set(sys.modules) - before:  # the stand-ins must not leak into later tests
-        if name.split(".")[0] in ("triton", "bitsandbytes"):
-            del sys.modules[name]
+    # the stand-ins must not leak into later tests: a stand-in `triton.runtime.driver` reports an active driver, so
+    # `compat.triton_unusable_reason` would let TRL launch its real Triton kernel on a CPU machine
+    for name in [name for name in sys.modules if name.split(".")[0] in replaced]:
+        del sys.modules[name]
+    sys.modules.update(before)
 
 
 def random_batch(seed: int, batch: int = 6, steps: int = 12):
