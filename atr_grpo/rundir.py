@@ -339,14 +339,16 @@ def cpu_model() -> str | None:
     return platform.processor() or None
 
 
-def device_info() -> dict[str, Any]:
-    """The device of a run. Float results are bit-identical only on the same CPU type: `cpu_capability` is the
-    vector instruction set torch's CPU kernels dispatch to (AVX512, AVX2, ...), which vLLM's choice follows too."""
+def device_info(threads: int | None = None) -> dict[str, Any]:
+    """The device of a run. Float results are bit-identical only on the same CPU type and thread count:
+    `cpu_capability` is the vector instruction set torch's CPU kernels dispatch to (AVX512, AVX2, ...), which vLLM's
+    choice follows too; `cpu_threads` is the run's own thread count (trainer.num_threads) when it sets one, else
+    torch's."""
     import torch
 
     info: dict[str, Any] = {
         "cuda": torch.cuda.is_available(),
-        "cpu_threads": torch.get_num_threads(),
+        "cpu_threads": threads or torch.get_num_threads(),
         "cpu": cpu_model(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
     }
@@ -357,14 +359,15 @@ def device_info() -> dict[str, Any]:
     return info
 
 
-def environment() -> dict[str, Any]:
-    """What env.json records: versions, commit, interpreter, device and the time of this launch."""
+def environment(threads: int | None = None) -> dict[str, Any]:
+    """What env.json records: versions, commit, interpreter, device (`device_info`, with the run's thread count) and
+    the time of this launch."""
     return {
         "packages": package_versions(),
         "git_commit": git_commit(),
         "python": sys.version.split()[0],
         "platform": platform.platform(),
-        "device": device_info(),
+        "device": device_info(threads),
         "world_size": world_size(),  # processes of this launch (torchrun / accelerate launch), 1 without one
         "start_time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "argv": sys.argv,

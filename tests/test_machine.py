@@ -7,6 +7,7 @@ from pathlib import Path
 from subprocess import CompletedProcess
 
 import pytest
+import torch
 from conftest import compose, train_config
 from omegaconf import OmegaConf
 
@@ -195,6 +196,22 @@ def test_preflight_decides_once_and_env_json_records_the_decision(tmp_path, capl
     pipeline.prepare_run_dir(cfg, OmegaConf.to_yaml(composed, resolve=True), Decision("trl", "hf", None))
     env = json.loads((tmp_path / "run" / rundir.ENV_FILE).read_text())
     assert env["machine"] == {"training_backend": "trl", "rollout_engine": "hf", "evaluation_backend": None}
+
+
+def test_env_json_records_the_thread_count_the_run_trains_with(tmp_path):
+    """env.json is written before the GRPO stage sets trainer.num_threads (one thread per run under `launch --jobs
+    2`): it records that count, not the launching process's, so two runs that may agree to the bit can be found."""
+    from atr_grpo.training import pipeline
+
+    for threads in (1, 3):
+        run = tmp_path / str(threads)
+        composed = compose(["experiment=smoke", "eval=none", f"run_dir={run}", f"trainer.num_threads={threads}"])
+        pipeline.prepare_run_dir(to_object(composed), OmegaConf.to_yaml(composed), Decision("trl", "hf", None))
+        assert json.loads((run / rundir.ENV_FILE).read_text())["device"]["cpu_threads"] == threads
+    composed = compose(["experiment=smoke", "eval=none", f"run_dir={tmp_path / 'default'}", "trainer.num_threads=null"])
+    pipeline.prepare_run_dir(to_object(composed), OmegaConf.to_yaml(composed), Decision("trl", "hf", None))
+    device = json.loads((tmp_path / "default" / rundir.ENV_FILE).read_text())["device"]
+    assert device["cpu_threads"] == torch.get_num_threads()
 
 
 def test_the_grpo_stage_process_runs_on_its_parents_decision_and_logs_nothing(monkeypatch, caplog):

@@ -81,7 +81,11 @@ def prepare_run_dir(cfg: TrainConfig, config_yaml: str, decision: Decision) -> R
         if (run_dir / rundir.CHECKPOINT_DIR).exists() or (run_dir / rundir.METRICS_FILE).exists():
             raise RunDirError(f"{run_dir} holds checkpoints or metrics but no config.yaml; refusing to write into it")
         rundir.write_text(config_path, config_yaml, overwrite=False)
-        env = {**rundir.environment(), "machine": decision.record(), "model_loaded": loaded_models(cfg, decision)}
+        env = {
+            **rundir.environment(cfg.trainer.num_threads),
+            "machine": decision.record(),
+            "model_loaded": loaded_models(cfg, decision),
+        }
         rundir.write_json(run_dir / rundir.ENV_FILE, env, overwrite=False)
         return RunState(run_dir, None, False)
     # A re-launch of the same config (resume=true, a requeued cluster job, the same command again) continues
@@ -104,7 +108,7 @@ def prepare_run_dir(cfg: TrainConfig, config_yaml: str, decision: Decision) -> R
             f"{distributed.world_size()}: the global batch is the same, but the random streams of the processes "
             "differ, so the continuation is not the one an uninterrupted run would have computed"
         )
-    env.setdefault("resumes", []).append(rundir.environment())
+    env.setdefault("resumes", []).append(rundir.environment(cfg.trainer.num_threads))
     rundir.write_json(env_path, env)
     return run_state(run_dir)
 
