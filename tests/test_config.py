@@ -154,6 +154,28 @@ def test_a_config_pickles_and_reads_as_its_dataclasses():
     assert repr(train_config().trainer).startswith("TrainerConfig(backend='auto'")
 
 
+def test_a_kept_composition_is_the_callers_own_copy_and_follows_the_files(tmp_path, monkeypatch):
+    """Composing keeps each result per process: a caller's change to its config never reaches the next caller, an
+    error is raised every time, and an edited file under conf/ is composed anew."""
+    import shutil
+
+    from atr_grpo import hydra_app
+
+    first = compose(["experiment=smoke"])
+    first.trainer.learning_rate = 123.0
+    assert compose(["experiment=smoke"]).trainer.learning_rate != 123.0
+    for _ in range(2):
+        with pytest.raises(ConfigError, match="trainer.lr"):
+            compose(["experiment=smoke", "trainer.lr=1"])
+    conf = tmp_path / "conf"
+    shutil.copytree(REPO / "conf", conf)
+    monkeypatch.setattr(hydra_app, "CONF_DIR", conf)
+    assert compose(["experiment=smoke"]).seed == 0
+    smoke = conf / "experiment" / "smoke.yaml"
+    smoke.write_text(smoke.read_text() + "seed: 7\n")
+    assert compose(["experiment=smoke"]).seed == 7
+
+
 @pytest.mark.parametrize("value,expected", [("false", False), ("true", True), ("null", None)])
 def test_bf16_and_checkpointing_take_booleans_from_the_command_line(value, expected):
     """`trainer.bf16=false` arrives as a bool and is kept as one; null means "decide from the device"."""
