@@ -60,8 +60,15 @@ def test_table2_dry_run_prints_the_14_runs():
     assert all(cmd[1:4] == ["-m", "atr_grpo.train", "-m"] for cmd in lines)
 
 
+def planned(plan):
+    """The commands `launch --dry-run PLAN` prints once every run's config validates: one per run, unvalidated
+    (`test_each_plans_dry_run_validates_every_run_and_prints_its_command` composes them all)."""
+    plan = launch.load_plan(plan)
+    return [launch.command(plan.app, overrides) for overrides in plan.expand()]
+
+
 def test_table3_and_ablation_counts():
-    table3 = dry_run("table3")
+    table3 = planned("table3")
     assert len(table3) == 45
     assert sum("clipping.eps=0.329" in cmd for cmd in table3) == 3
     assert {a for cmd in table3 for a in cmd if a.startswith("seed=")} == {"seed=0", "seed=1", "seed=2"}
@@ -73,7 +80,7 @@ def test_table3_and_ablation_counts():
 @pytest.mark.slow
 def test_rivals_dry_run_lists_7_methods_by_3_seeds_and_every_run_composes():
     """ATR vs GSPO, CISPO, DPPO-TV, DPPO-KL, atr_seq and adaptive ATR on Qwen3-1.7B, seeds 0-2: 21 commands, each a
-    config that composes with the paper's protocol, and 21 distinct run directories."""
+    config that composes with the paper's protocol."""
     lines = dry_run("rivals")
     assert len(lines) == 21 and all(cmd[1:4] == ["-m", "atr_grpo.train", "-m"] for cmd in lines)
     configs = [train_config(overrides) for overrides in launch.load_plan("rivals").expand()]
@@ -85,7 +92,6 @@ def test_rivals_dry_run_lists_7_methods_by_3_seeds_and_every_run_composes():
         assert (cfg.trainer.learning_rate, cfg.trainer.max_steps, cfg.optimizer_steps_per_rollout) == (5e-6, 1000, 2)
     adaptive = next(cfg for cfg in configs if cfg.method != cfg.clipping.name)
     assert (adaptive.clipping.delta, adaptive.clipping.target_kl3) == (0.07, 0.01)
-    assert len({launch.run_dir_of(overrides) for overrides in launch.load_plan("rivals").expand()}) == 21
 
 
 def test_every_table2_run_uses_the_papers_protocol():
@@ -104,7 +110,8 @@ def test_slurm_mode_groups_the_grid_into_one_job_array():
     lines = dry_run("table2", "hydra/launcher=slurm")
     assert len(lines) == 1
     assert "model=qwen3-1.7b,qwen3-8b" in lines[0] and "hydra/launcher=slurm" in lines[0]
-    assert len(dry_run("table3", "hydra/launcher=slurm")) == 15  # one array of 3 seeds per method
+    table3 = launch.load_plan("table3").sweeps(["hydra/launcher=slurm"])
+    assert len(table3) == 15 and all("seed=0,1,2" in sweep for sweep in table3)  # one array of 3 seeds per method
 
 
 def test_slurm_launcher_composes_from_the_environment(monkeypatch):
@@ -164,21 +171,23 @@ def test_a_launch_that_finds_every_run_finished_says_that_nothing_was_re_run(tmp
 
 def test_runs_into_another_folder_keep_their_names(tmp_path):
     """--runs DIR: each run's directory is DIR/<its usual name>, through a run_dir override on its command."""
-    plan = launch.load_plan("power")
-    lines = dry_run("power", "--runs", str(tmp_path))
-    assert len(lines) == 40 and all(cmd[-1] == f"run_dir={tmp_path}/${{run_name}}" for cmd in lines)
-    overrides = plan.expand()[5]
+    lines = dry_run("ablate_delta", "--runs", str(tmp_path))
+    assert len(lines) == 5 and all(cmd[-1] == f"run_dir={tmp_path}/${{run_name}}" for cmd in lines)
+    overrides = launch.load_plan("power").expand()[5]
     assert launch.run_dir_of(overrides, tmp_path) == tmp_path / "power__clip__s5"
     assert launch.run_dir_of(overrides).as_posix() == "results/power/runs/power__clip__s5"
 
 
 def test_power_plan_is_4_methods_by_10_seeds_with_one_thread_each():
-    configs = [train_config(overrides) for overrides in launch.load_plan("power").expand()]
-    assert sorted({cfg.method for cfg in configs}) == ["atr", "clip", "clip_higher", "gspo"]
-    assert sorted({cfg.seed for cfg in configs}) == list(range(10)) and len(configs) == 40
-    assert len({cfg.run_name for cfg in configs}) == 40
+    """The 40 runs cross the four methods with seeds 0-9; each method's run (seed 9 here: every run composes in
+    the dry-run test) trains on one thread with the power experiment's data and shared start."""
+    runs = launch.load_plan("power").expand()
+    assert len(runs) == 40 and len({tuple(run) for run in runs}) == 40
+    assert {o for run in runs for o in run if o.startswith("seed=")} == {f"seed={s}" for s in range(10)}
+    configs = [train_config(run) for run in runs if run[-1] == "seed=9"]
+    assert sorted(cfg.method for cfg in configs) == ["atr", "clip", "clip_higher", "gspo"]
     for cfg in configs:
-        assert (cfg.trainer.num_threads, cfg.data.num_eval, cfg.eval.share_start) == (1, 256, True)
+        assert (cfg.seed, cfg.trainer.num_threads, cfg.data.num_eval, cfg.eval.share_start) == (9, 1, 256, True)
         assert (cfg.data.chain_min, cfg.data.chain_max) == (3, 5) and cfg.optimizer_steps_per_rollout > 1
     assert next(cfg for cfg in configs if cfg.method == "atr").clipping.delta == 0.07
 
@@ -272,6 +281,18 @@ def test_every_experiment_with_a_plan_expands_to_the_runs_of_its_former_plan_fil
     assert plan.expand(["x=1"]) == [[f"experiment={name}", *run, *point, "x=1"] for run in runs for point in points]
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(PLANS_BEFORE_THE_FOLD))
+def test_each_plans_dry_run_validates_every_run_and_prints_its_command(name):
+    """Every run of every plan composes and validates (the dry run refuses otherwise), and gets a run directory of
+    its own."""
+    assert dry_run(name) == planned(name)
+    plan = launch.load_plan(name)
+    if plan.app == "train":
+        runs = plan.expand()
+        assert len({launch.run_dir_of(overrides) for overrides in runs}) == len(runs)
+
+
 def test_table2_dry_run_prints_these_14_commands():
     """`make reproduce-table2 DRY_RUN=1` is `launch --dry-run table2`: the same 14 lines, in this order."""
     out = io.StringIO()
@@ -329,12 +350,14 @@ TWELVE = [
 ]
 
 
+@pytest.mark.slow
 def test_the_committed_mini_runs_keep_their_names():
     """Names that fit stay exactly as before: the 33 run directories of results/mini/runs/."""
     names = {launch.run_dir_of(job).name for job in launch.load_plan("mini").expand()}
     assert names == {p.name for p in (CONF.parent / "results" / "mini" / "runs").iterdir()}
 
 
+@pytest.mark.slow
 def test_a_twelve_override_sweep_gets_names_that_fit_a_file_name():
     """`launch mini` with 12 more overrides: 33 distinct names of at most 255 bytes (the full ones pass it), each
     the readable start of the full name and 8 hex digits of its hash; and the plan launches."""

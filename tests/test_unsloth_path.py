@@ -490,25 +490,28 @@ def test_every_valid_rollout_correction_gives_a_config_trl_accepts(tmp_path):
     the loss): for every valid rollout.correction, level and thresholds, TRL's real `GRPOConfig` must accept the
     values, where passing ours through made it raise for correction=none with both thresholds null and for
     correction_min = correction_max = 1."""
+    import copy
     import itertools
 
     import trl
-    from conftest import train_config
+    from conftest import compose
 
+    from atr_grpo.config_hydra import to_object
     from atr_grpo.rollout_correction import CORRECTIONS as KINDS
     from atr_grpo.rollout_correction import LEVELS, correction_problem
     from atr_grpo.training.rule_trainer import grpo_arg_values
     from atr_grpo.training.unsloth_trainer import sampling_logprob_values
 
+    composed = compose(["experiment=smoke", "rollout.engine=vllm"])  # each case sets the rollout keys on a copy
     checked = refused = 0
     for kind, level, low, high in itertools.product(KINDS, LEVELS, GRID, GRID):
         if correction_problem(kind, level, low, high) is not None:
             continue
-        overrides = [f"rollout.correction={kind}", f"rollout.correction_level={level}"]
-        overrides += [f"rollout.correction_min={'null' if low is None else low}"]
-        overrides += [f"rollout.correction_max={'null' if high is None else high}"]
+        case = copy.deepcopy(composed)
+        case.rollout.correction, case.rollout.correction_level = kind, level
+        case.rollout.correction_min, case.rollout.correction_max = low, high
         try:
-            cfg = train_config(["experiment=smoke", "rollout.engine=vllm", *overrides])
+            cfg = to_object(case)
         except ConfigError:  # a level or thresholds set without a correction: refused at config time
             assert kind == "none" and (level, low, high) != ("token", None, 2.0)
             refused += 1
