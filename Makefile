@@ -48,7 +48,7 @@ test: lint ## Lint, then the whole CPU test suite, end-to-end runs included (wha
 	$(PY) -m pytest -q -n 2 --dist loadfile
 
 test-fast: install ## The inner loop: tests not marked slow or gpu, on two workers (pytest-xdist), no lint
-	$(PY) -m pytest -q -m "not slow and not gpu" -n 2
+	$(PY) -m pytest -q -m "not slow and not gpu" -n 2 --dist loadfile
 
 demo: install ## CPU demo: tiny model, SFT format stage -> GRPO (ATR) -> Mean@8/Pass@8 before and after
 	$(PY) -m atr_grpo.demo
