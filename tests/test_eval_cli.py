@@ -1,5 +1,6 @@
 """`python -m atr_grpo.evaluate` on the tiny CPU model: a base model and an adapter, contracts §3 files."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -98,7 +99,10 @@ def test_an_adapter_is_evaluated_and_a_rerun_is_skipped(tmp_path, monkeypatch):
 @needs_vllm
 def test_the_vllm_backend_writes_what_the_hf_backend_writes(tmp_path, smoke_sft_adapter):
     """`python -m atr_grpo.evaluate model=tiny eval=arithmetic eval.backend=vllm adapter=DIR out_dir=DIR` on CPU:
-    the same files, problems, samples, fields and prompt as with eval.backend=hf; only the backend differs."""
+    the same files, problems, samples, fields and prompt as with eval.backend=hf; only the backend differs. The
+    command runs as docs/evaluation.md gives it, without VLLM_CPU_KVCACHE_SPACE (the tests' other engines set it):
+    the engine sizes its KV cache to the free memory (`engines.cpu_kv_cache_bytes`)."""
+    env = {name: value for name, value in os.environ.items() if name != "VLLM_CPU_KVCACHE_SPACE"}
     common = [
         "model=tiny",
         "eval=arithmetic",
@@ -113,6 +117,7 @@ def test_the_vllm_backend_writes_what_the_hf_backend_writes(tmp_path, smoke_sft_
         result = subprocess.run(
             [sys.executable, "-m", "atr_grpo.evaluate", *common, f"eval.backend={backend}", f"out_dir={out_dir}"],
             cwd=ROOT,
+            env=env,
             capture_output=True,
             text=True,
             timeout=900,

