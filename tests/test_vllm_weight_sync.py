@@ -6,11 +6,12 @@ three syncs: two adapters, then an embedding the output layer shares."""
 from __future__ import annotations
 
 import logging
+import os
 from contextlib import contextmanager
 
 import pytest
 import torch
-from conftest import needs_vllm, train_config
+from conftest import group_variables_kept, needs_vllm, train_config
 
 pytestmark = [pytest.mark.slow, needs_vllm]
 
@@ -40,9 +41,9 @@ def setup(tiny_model_dir):
     cfg = train_config(["experiment=smoke", "rollout.engine=vllm"])
     model, tokenizer = load_model_and_tokenizer(cfg.model, for_training=True)
     model.eval()
-    with pytest.MonkeyPatch.context() as env:
-        for key in LAUNCHER_ENV:  # restored when the module's tests are done
-            env.delenv(key, raising=False)
+    with group_variables_kept():  # what the engine sets goes with it
+        for key in LAUNCHER_ENV:  # the engine sets its own
+            os.environ.pop(key, None)
         generation = VLLMGeneration(
             model=model,
             accelerator=Accelerator(cpu=True),
