@@ -1,4 +1,5 @@
-"""A pure-torch stand-in for TRL 1.15's Triton log-prob kernel, installed when Triton cannot run here.
+"""What TRL 1.15 needs on a CPU machine: a pure-torch stand-in for its Triton log-prob kernel, installed when
+Triton cannot run here, and a GRPO trainer that does not import vLLM in a run that does not roll out with it.
 
 TRL 1.15 scores completions through a fused LM head (`trl.trainer.utils.add_fused_lm_head`) that calls
 `_ChunkedLogProbFunction.apply(...)`. Two CPU set-ups break it:
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import sys
 
 import torch
 from torch import Tensor
@@ -138,3 +140,25 @@ def install_trl_logprob_fallback() -> bool:
     trl_utils._ChunkedLogProbFunction = TorchChunkedLogProb
     log.info("TRL log-probs: using the pure-torch fallback (%s)", reason)
     return True
+
+
+def keep_vllm_out_of_trl() -> bool:
+    """Make TRL see no vLLM in this process, so that importing its GRPO trainer does not import vLLM.
+
+    TRL imports vLLM (its client, weight transfer and `LLM`) as soon as its GRPO trainer is imported, whether or
+    not the run generates with it: about 10 s of a 23 s start on 2 CPU cores. Only for a process that runs one
+    config whose rollouts are not vLLM's (`python -m atr_grpo.train` and its GRPO stage): `use_vllm=True` later
+    in the same process fails in TRL with "vLLM is not available", and this package's own vLLM code (the
+    evaluation engine, the weight sync) imports vLLM itself, unaffected. Returns False, changing nothing, when
+    TRL's generation module is already imported.
+    """
+    if "trl.generation" in sys.modules:
+        return False
+    trl_imports = importlib.import_module("trl.import_utils")  # (trl's lazy module has no attribute for it)
+    trl_imports.is_vllm_available = _no_vllm
+    log.debug("TRL: vLLM hidden in this process (its rollouts are not vLLM's)")
+    return True
+
+
+def _no_vllm(min_version: str | None = None) -> bool:
+    return False

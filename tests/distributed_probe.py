@@ -23,6 +23,7 @@ from omegaconf import OmegaConf
 from transformers import TrainerCallback
 
 from atr_grpo import distributed
+from atr_grpo.compat import keep_vllm_out_of_trl
 from atr_grpo.config_hydra import to_object
 from atr_grpo.hydra_app import compose_train
 from atr_grpo.training.pipeline import run_training
@@ -90,6 +91,7 @@ def build_small_sft_adapter(record_dir: Path, overrides: tuple[str, ...], folder
 
 
 def main(record_dir: str, kill_step: str, *overrides: str) -> None:
+    keep_vllm_out_of_trl()  # one config with HF rollouts per process, as under `python -m atr_grpo.train`
     folder = Path(record_dir) / f"rank{distributed.rank()}"
     folder.mkdir(parents=True, exist_ok=True)
     record_batches(folder)

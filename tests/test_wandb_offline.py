@@ -46,9 +46,11 @@ TRAIN_ONLY = """
 import sys
 from omegaconf import OmegaConf
 from atr_grpo import hydra_app
+from atr_grpo.compat import keep_vllm_out_of_trl
 from atr_grpo.config_hydra import to_object
 from atr_grpo.training.pipeline import run_training
 
+keep_vllm_out_of_trl()  # HF rollouts in a process of one config, as under `python -m atr_grpo.train`
 cfg = hydra_app.compose("train", sys.argv[1:])
 run_training(to_object(cfg), OmegaConf.to_yaml(cfg, resolve=True))
 """
@@ -58,8 +60,11 @@ import sys
 from omegaconf import OmegaConf
 from transformers import TrainerCallback
 from atr_grpo import hydra_app
+from atr_grpo.compat import keep_vllm_out_of_trl
 from atr_grpo.config_hydra import to_object
 from atr_grpo.training.pipeline import run_training
+
+keep_vllm_out_of_trl()  # HF rollouts in a process of one config, as under `python -m atr_grpo.train`
 
 class Kill(TrainerCallback):
     def on_save(self, args, state, control, **kwargs):

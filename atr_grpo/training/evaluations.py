@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -29,7 +29,6 @@ from atr_grpo import distributed
 from atr_grpo.config import TrainConfig
 from atr_grpo.console import StageProgress, console_is_terminal, evaluation_shown
 from atr_grpo.evaluation import engines
-from atr_grpo.evaluation.callback import EvaluationCallback
 from atr_grpo.evaluation.schedule import (
     EvaluationState,
     adapter_dir,
@@ -39,6 +38,10 @@ from atr_grpo.evaluation.schedule import (
     saved_adapters,
 )
 from atr_grpo.machine import Decision, Machine, decide_evaluation
+
+if TYPE_CHECKING:  # transformers' Trainer stack: 8 s of a process's start on 2 cores, which the checks before
+    # training (`check_evaluation_fits`, in the parent of the stage processes) do not need
+    from atr_grpo.evaluation.callback import EvaluationCallback
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +115,7 @@ def build_eval_callback(
     """The callback that saves each scheduled step's adapter and, with eval.when=during, evaluates it on
     `decision.evaluation_backend` (`logger`: the main process's RunLogger, None on the others)."""
     from atr_grpo.evaluation import HFGenerator, UnslothVLLMGenerator
+    from atr_grpo.evaluation.callback import EvaluationCallback
 
     ev = cfg.eval
     benchmarks: list[Any] = []

@@ -211,6 +211,7 @@ def run_pipeline(cfg: TrainConfig, config_yaml: str) -> RunOutcome | None:
     from atr_grpo.training.stage_process import StageError, run_stage
 
     decision = preflight(cfg)  # before the process group: a refused config never waits for the other processes
+    import_only_what_runs(decision)
     separate = cfg.eval.enabled and cfg.eval.when == "after"
     with distributed.process_group(cfg.trainer.ddp_timeout):
         state = _prepared(cfg, config_yaml, decision)
@@ -234,6 +235,16 @@ def run_pipeline(cfg: TrainConfig, config_yaml: str) -> RunOutcome | None:
     outcome = run_outcome(state.run_dir)
     (log.info if outcome.ok else log.error)(outcome.summary())
     return outcome
+
+
+def import_only_what_runs(decision: Decision) -> None:
+    """For a process that runs one GRPO run and nothing else (`python -m atr_grpo.train`, its GRPO stage): a run on
+    TRL's path with HF rollouts keeps vLLM out of TRL's import (`compat.keep_vllm_out_of_trl`). Not for a process
+    that may train another config afterwards (a test, a notebook), which could then not roll out with vLLM."""
+    if decision.training_backend == "trl" and decision.rollout_engine == "hf":
+        from atr_grpo.compat import keep_vllm_out_of_trl
+
+        keep_vllm_out_of_trl()
 
 
 def _release_memory() -> None:

@@ -52,9 +52,11 @@ def run_here(stage: str, path: Path) -> int:
     cfg = config_from_yaml((path / rundir.CONFIG_FILE).read_text())
     if stage == "grpo":
         from atr_grpo.machine import inherited_or_decided
-        from atr_grpo.training.pipeline import run_state, train_grpo
+        from atr_grpo.training.pipeline import import_only_what_runs, run_state, train_grpo
 
-        train_grpo(cfg, run_state(path), inherited_or_decided(cfg))
+        decision = inherited_or_decided(cfg)
+        import_only_what_runs(decision)
+        train_grpo(cfg, run_state(path), decision)
         return 0
     from atr_grpo.training.evaluations import evaluate_saved_adapters
 
