@@ -115,6 +115,7 @@ def main(cfg: DictConfig) -> None:
         print(err, file=sys.stderr)
         sys.exit(2)
     quiet_libraries()
+    engines.engine_in_this_process()
     try:
         metrics = evaluate(eval_cfg, OmegaConf.to_yaml(cfg, resolve=True))
     except (ConfigError, ValueError) as err:  # a bad benchmark file, k > n, a context that cannot fit

@@ -134,3 +134,19 @@ def test_the_available_ram_is_read_from_the_kernel():
     """MemAvailable counts the cache the kernel can drop: at least the free pages, at most all of the RAM."""
     free, total = (os.sysconf(name) * os.sysconf("SC_PAGE_SIZE") for name in ("SC_AVPHYS_PAGES", "SC_PHYS_PAGES"))
     assert 0.9 * free <= engines._available_ram() <= total
+
+
+@pytest.mark.parametrize(
+    ("cuda", "already", "after"), [(False, None, "0"), (False, "1", "1"), (True, None, None), (True, "0", "0")]
+)
+def test_an_evaluation_process_on_a_cpu_runs_its_engine_itself(monkeypatch, cuda, already, after):
+    """On a CPU, an evaluation process tells vLLM to run its engines in it (no engine-core and worker processes
+    that import vLLM again); a value the user set is kept, and a GPU keeps vLLM's own processes."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    monkeypatch.delenv(engines.VLLM_MULTIPROCESSING_ENV, raising=False)
+    if already is not None:
+        monkeypatch.setenv(engines.VLLM_MULTIPROCESSING_ENV, already)
+    engines.engine_in_this_process()
+    assert os.environ.get(engines.VLLM_MULTIPROCESSING_ENV) == after

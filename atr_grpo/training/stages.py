@@ -58,8 +58,10 @@ def run_here(stage: str, path: Path) -> int:
         import_only_what_runs(decision)
         train_grpo(cfg, run_state(path), decision)
         return 0
+    from atr_grpo.evaluation.engines import engine_in_this_process
     from atr_grpo.training.evaluations import evaluate_saved_adapters
 
+    engine_in_this_process()
     evaluate_saved_adapters(cfg, path)  # a failed step is recorded in eval/failures.jsonl, not an exit status
     return 0
 
