@@ -237,12 +237,14 @@ def test_quiet_libraries_keeps_vllm_to_warnings_unless_asked_and_turns_library_b
     monkeypatch, caplog, asked, level
 ):
     """Without VLLM_LOGGING_LEVEL, vLLM's records below WARNING are dropped even where ours are shown at DEBUG (a
-    level the user set is kept), and datasets' and transformers' progress bars are off."""
+    level the user set is kept), and datasets' and transformers' progress bars are off: datasets' here, where it
+    is imported, and in the processes this one starts (which read HF_DATASETS_DISABLE_PROGRESS_BARS)."""
     import datasets
     import transformers
 
     caplog.set_level(logging.DEBUG)  # the root logger lets everything through
 
+    monkeypatch.delenv("HF_DATASETS_DISABLE_PROGRESS_BARS", raising=False)
     monkeypatch.setenv("VLLM_LOGGING_LEVEL", asked or "")
     if asked is None:
         monkeypatch.delenv("VLLM_LOGGING_LEVEL")
@@ -253,6 +255,7 @@ def test_quiet_libraries_keeps_vllm_to_warnings_unless_asked_and_turns_library_b
         assert os.environ["VLLM_LOGGING_LEVEL"].upper() == logging.getLevelName(level)
         assert logging.getLogger("vllm.engine").getEffectiveLevel() == level
         assert not datasets.utils.logging.is_progress_bar_enabled()
+        assert os.environ["HF_DATASETS_DISABLE_PROGRESS_BARS"] == "1"
         assert not transformers.utils.logging.is_progress_bar_enabled()
     finally:
         vllm_logger.setLevel(previous)
