@@ -45,10 +45,10 @@ format: install ## Apply ruff's formatter and safe fixes
 	$(PY) -m ruff format .
 
 test: lint ## Lint, then the whole CPU test suite, end-to-end runs included (what CI runs; GPU tests skip)
-	$(PY) -m pytest -q -n 2 --dist loadfile
+	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
 
 test-fast: install ## The inner loop: tests not marked slow or gpu, on two workers (pytest-xdist), no lint
-	$(PY) -m pytest -q -m "not slow and not gpu" -n 2 --dist loadfile
+	$(PY) -m pytest -q -m "not slow and not gpu" -n 2 --dist loadfile --no-loadscope-reorder
 
 demo: install ## CPU demo: tiny model, SFT format stage -> GRPO (ATR) -> Mean@8/Pass@8 before and after
 	$(PY) -m atr_grpo.demo

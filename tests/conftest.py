@@ -9,6 +9,8 @@ once. Subprocesses started by the tests inherit the same variables.
 from __future__ import annotations
 
 import importlib.util
+import json
+import math
 import os
 from contextlib import contextmanager
 from pathlib import Path
@@ -147,3 +149,51 @@ def smoke_sft_adapter(tiny_model_dir):
     from atr_grpo.training.sft import ensure_sft_adapter
 
     return ensure_sft_adapter(train_config(["experiment=smoke"])).resolve()
+
+
+# ------------------------------------------------------------------ test files, longest first
+# `make test` runs whole files on two xdist workers (`--dist loadfile`), handed out in collection order
+# (`--no-loadscope-reorder`: xdist's own order, by number of tests, put the few long end-to-end files last, where one
+# worker ran them while the other had nothing left). Files are ordered by their time in earlier runs on this
+# machine, longest first; a file with a test never timed comes first. The tests of a file keep their order.
+DURATIONS = TEST_CACHE / "durations.json"  # seconds per test (setup, call and teardown), from the latest run of each
+_timed: dict[str, float] = {}  # this session's, in the process that reports them (the xdist controller, or pytest)
+
+
+def _recorded_durations() -> dict[str, float]:
+    try:
+        return json.loads(DURATIONS.read_text())
+    except (OSError, ValueError):  # none yet (a new machine) or unreadable: every file counts as never timed
+        return {}
+
+
+def longest_files_first(nodeids: list[str], recorded: dict[str, float]) -> list[str]:
+    """`nodeids` grouped by file, the files by recorded time, longest first (never timed: first), each file's tests
+    in their order; files of equal time keep theirs."""
+    per_file: dict[str, float] = {}
+    for nodeid in nodeids:
+        file = nodeid.partition("::")[0]
+        per_file[file] = per_file.get(file, 0.0) + recorded.get(nodeid, math.inf)
+    return sorted(nodeids, key=lambda nodeid: -per_file[nodeid.partition("::")[0]])
+
+
+def pytest_collection_modifyitems(config, items):
+    position = {
+        nodeid: index
+        for index, nodeid in enumerate(longest_files_first([i.nodeid for i in items], _recorded_durations()))
+    }
+    items.sort(key=lambda item: position[item.nodeid])
+
+
+def pytest_runtest_logreport(report):
+    _timed[report.nodeid] = _timed.get(report.nodeid, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session):
+    if hasattr(session.config, "workerinput") or not _timed:  # an xdist worker: the controller records
+        return
+    durations = {**_recorded_durations(), **{nodeid: round(seconds, 2) for nodeid, seconds in _timed.items()}}
+    DURATIONS.parent.mkdir(parents=True, exist_ok=True)
+    staging = DURATIONS.with_name(f"{DURATIONS.name}.{os.getpid()}")
+    staging.write_text(json.dumps(durations, indent=0, sort_keys=True))
+    staging.replace(DURATIONS)  # whole or not at all: another session may read it now
