@@ -177,6 +177,7 @@ def longest_files_first(nodeids: list[str], recorded: dict[str, float]) -> list[
     return sorted(nodeids, key=lambda nodeid: -per_file[nodeid.partition("::")[0]])
 
 
+@pytest.hookimpl(trylast=True)  # after `-m` has deselected: the files are weighed by the tests that run
 def pytest_collection_modifyitems(config, items):
     position = {
         nodeid: index
