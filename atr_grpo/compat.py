@@ -153,6 +153,7 @@ def keep_vllm_out_of_trl() -> bool:
     TRL's generation module is already imported.
     """
     if "trl.generation" in sys.modules:
+        log.debug("TRL: already imported with vLLM in this process; nothing to keep out")
         return False
     trl_imports = importlib.import_module("trl.import_utils")  # (trl's lazy module has no attribute for it)
     trl_imports.is_vllm_available = _no_vllm

