@@ -1,6 +1,7 @@
 """Grading: golden cases (math-verify 0.9.0), how golds are read, the final-box rule, <think>, truncation, timeouts and
 the worker pool."""
 
+import sys
 import threading
 import time
 from pathlib import Path
@@ -18,7 +19,7 @@ from atr_grpo.evaluation import (
     last_boxed,
     load_benchmark,
 )
-from atr_grpo.evaluation.grader import parse_gold, status_counts
+from atr_grpo.evaluation.grader import GradingTimeout, parse_gold, status_counts, time_limit
 from atr_grpo.evaluation.pool import run_with_deadline
 
 FIXTURES = Path(__file__).parent / "fixtures" / "eval"
@@ -355,6 +356,61 @@ def test_grade_works_off_the_main_thread():
     thread.start()
     thread.join(timeout=30)
     assert out == [True]
+
+
+class SpinsInItsFinalizer:
+    """An object whose finalizer runs past the answer timer: the timer's interrupt lands where nothing can catch it."""
+
+    def __del__(self):
+        end = time.monotonic() + 0.3
+        while time.monotonic() < end:
+            pass
+
+
+class FailsInItsFinalizer:
+    def __del__(self):
+        raise ValueError("the finalizer's own error")
+
+
+class SlowHook:
+    """A `sys.unraisablehook` that takes longer than the timer's re-firing interval (as pytest's does, formatting the
+    traceback): what it was given, and what it finished handling."""
+
+    def __init__(self):
+        self.given, self.finished = [], []
+
+    def __call__(self, unraisable):
+        self.given.append(unraisable.exc_type)
+        end = time.monotonic() + 0.2
+        while time.monotonic() < end:
+            pass
+        self.finished.append(unraisable.exc_type)
+
+
+def test_the_timer_firing_in_a_finalizer_still_cuts_the_answer_off(monkeypatch):
+    """The interrupt dropped in the finalizer reaches no hook (pytest would report it as an error of a later test),
+    and the next firing ends the block."""
+    hook = SlowHook()
+    monkeypatch.setattr(sys, "unraisablehook", hook)
+    started = time.monotonic()
+    with pytest.raises(GradingTimeout):
+        with time_limit(0.05):
+            SpinsInItsFinalizer()
+            time.sleep(5)
+    assert time.monotonic() - started < 2
+    assert hook.given == [] and sys.unraisablehook is hook
+
+
+def test_a_finalizers_own_error_reaches_the_outer_hook_whole(monkeypatch):
+    """The outer hook gets the finalizer's error and runs to its end while the timer fires; the block is then cut
+    off."""
+    hook = SlowHook()
+    monkeypatch.setattr(sys, "unraisablehook", hook)
+    with pytest.raises(GradingTimeout):
+        with time_limit(0.05):
+            FailsInItsFinalizer()
+            time.sleep(5)
+    assert hook.finished == [ValueError] and sys.unraisablehook is hook
 
 
 # A job's deadline in the pool tests: a trivial job takes milliseconds and reaches it only if the machine stalls for

@@ -40,6 +40,7 @@ import logging
 import os
 import re
 import signal
+import sys
 import threading
 import time
 from collections import Counter
@@ -239,17 +240,34 @@ def time_limit(seconds: float | None) -> Iterator[None]:
     """Raise GradingTimeout in this block after `seconds` (a no-op off the main thread or for None).
 
     The timer re-fires every 50 ms after the first expiry, so that a library swallowing one interrupt
-    (with a bare `except:`) is interrupted again.
+    (with a bare `except:`) is interrupted again. An interrupt that lands in code no caller can catch it from (a
+    finalizer, a weakref or gc callback: Python hands it to `sys.unraisablehook`) is dropped there, and the next
+    firing interrupts the block; the hook that handles anything else raised there runs to its end.
     """
     if seconds is None or not can_time_limit():
         yield
         return
     armed = True
+    in_outer_hook = False
 
     def on_alarm(signum: int, frame: object) -> None:
-        if armed:
+        if armed and not in_outer_hook:
             raise GradingTimeout
 
+    outer_hook = sys.unraisablehook
+
+    def on_unraisable(unraisable: sys.UnraisableHookArgs) -> None:
+        nonlocal in_outer_hook
+        if isinstance(unraisable.exc_value, GradingTimeout):
+            log.debug("the answer timer fired in %r, which cannot raise; it fires again", unraisable.object)
+            return
+        in_outer_hook = True
+        try:
+            outer_hook(unraisable)
+        finally:
+            in_outer_hook = False
+
+    sys.unraisablehook = on_unraisable
     previous_handler = signal.signal(signal.SIGALRM, on_alarm)
     previous_delay, previous_interval = signal.setitimer(signal.ITIMER_REAL, seconds, 0.05)
     started = time.monotonic()
@@ -259,6 +277,7 @@ def time_limit(seconds: float | None) -> Iterator[None]:
         armed = False
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous_handler)
+        sys.unraisablehook = outer_hook
         if previous_delay > 0:  # give an outer timer back what is left of it
             left = max(previous_delay - (time.monotonic() - started), 1e-3)
             signal.setitimer(signal.ITIMER_REAL, left, previous_interval)
