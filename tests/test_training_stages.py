@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, compose, needs_vllm
+from conftest import REPO, compose, group_variables_kept, needs_vllm
 from omegaconf import OmegaConf
 
 from atr_grpo import rundir
@@ -120,17 +120,37 @@ def summary_missing(run_dir):
     return not rundir.summary_path(run_dir).exists()
 
 
+# one run on TRL's colocated vLLM engine serves the rollout tests below (an engine start is most of its time): clip
+# with ε 0.05 and a large step, so that the reused steps are off-policy enough for the rule to bind, and the rollout
+# correction (mis, token level) with the band [0.995, 1.005]
+VLLM_ROLLOUTS = [
+    "rollout.engine=vllm",
+    "eval=none",
+    "clipping=clip",
+    "clipping.eps=0.05",
+    "trainer.learning_rate=1e-3",
+    "rollout.correction=mis",
+    "rollout.correction_min=0.995",
+    "rollout.correction_max=1.005",
+]
+
+
+@pytest.fixture(scope="module")
+def vllm_rollout_run(tmp_path_factory, smoke_sft_adapter):
+    run_dir = tmp_path_factory.mktemp("vllm_rollouts") / "run"
+    with pytest.MonkeyPatch.context() as patch, group_variables_kept():  # TRL's engine sets RANK ... MASTER_PORT
+        patch.chdir(REPO)
+        cfg = compose(["experiment=smoke", f"run_dir={run_dir}", *VLLM_ROLLOUTS])
+        run_training(to_object(cfg), OmegaConf.to_yaml(cfg, resolve=True))
+    return run_dir
+
+
 @needs_vllm
-def test_vllm_rollouts_train_bind_off_policy_and_log_the_engine_mismatch(tmp_path, monkeypatch, smoke_sft_adapter):
+def test_vllm_rollouts_train_bind_off_policy_and_log_the_engine_mismatch(vllm_rollout_run):
     """rollout.engine=vllm (TRL's colocated engine): the run trains; the reused steps (2, 4) are off-policy and the
     rule binds, the fresh ones (1, 3) have w ≡ 1; rollout/* compares the engine's log-probs with the trainer's."""
-    monkeypatch.chdir(REPO)
-    run_dir = tmp_path / "run"
-    binding = ["clipping=clip", "clipping.eps=0.05", "trainer.learning_rate=1e-3", "eval=none"]
-    cfg = compose(["experiment=smoke", f"run_dir={run_dir}", "rollout.engine=vllm", *binding])
-    run_training(to_object(cfg), OmegaConf.to_yaml(cfg, resolve=True))
-    assert json.loads((run_dir / rundir.DONE_FILE).read_text())["rollout_engine"] == "vllm"
-    rows = metrics(run_dir)
+    assert json.loads((vllm_rollout_run / rundir.DONE_FILE).read_text())["rollout_engine"] == "vllm"
+    rows = metrics(vllm_rollout_run)
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
     for row in rows:
         mean, peak = row["rollout/logp_abs_diff_mean"], row["rollout/logp_abs_diff_max"]
@@ -144,16 +164,11 @@ def test_vllm_rollouts_train_bind_off_policy_and_log_the_engine_mismatch(tmp_pat
 
 
 @needs_vllm
-def test_the_rollout_correction_runs_with_vllm_rollouts(tmp_path, monkeypatch, smoke_sft_adapter):
+def test_the_rollout_correction_runs_with_vllm_rollouts(vllm_rollout_run):
     """rollout.correction=mis at token level with the band [0.995, 1.005], on TRL's colocated vLLM engine: the run
     trains and logs, every step, the weights it applied: 1 on average, at most 1.005, exactly 0 on the tokens whose
     trainer/engine ratio leaves the band (a float32 engine differs from the trainer by more than 0.5 % on some)."""
-    monkeypatch.chdir(REPO)
-    run_dir = tmp_path / "run"
-    correction = ["rollout.correction=mis", "rollout.correction_min=0.995", "rollout.correction_max=1.005"]
-    cfg = compose(["experiment=smoke", f"run_dir={run_dir}", "rollout.engine=vllm", "eval=none", *correction])
-    run_training(to_object(cfg), OmegaConf.to_yaml(cfg, resolve=True))
-    rows = metrics(run_dir)
+    rows = metrics(vllm_rollout_run)
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
     for row in rows:
         assert 0 < row["rollout/masked_frac"] < 0.5, row
