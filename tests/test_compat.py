@@ -1,5 +1,5 @@
 """The torch stand-in for TRL's Triton log-prob kernel computes exactly the dense log-softmax quantities; a run
-that does not roll out with vLLM imports TRL's GRPO trainer without vLLM."""
+that does not roll out with vLLM imports TRL's GRPO trainer without vLLM, and only in the process that trains."""
 
 import json
 import subprocess
@@ -7,7 +7,7 @@ import sys
 
 import pytest
 import torch
-from conftest import REPO, needs_vllm
+from conftest import REPO, compose, needs_vllm
 
 from atr_grpo import compat
 from atr_grpo.compat import TorchChunkedLogProb, install_trl_logprob_fallback
@@ -134,3 +134,24 @@ def test_only_a_trl_run_with_hf_rollouts_keeps_vllm_out_of_trl(monkeypatch, back
     monkeypatch.setattr(compat, "keep_vllm_out_of_trl", lambda: calls.append(True) or True)
     pipeline.import_only_what_runs(Decision(backend, engine, "hf"))
     assert calls == ([True] if kept_out else [])
+
+
+@pytest.mark.parametrize(("when", "trains_here"), [("during", True), ("after", False)])
+def test_the_train_commands_process_imports_trls_trainer_only_when_it_trains(
+    tmp_path, monkeypatch, tiny_model_dir, when, trains_here
+):
+    """With eval.when=after the GRPO stage runs in a process of its own, which decides what it imports: the
+    command's process only starts the stages and imports none of TRL's trainer code."""
+    from omegaconf import OmegaConf
+
+    from atr_grpo.config_hydra import to_object
+    from atr_grpo.training import pipeline, stage_process
+
+    monkeypatch.chdir(REPO)
+    composed = compose(["experiment=smoke", f"run_dir={tmp_path / 'run'}", f"eval.when={when}", "eval.backend=hf"])
+    imported, trained, stages = [], [], []
+    monkeypatch.setattr(pipeline, "import_only_what_runs", imported.append)
+    monkeypatch.setattr(pipeline, "train_grpo", lambda *args: trained.append(True))
+    monkeypatch.setattr(stage_process, "run_stage", lambda stage, *args: stages.append(stage))
+    pipeline.run_pipeline(to_object(composed), OmegaConf.to_yaml(composed, resolve=True))
+    assert (len(imported), trained, stages) == ((1, [True], []) if trains_here else (0, [], ["grpo"]))

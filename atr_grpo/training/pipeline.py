@@ -211,17 +211,20 @@ def run_pipeline(cfg: TrainConfig, config_yaml: str) -> RunOutcome | None:
     from atr_grpo.training.stage_process import StageError, run_stage
 
     decision = preflight(cfg)  # before the process group: a refused config never waits for the other processes
-    import_only_what_runs(decision)
-    separate = cfg.eval.enabled and cfg.eval.when == "after"
+    # GRPO in this process, or (eval.when=after, not launched) in a process of its own, whose memory is all given
+    # back before the evaluation stage
+    trains_here = not (cfg.eval.enabled and cfg.eval.when == "after") or distributed.launched()
+    if trains_here:
+        import_only_what_runs(decision)
     with distributed.process_group(cfg.trainer.ddp_timeout):
         state = _prepared(cfg, config_yaml, decision)
         if state.finished:
             if distributed.is_main():
                 print(f"{state.run_dir}: training already finished")
-        elif separate and not distributed.launched():  # a process of its own: all of its memory is given back
-            run_stage("grpo", state.run_dir, decision)
-        else:  # (launched: these processes are the GRPO stage)
+        elif trains_here:  # (launched: these processes are the GRPO stage)
             train_grpo(cfg, state, decision)
+        else:
+            run_stage("grpo", state.run_dir, decision)
     if not distributed.is_main():
         return None
     if distributed.launched():
