@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from types import SimpleNamespace
 
 import pytest
@@ -50,6 +50,7 @@ def installed(namespace, rule, settings=SETTINGS, on_policy=False):
 
 @pytest.fixture(scope="module")
 def zoo():
+    import importlib.metadata
     import importlib.util
 
     if importlib.util.find_spec("unsloth_zoo") is None:  # not imported yet: the env switch must come first
@@ -67,6 +68,12 @@ def zoo():
     os.environ["UNSLOTH_ZOO_DISABLE_GPU_INIT"] = "1"
     import unsloth_zoo.rl_replacements as zoo_loss
 
+    # zoo's stand-in says Triton 3.0.0, and AOTAutograd keeps no cache of traced graphs below 3.2.0 (for a CUDA
+    # reason): it reports the installed Triton's version, so that a later run reuses them, as on a GPU machine
+    stand_in = sys.modules.get("triton")
+    with suppress(importlib.metadata.PackageNotFoundError):  # no Triton installed: AOTAutograd does not ask
+        if stand_in is not None:
+            stand_in.__version__ = importlib.metadata.version("triton")
     limit = torch._dynamo.config.recompile_limit
     torch._dynamo.config.recompile_limit = 256  # one graph per rule; the limit would switch zoo to eager
     os.environ["UNSLOTH_HARD_BACKEND_FAILURE"] = "1"  # a compile failure must fail the test, not fall back
