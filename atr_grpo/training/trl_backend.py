@@ -82,6 +82,10 @@ def build_trl_trainer(
     from atr_grpo.models import load_model_and_tokenizer
     from atr_grpo.rewards import reward_function
 
+    if rollout_engine == "vllm":  # TRL starts a colocated engine (or joins a server's)
+        from atr_grpo.evaluation.backends import cpu_compile_cache
+
+        cpu_compile_cache()
     model, tokenizer = load_model_and_tokenizer(cfg.model, adapter_path=adapter, for_training=True)
     dataset = grpo_dataset(cfg.data, cfg.prompt)
     dataset = filter_long_prompts(dataset, tokenizer, cfg.trainer.max_prompt_length, cfg.prompt.enable_thinking)
