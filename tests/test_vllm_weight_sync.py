@@ -35,9 +35,11 @@ def setup(tiny_model_dir):
     from accelerate import Accelerator
     from trl.generation.vllm_generation import VLLMGeneration
 
+    from atr_grpo.evaluation.backends import cpu_compile_cache
     from atr_grpo.models import load_model_and_tokenizer
     from atr_grpo.training.weight_sync import adopt_exact_weight_sync
 
+    cpu_compile_cache()  # as the TRL backend does before TRL builds this engine
     cfg = train_config(["experiment=smoke", "rollout.engine=vllm"])
     model, tokenizer = load_model_and_tokenizer(cfg.model, for_training=True)
     model.eval()
