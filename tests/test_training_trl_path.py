@@ -42,8 +42,10 @@ def trainer(tiny_model_dir, tmp_path_factory):
 
 
 def make_inputs(trainer, seed: int = 0, batch: int = 8, prompt_len: int = 6, completion_len: int = 9):
-    """A GRPO micro-batch as TRL's _prepare_inputs returns it, with stale π_old log-probs (w ≠ 1)."""
+    """A GRPO micro-batch as TRL's _prepare_inputs returns it, with stale π_old log-probs (w ≠ 1), on the model's
+    device (drawn on the CPU, so a GPU run draws the same batch)."""
     g = torch.Generator().manual_seed(seed)
+    device = trainer.accelerator.device
     vocab = trainer.model.config.vocab_size
     prompt_ids = torch.randint(3, vocab, (batch, prompt_len), generator=g)
     prompt_mask = torch.ones(batch, prompt_len, dtype=torch.long)
@@ -58,12 +60,16 @@ def make_inputs(trainer, seed: int = 0, batch: int = 8, prompt_len: int = 6, com
         "completion_mask": completion_mask,
         "advantages": torch.randn(batch, generator=g),
     }
+    inputs = {name: tensor.to(device) for name, tensor in inputs.items()}
+    prompt_ids, prompt_mask, completion_ids, completion_mask = (
+        inputs[name] for name in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")
+    )
     with torch.no_grad():
         ids = torch.cat([prompt_ids, completion_ids], 1)
         mask = torch.cat([prompt_mask, completion_mask], 1)
         logp, _, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask, completion_len)
     # log-ratios spread well beyond every clip range, both ways
-    inputs["old_per_token_logps"] = logp + 0.6 * torch.randn(logp.shape, generator=g)
+    inputs["old_per_token_logps"] = logp + 0.6 * torch.randn(logp.shape, generator=g).to(device)
     return inputs
 
 
@@ -155,7 +161,7 @@ def test_the_trl_path_weighs_each_token_by_the_rollout_correction(trainer):
     trainer.rule = build_rule("atr")
     inputs = make_inputs(trainer, seed=3)
     mask = inputs["completion_mask"]
-    noise = torch.randn(mask.shape, generator=torch.Generator().manual_seed(4))
+    noise = torch.randn(mask.shape, generator=torch.Generator().manual_seed(4)).to(mask.device)
     inputs["sampling_per_token_logps"] = inputs["old_per_token_logps"] + 0.2 * noise
     plain_settings = trainer.loss_settings
     correction = RolloutCorrection("tis", "sequence", 0.8, 1.25)
