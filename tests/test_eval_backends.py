@@ -12,6 +12,7 @@ from conftest import random_tiny_model
 
 from atr_grpo.evaluation import SamplingConfig, UnslothVLLMGenerator, VLLMGenerator
 from atr_grpo.evaluation.backends import adapter_rank, vllm_max_lora_rank
+from atr_grpo.evaluation.sampling import prompt_seed
 
 
 class FakeTokenizer:
@@ -45,9 +46,10 @@ class FakeLLM:
     def generate(self, prompts, sampling_params=None, *, use_tqdm=True, lora_request=None):
         self.events.append("generate")
         self.calls.append((prompts, sampling_params, lora_request))
-        n = sampling_params.n - (1 if self.short else 0)
+        assert len(sampling_params) == len(prompts), "the backends send one SamplingParams per prompt"
         outputs = []
-        for request in prompts:
+        for request, params in zip(prompts, sampling_params):
+            n = params.n - (1 if self.short else 0)
             prompt = " ".join(request["prompt_token_ids"])  # token ids in, as the backends send them
             completions = [
                 SimpleNamespace(
@@ -131,13 +133,29 @@ def test_one_engine_serves_several_adapters(fake_vllm, adapter_dir, tmp_path):
 def test_vllm_generate_passes_table4_sampling_and_converts_outputs(fake_vllm, adapter_dir):
     generator = VLLMGenerator.from_pretrained("base-model", adapter_dir, max_model_len=64)
     samples = generator.generate(["p one", "p two"], PARAMS)
-    prompts, sp, lora_request = fake_vllm[0].calls[0]
+    prompts, params, lora_request = fake_vllm[0].calls[0]
     assert prompts == [{"prompt_token_ids": ["p", "one"]}, {"prompt_token_ids": ["p", "two"]}]
     assert lora_request is generator.lora_request
-    assert (sp.n, sp.temperature, sp.top_p, sp.top_k, sp.max_tokens, sp.seed) == (3, 0.3, 0.95, -1, 16, 7)
+    assert [(sp.n, sp.temperature, sp.top_p, sp.top_k, sp.max_tokens) for sp in params] == [(3, 0.3, 0.95, -1, 16)] * 2
+    assert [sp.seed for sp in params] == [prompt_seed(7, ["p", "one"]), prompt_seed(7, ["p", "two"])]
     assert [len(row) for row in samples] == [3, 3]
     assert [s.text for s in samples[1]] == [f"p two -> \\boxed{{{j}}}" for j in range(3)]
     assert [(s.finish_reason, s.num_tokens) for s in samples[0]] == [("length", 1), ("stop", 2), ("stop", 3)]
+
+
+def test_each_prompt_is_sampled_from_random_streams_of_its_own(fake_vllm):
+    """vLLM seeds a request's n samples seed, seed+1, ...: each prompt's request gets a seed of its own (from the
+    evaluation's seed and the prompt's token ids), so no two problems share a stream, and a problem is sampled
+    alike whatever else is in the batch."""
+    generator = VLLMGenerator(FakeLLM())
+    generator.generate(["p one", "p two", "p three"], PARAMS)
+    generator.generate(["p three", "p one"], PARAMS)
+    generator.generate(["p one"], SamplingConfig(**{**PARAMS.__dict__, "seed": 8}))
+    first, reordered, reseeded = ([sp.seed for sp in call[1]] for call in generator.llm.calls)
+    streams = [set(range(seed, seed + PARAMS.n)) for seed in first]  # the seeds of each prompt's n samples
+    assert all(a.isdisjoint(b) for i, a in enumerate(streams) for b in streams[i + 1 :])
+    assert reordered == [first[2], first[0]]
+    assert reseeded[0] != first[0], "another evaluation seed, other streams"
 
 
 def test_vllm_refuses_fewer_samples_and_too_long_contexts(fake_vllm):

