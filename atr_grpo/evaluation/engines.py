@@ -220,10 +220,9 @@ def engine_in_this_process() -> None:
     of one, so nothing else may run in it afterwards. On a GPU nothing changes (there the engine's own process
     overlaps scheduling with the model), nor where `VLLM_ENABLE_V1_MULTIPROCESSING` is already set.
     """
-    import torch
+    from atr_grpo.evaluation.backends import cpu_engine_default
 
-    if not torch.cuda.is_available():
-        os.environ.setdefault(VLLM_MULTIPROCESSING_ENV, "0")
+    cpu_engine_default(VLLM_MULTIPROCESSING_ENV)
 
 
 def vllm_generator(
