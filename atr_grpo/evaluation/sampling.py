@@ -2,11 +2,10 @@
 
 A seeded vLLM request draws its n samples from generators seeded seed, seed+1, ..., seed+n-1, one random stream
 per sample, advanced once per generated token. Given one seed for every prompt, the j-th sample of every problem
-would read the same stream, so the samples of different problems would not be independent draws: on the tiny
-model (32 held-out problems × 8 samples, the same adapter) 75 of 256 samples reached a boxed answer, where
-unseeded requests gave 113, a seed per prompt 121 and the HF backend 119 and 121 (seeds 0 and 7). Each prompt
-therefore gets a seed of its own, derived from the evaluation's seed and the prompt's token ids: the same problem
-is sampled alike whatever else is in the batch, and no two prompts share a stream.
+would read the same stream, and the samples of different problems would not be independent draws (the measured
+effect: docs/evaluation.md, "Every problem samples from streams of its own"). Each prompt therefore gets a seed of
+its own, derived from the evaluation's seed and the prompt's token ids: the same problem is sampled alike whatever
+else is in the batch, and no two prompts share a stream.
 """
 
 from __future__ import annotations
