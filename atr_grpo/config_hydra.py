@@ -71,12 +71,24 @@ def config_to_yaml(cfg: TrainConfig) -> str:
 def config_from_yaml(text: str) -> TrainConfig:
     """A run's resolved config.yaml back into its dataclasses (what a stage process of the run reads)."""
     raw = OmegaConf.create(text)
+    refuse_legacy_truncation(raw)
     schema = OmegaConf.structured(TrainConfig)
     name = raw.get("clipping", {}).get("name")
     if name not in CLIPPING_SCHEMAS:
         raise ConfigError(f"invalid config: clipping.name must be one of {', '.join(CLIPPING_SCHEMAS)}, got {name!r}")
     schema.clipping = OmegaConf.structured(CLIPPING_SCHEMAS[name])
     return to_object(OmegaConf.merge(schema, raw))
+
+
+def refuse_legacy_truncation(raw: DictConfig) -> None:
+    """A config.yaml from before `trainer.truncation` trained with another reward: it cannot be continued as is."""
+    trainer = raw.get("trainer") or {}
+    if "mask_truncated_completions" in trainer and "truncation" not in trainer:
+        raise ConfigError(
+            "invalid config: this config.yaml predates trainer.truncation (it has trainer.mask_truncated_completions, "
+            "and its reward graded the box of a truncated completion); start a new run, with "
+            "trainer.truncation=credit_box to train as it did"
+        )
 
 
 def _refuse_unknown_keys(node: DictConfig, prefix: str = "") -> None:

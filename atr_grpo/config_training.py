@@ -14,6 +14,7 @@ from atr_grpo.config_checks import check, check_vllm_temperature, require_exists
 from atr_grpo.errors import ConfigError
 from atr_grpo.losses import AGGREGATION_CHOICES, KL_ESTIMATORS
 from atr_grpo.rollout_correction import RolloutCorrection, correction_problem
+from atr_grpo.truncation import DAPO_PENALTY, TRUNCATION_SETTINGS
 
 
 # ---------------------------------------------------------------------------------------------- trainer
@@ -44,7 +45,11 @@ class TrainerConfig:
     max_completion_length: int = 1536  # = model.max_seq_length - max_prompt_length; also Dr.GRPO's constant
     loss_agg: str = "dr_grpo"  # Dr.GRPO backbone (§6.1); token_mean and seq_mean as ablations
     scale_rewards: str = "none"  # Dr.GRPO: advantages are R - mean(R), no std division
-    mask_truncated_completions: bool = False
+    # a completion that reaches max_completion_length without ending: zero | mask | soft_overlong | credit_box
+    # (atr_grpo/truncation.py); the evaluation never credits one
+    truncation: str = "zero"
+    overlong_buffer: int | None = None  # soft_overlong: tokens before the budget where the penalty ramps (null: 1/5)
+    overlong_penalty: float = DAPO_PENALTY  # soft_overlong: the penalty at the budget (DAPO's factor)
     logging_steps: int = 1
     save_steps: int = 50
     save_total_limit: int | None = 3
@@ -75,8 +80,35 @@ class TrainerConfig:
         require_one_of("trainer.scale_rewards", self.scale_rewards, ("none", "group", "batch"))
         require_positive("trainer.max_prompt_length", self.max_prompt_length)
         require_positive("trainer.max_completion_length", self.max_completion_length)
+        self._check_truncation()
         require_positive("trainer.save_steps", self.save_steps)
         require_positive("trainer.ddp_timeout", self.ddp_timeout)
+
+    def _check_truncation(self) -> None:
+        require_one_of("trainer.truncation", self.truncation, TRUNCATION_SETTINGS)
+        if self.truncation != "soft_overlong":  # the penalty's settings would be accepted and never read
+            check(
+                self.overlong_buffer is None,
+                "trainer.overlong_buffer",
+                "null unless truncation=soft_overlong",
+                self.overlong_buffer,
+            )
+            check(
+                self.overlong_penalty == DAPO_PENALTY,
+                "trainer.overlong_penalty",
+                f"{DAPO_PENALTY} unless truncation=soft_overlong",
+                self.overlong_penalty,
+            )
+            return
+        budget = self.max_completion_length
+        if self.overlong_buffer is not None:
+            check(
+                1 <= self.overlong_buffer <= budget,
+                "trainer.overlong_buffer",
+                f"null or in [1, trainer.max_completion_length = {budget}]",
+                self.overlong_buffer,
+            )
+        require_positive("trainer.overlong_penalty", self.overlong_penalty)
 
 
 @dataclass

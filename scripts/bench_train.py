@@ -52,9 +52,10 @@ def run_once(kind: str, cfg: object, adapter: Path, out_dir: Path, steps: int) -
     from atr_grpo.clipping import build_rule
     from atr_grpo.data.datasets import filter_long_prompts, grpo_dataset
     from atr_grpo.models import load_model_and_tokenizer
-    from atr_grpo.rewards import math_verify_reward
+    from atr_grpo.rewards import reward_function, truncation_rule
     from atr_grpo.training.rule_trainer import grpo_arg_values, loss_settings
     from atr_grpo.training.trl_backend import RuleGRPOTrainer
+    from atr_grpo.truncation import stop_token_ids
 
     engine = "vllm" if kind == "vllm" else "hf"  # vllm: our trainer, rollouts from TRL's colocated vLLM engine
     model, tokenizer = load_model_and_tokenizer(cfg.model, adapter_path=adapter, for_training=True)
@@ -66,11 +67,12 @@ def run_once(kind: str, cfg: object, adapter: Path, out_dir: Path, steps: int) -
     # tokens per step (otherwise step times follow whatever lengths each policy happens to sample)
     full_length = "min_tokens" if kind == "vllm" else "min_new_tokens"  # vLLM's / transformers' name
     args.generation_kwargs = {full_length: cfg.trainer.max_completion_length}
-    common = dict(
-        model=model, reward_funcs=[math_verify_reward], args=args, train_dataset=dataset, processing_class=tokenizer
-    )
+    stop_ids = stop_token_ids(model, tokenizer)
+    reward = reward_function(cfg, stop_ids)
+    common = dict(model=model, reward_funcs=[reward], args=args, train_dataset=dataset, processing_class=tokenizer)
     if kind in ("ours", "vllm"):
-        trainer = RuleGRPOTrainer(**common, rule=build_rule("clip", eps=0.2), settings=loss_settings(cfg))
+        rule, settings, truncation = build_rule("clip", eps=0.2), loss_settings(cfg), truncation_rule(cfg, stop_ids)
+        trainer = RuleGRPOTrainer(**common, rule=rule, settings=settings, truncation=truncation)
     else:
         assert args.loss_type == "dr_grpo" and args.epsilon == 0.2 and args.epsilon_high is None
         trainer = GRPOTrainer(**common)

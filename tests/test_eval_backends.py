@@ -14,9 +14,13 @@ from atr_grpo.evaluation import SamplingConfig, UnslothVLLMGenerator, VLLMGenera
 from atr_grpo.evaluation.backends import adapter_rank, vllm_max_lora_rank
 from atr_grpo.evaluation.sampling import prompt_seed
 
+EOS = 99  # the fake engine's end-of-sequence token
+
 
 class FakeTokenizer:
     """Words as tokens: enough to check what the backends hand to the engine."""
+
+    eos_token_id = EOS
 
     def __call__(self, text, add_special_tokens=True):
         assert add_special_tokens is False, "the chat template already wrote the special tokens"
@@ -26,9 +30,11 @@ class FakeTokenizer:
 class FakeLLM:
     """`vllm.LLM` as far as the backends use it: generate(...) -> [RequestOutput], sleep mode, tokenizer."""
 
-    def __init__(self, max_model_len=64, sleeping=False, short=False, **kwargs):
+    def __init__(self, max_model_len=64, sleeping=False, short=False, finish_reasons=None, **kwargs):
         self.kwargs, self.calls, self.events, self.sleeping, self.short = kwargs, [], [], sleeping, short
-        engine = SimpleNamespace(model_config=SimpleNamespace(max_model_len=max_model_len))
+        self.finish_reasons = finish_reasons  # what vLLM says of each sample j (default: what its tokens say)
+        model_config = SimpleNamespace(max_model_len=max_model_len, try_get_generation_config=lambda: {})
+        engine = SimpleNamespace(model_config=model_config)
         engine.is_sleeping = lambda: self.sleeping
         self.llm_engine = engine
 
@@ -47,7 +53,7 @@ class FakeLLM:
         self.events.append("generate")
         self.calls.append((prompts, sampling_params, lora_request))
         assert len(sampling_params) == len(prompts), "the backends send one SamplingParams per prompt"
-        outputs = []
+        outputs, finish_reasons = [], self.finish_reasons
         for request, params in zip(prompts, sampling_params):
             n = params.n - (1 if self.short else 0)
             prompt = " ".join(request["prompt_token_ids"])  # token ids in, as the backends send them
@@ -55,8 +61,9 @@ class FakeLLM:
                 SimpleNamespace(
                     index=j,
                     text=f"{prompt} -> \\boxed{{{j}}}",
-                    token_ids=list(range(j + 1)),
-                    finish_reason="length" if j == 0 else "stop",
+                    # the first sample runs out of tokens, the others end on EOS after j tokens
+                    token_ids=[7] * params.max_tokens if j == 0 else [*range(j), EOS],
+                    finish_reason=finish_reasons[j] if finish_reasons else "length" if j == 0 else "stop",
                 )
                 for j in reversed(range(n))  # out of order on purpose: the backend sorts by index
             ]
@@ -140,7 +147,7 @@ def test_vllm_generate_passes_table4_sampling_and_converts_outputs(fake_vllm, ad
     assert [sp.seed for sp in params] == [prompt_seed(7, ["p", "one"]), prompt_seed(7, ["p", "two"])]
     assert [len(row) for row in samples] == [3, 3]
     assert [s.text for s in samples[1]] == [f"p two -> \\boxed{{{j}}}" for j in range(3)]
-    assert [(s.finish_reason, s.num_tokens) for s in samples[0]] == [("length", 1), ("stop", 2), ("stop", 3)]
+    assert [(s.finish_reason, s.num_tokens) for s in samples[0]] == [("length", 16), ("stop", 2), ("stop", 3)]
 
 
 def test_each_prompt_is_sampled_from_random_streams_of_its_own(fake_vllm):
@@ -165,6 +172,15 @@ def test_vllm_refuses_fewer_samples_and_too_long_contexts(fake_vllm):
     tight = VLLMGenerator(FakeLLM(max_model_len=20))
     with pytest.raises(ValueError, match="max_model_len"):
         tight.generate(["five tokens in this prompt"], PARAMS)  # 5 + 16 > 20
+
+
+def test_vllm_samples_stop_as_their_token_ids_say(fake_vllm):
+    """Why a sample stopped comes from its token ids (the reward's rule); a vLLM finish_reason that disagrees
+    (a stop string ending a sample without EOS, an aborted request) is refused, not copied."""
+    with pytest.raises(RuntimeError, match=r"finish_reason 'stop' after 16 tokens, but its token ids say 'length'"):
+        VLLMGenerator(FakeLLM(finish_reasons=["stop", "stop", "stop"])).generate(["p"], PARAMS)
+    with pytest.raises(RuntimeError, match=r"finish_reason 'abort' after 2 tokens"):
+        VLLMGenerator(FakeLLM(finish_reasons=["length", "abort", "stop"])).generate(["p"], PARAMS)
 
 
 def test_lora_ranks():
@@ -199,7 +215,7 @@ def test_unsloth_uses_the_live_adapter_and_wakes_a_sleeping_engine(fake_vllm, tm
     assert model.loaded == [(str(tmp_path / "live_lora"), True)] and (tmp_path / "live_lora").is_dir()
     assert engine.calls[0][2] == "live-lora-1"
     assert engine.events == ["wake_up", "generate", "sleep(2)"], "woken for generation, asleep again after"
-    assert [s.num_tokens for s in samples[0]] == [1, 2, 3]
+    assert [s.num_tokens for s in samples[0]] == [16, 2, 3]
     generator.generate(["again"], PARAMS)
     assert engine.calls[1][2] == "live-lora-2", "every evaluation serves the adapter as it is now"
 

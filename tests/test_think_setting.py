@@ -23,12 +23,13 @@ from atr_grpo.errors import ConfigError
 from atr_grpo.evaluation import SamplingConfig, load_benchmark, read_summary, run_evaluation
 from atr_grpo.reporting import regrade
 from atr_grpo.results import main as results_main
-from atr_grpo.rewards import math_verify_reward, reward_function
+from atr_grpo.rewards import reward_function
 
 FIXTURES = Path(__file__).parent / "fixtures" / "eval"
 INSIDE_ONLY = "<think>it is \\boxed{24}</think>So the answer is twenty-four."  # aime24 fixture problem 60: 24
 AFTER = "<think>maybe \\boxed{23}</think>The answer is \\boxed{24}."
 NEITHER = "<think>it is \\boxed{24}</think>The answer is \\boxed{23}."
+EOS = 99  # an end-of-sequence id for the reward's token ids
 
 
 def test_the_setting_defaults_to_no_credit_is_validated_and_recorded():
@@ -47,12 +48,14 @@ def test_the_setting_defaults_to_no_credit_is_validated_and_recorded():
 
 @pytest.mark.parametrize("credit", [False, True])
 def test_the_training_reward_follows_the_setting(credit):
-    reward = reward_function(train_config(["experiment=smoke", f"eval.credit_inside_think={credit}"]).eval)
+    reward = reward_function(train_config(["experiment=smoke", f"eval.credit_inside_think={credit}"]), [EOS])
     conversational = [[{"role": "assistant", "content": INSIDE_ONLY}], AFTER, NEITHER]
-    assert reward(completions=conversational, answer=["24"] * 3, trainer_state=None) == [float(credit), 1.0, 0.0]
+    ids = [[1, 2, EOS]] * 3  # finished completions
+    got = reward(completions=conversational, answer=["24"] * 3, completion_ids=ids, trainer_state=None)
+    assert got == [float(credit), 1.0, 0.0]
     assert reward.__name__ == "math_verify_reward"  # the metric rewards/math_verify_reward/mean keeps its name
-    assert pickle.loads(pickle.dumps(reward))(completions=[INSIDE_ONLY], answer=["24"]) == [float(credit)]
-    assert math_verify_reward([INSIDE_ONLY], ["24"]) == [0.0]
+    again = pickle.loads(pickle.dumps(reward))
+    assert again(completions=[INSIDE_ONLY], answer=["24"], completion_ids=ids[:1]) == [float(credit)]
 
 
 @pytest.mark.slow
@@ -64,7 +67,9 @@ def test_the_trl_trainer_is_built_with_the_configured_reward(tmp_path, tiny_mode
     cfg = train_config(["experiment=smoke", "eval.credit_inside_think=true"])
     trainer, _ = build_trl_trainer(cfg, build_rule("clip"), None, tmp_path, "hf")
     assert trainer.reward_func_names == ["math_verify_reward"]
-    assert trainer.reward_funcs[0](completions=[INSIDE_ONLY, NEITHER], answer=["24", "24"]) == [1.0, 0.0]
+    finished = [[1, trainer.eos_token_ids[0]]] * 2
+    got = trainer.reward_funcs[0](completions=[INSIDE_ONLY, NEITHER], answer=["24", "24"], completion_ids=finished)
+    assert got == [1.0, 0.0]
 
 
 def evaluate_once(run_dir: Path, credit: bool) -> dict:

@@ -19,22 +19,25 @@ def trainer(tiny_model_dir, tmp_path_factory):
     from trl import GRPOConfig
 
     from atr_grpo.models import load_model_and_tokenizer
-    from atr_grpo.rewards import math_verify_reward
+    from atr_grpo.rewards import reward_function, truncation_rule
     from atr_grpo.training.rule_trainer import grpo_arg_values, loss_settings
     from atr_grpo.training.trl_backend import RuleGRPOTrainer
+    from atr_grpo.truncation import stop_token_ids
 
     cfg = train_config(["experiment=smoke", "trainer.gradient_accumulation_steps=2"])
     model, tokenizer = load_model_and_tokenizer(cfg.model, for_training=True)
     data = Dataset.from_dict({"prompt": [[{"role": "user", "content": "What is 1 + 1?"}]] * 8, "answer": ["2"] * 8})
     out = tmp_path_factory.mktemp("trl_path")
+    stop_ids = stop_token_ids(model, tokenizer)
     trainer = RuleGRPOTrainer(
         model=model,
-        reward_funcs=[math_verify_reward],
+        reward_funcs=[reward_function(cfg, stop_ids)],
         args=GRPOConfig(**grpo_arg_values(cfg, out, "hf")),
         train_dataset=data,
         processing_class=tokenizer,
         rule=build_rule("clip"),
         settings=loss_settings(cfg),
+        truncation=truncation_rule(cfg, stop_ids),
     )
     trainer.model.train()
     trainer.current_gradient_accumulation_steps = 2

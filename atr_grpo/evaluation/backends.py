@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from atr_grpo.evaluation.sampling import SamplingConfig, vllm_sampling_params
+from atr_grpo.truncation import finish_reason, stop_token_ids
 
 log = logging.getLogger(__name__)
 
@@ -79,13 +80,7 @@ class HFGenerator:
         self.show_progress = show_progress
 
     def _eos_ids(self) -> set[int]:
-        ids: set[int] = set()
-        for source in (getattr(self.model, "generation_config", None), self.tokenizer):
-            value = getattr(source, "eos_token_id", None)
-            ids.update([value] if isinstance(value, int) else list(value or []))
-        if not ids:
-            raise ValueError("neither the model's generation_config nor the tokenizer defines an eos_token_id")
-        return ids
+        return set(stop_token_ids(self.model, self.tokenizer))
 
     def generate(self, prompts: list[str], params: SamplingConfig) -> list[list[Sample]]:
         import torch
@@ -146,16 +141,14 @@ class HFGenerator:
         return [samples[i * params.n : (i + 1) * params.n] for i in range(len(prompts))]
 
     def _to_sample(self, tokens: list[int], eos_ids: set[int], max_tokens: int) -> Sample:
-        """Cut at the first end-of-sequence token; a sequence without one ran out of tokens."""
+        """Cut after the first end-of-sequence token; a sequence without one ran out of tokens."""
         stop = next((i for i, token in enumerate(tokens) if token in eos_ids), None)
-        if stop is None:
-            kept, reason, count = tokens, "length", len(tokens)
-            if count != max_tokens:  # generate stops early only on EOS, so this would be a bug
-                raise RuntimeError(f"a sample without EOS has {count} tokens, expected max_tokens={max_tokens}")
-        else:
-            kept, reason, count = tokens[:stop], "stop", stop + 1
-        text = self.tokenizer.decode(kept, skip_special_tokens=True)
-        return Sample(text=text, finish_reason=reason, num_tokens=count)
+        kept = tokens if stop is None else tokens[: stop + 1]
+        reason = finish_reason(kept, max_tokens, eos_ids)
+        if stop is None and reason != "length":  # generate stops early only on EOS, so this would be a bug
+            raise RuntimeError(f"a sample without EOS has {len(kept)} tokens, expected max_tokens={max_tokens}")
+        text = self.tokenizer.decode(tokens if stop is None else tokens[:stop], skip_special_tokens=True)
+        return Sample(text=text, finish_reason=reason, num_tokens=len(kept))
 
 
 # ------------------------------------------------------------------------------------------ vLLM
@@ -163,13 +156,37 @@ _LORA_IDS = itertools.count(1)  # vLLM caches adapters by integer id: never reus
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # vllm.config.lora.MaxLoRARanks (0.31)
 
 
-def samples_from_request_outputs(outputs: Sequence[Any], num_prompts: int, n: int) -> list[list[Sample]]:
-    """vLLM `RequestOutput`s (one per prompt, `.outputs[i].text/.token_ids/.finish_reason`) → samples."""
+def samples_from_request_outputs(
+    outputs: Sequence[Any], num_prompts: int, n: int, max_tokens: int, stop_ids: Sequence[int]
+) -> list[list[Sample]]:
+    """vLLM `RequestOutput`s (one per prompt, `.outputs[i].text/.token_ids/.finish_reason`) → samples.
+
+    Why a sample stopped is decided from its token ids (`atr_grpo.truncation`), as for the reward; where vLLM's own
+    finish_reason disagrees (a stop string, an aborted request), the sample is refused.
+    """
     rows = []
     for request in outputs:
         completions = sorted(request.outputs, key=lambda c: getattr(c, "index", 0))
-        rows.append([Sample(c.text, str(c.finish_reason), len(c.token_ids)) for c in completions])
+        row = []
+        for c in completions:
+            ids = list(c.token_ids)
+            reason = finish_reason(ids, max_tokens, stop_ids)
+            if str(c.finish_reason) != reason:
+                raise RuntimeError(
+                    f"vLLM ended a sample with finish_reason {c.finish_reason!r} after {len(ids)} tokens, but its "
+                    f"token ids say {reason!r} (budget {max_tokens}, end tokens {sorted(stop_ids)})"
+                )
+            row.append(Sample(c.text, reason, len(ids)))
+        rows.append(row)
     return check_samples(rows, num_prompts, n)
+
+
+def engine_stop_ids(llm: Any) -> tuple[int, ...]:
+    """The ids a vLLM engine stops on: its model's generation config `eos_token_id` and its tokenizer's."""
+    from types import SimpleNamespace
+
+    config = SimpleNamespace(**llm.llm_engine.model_config.try_get_generation_config())
+    return stop_token_ids(config, llm.get_tokenizer())
 
 
 def _engine_max_model_len(llm: Any) -> int | None:
@@ -325,7 +342,9 @@ class VLLMGenerator:
             lora_request=self.lora_request,
             use_tqdm=self.show_progress,
         )
-        return samples_from_request_outputs(outputs, len(prompts), params.n)
+        return samples_from_request_outputs(
+            outputs, len(prompts), params.n, params.max_tokens, engine_stop_ids(self.llm)
+        )
 
 
 @contextmanager
@@ -372,4 +391,4 @@ class UnslothVLLMGenerator:
                 lora_request=lora_request,
                 use_tqdm=False,
             )
-        return samples_from_request_outputs(outputs, len(prompts), params.n)
+        return samples_from_request_outputs(outputs, len(prompts), params.n, params.max_tokens, engine_stop_ids(llm))

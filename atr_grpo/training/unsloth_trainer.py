@@ -37,7 +37,7 @@ TRAINER_ATTRIBUTES = (
     "beta",
     "loss_type",
     "scale_rewards",
-    "mask_truncated_completions",
+    "mask_truncated_completions",  # off: `RuleTrainerMixin.apply_truncation` masks
     "max_completion_length",
     "num_generations",
     "temperature",
@@ -196,9 +196,12 @@ class UnslothRuleTrainerMixin(_RuleTrainer):
     """In front of `RuleTrainerMixin` and Unsloth's generated `GRPOTrainer`: the rule's constructor, and
     the entropy, which zoo computes only for `get_high_entropy_mask` (every token is kept: the loss is unchanged)."""
 
-    def __init__(self, *args: Any, rule: ClipRule, settings: Any, delta: Any = None, **kwargs: Any) -> None:
-        self._setup_rule(rule, settings, delta)
+    def __init__(
+        self, *args: Any, rule: ClipRule, settings: Any, truncation: Any, delta: Any = None, **kwargs: Any
+    ) -> None:
+        self._setup_rule(rule, settings, delta, truncation)
         super().__init__(*args, **kwargs)
+        self.check_stop_ids()
 
     def get_high_entropy_mask(self, entropies: Tensor, mask: Tensor, threshold: float) -> Tensor:
         if self.model.training:
@@ -218,9 +221,10 @@ def build_unsloth_trainer(
 
     from atr_grpo import rundir
     from atr_grpo.data.datasets import filter_long_prompts, grpo_dataset
-    from atr_grpo.rewards import reward_function
+    from atr_grpo.rewards import reward_function, truncation_rule
     from atr_grpo.training.rule_trainer import RuleTrainerMixin, delta_control, grpo_arg_values, loss_settings
     from atr_grpo.training.unsloth_loss import install_rule
+    from atr_grpo.truncation import stop_token_ids
 
     namespace = trl.GRPOTrainer.compute_loss.__globals__
     if "grpo_accumulated_loss" not in namespace:
@@ -243,14 +247,16 @@ def build_unsloth_trainer(
     dataset = grpo_dataset(cfg.data, cfg.prompt)
     dataset = filter_long_prompts(dataset, tokenizer, cfg.trainer.max_prompt_length, cfg.prompt.enable_thinking)
     settings = loss_settings(cfg)
+    stop_ids = stop_token_ids(model, tokenizer)
     trainer = trainer_class(
         model=model,
-        reward_funcs=[reward_function(cfg.eval)],
+        reward_funcs=[reward_function(cfg, stop_ids)],
         args=args,
         train_dataset=dataset,
         processing_class=tokenizer,
         rule=rule,
         settings=settings,
+        truncation=truncation_rule(cfg, stop_ids),
         delta=delta_control(cfg),
     )
     check_trainer_settings(trainer, wanted)
