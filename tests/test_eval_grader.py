@@ -19,7 +19,8 @@ from atr_grpo.evaluation import (
     last_boxed,
     load_benchmark,
 )
-from atr_grpo.evaluation.grader import GradingTimeout, parse_gold, status_counts, time_limit
+from atr_grpo.evaluation.gold import parse_gold
+from atr_grpo.evaluation.grader import GradingTimeout, status_counts, time_limit
 from atr_grpo.evaluation.pool import run_with_deadline
 
 FIXTURES = Path(__file__).parent / "fixtures" / "eval"

@@ -1,0 +1,119 @@
+"""Reading a gold answer, and the normalisations a box shares with it.
+
+A gold is read as what it is, never mined for a number in it. `parse_gold` takes these steps, in order:
+
+1. **Notations are made plain**, in gold and box alike: a thin-space thousands separator (`1\\,000`) is joined.
+2. **A clock time** (`12:00`, `9:30 p.m.`) is read as a time, and only a time equals it. LaTeX would read `9:30` as
+   the ratio 3/10.
+3. **A bare number or fraction** (`33`, `033`, `27.0`, `-1`, `1,000`, `50%`, `10\\%`, `.5`, `1/2`) goes through
+   math-verify's expression extractor. `10\\%` is read as 10, as before; `50%` as a percentage.
+4. **Anything else is parsed whole as LaTeX** (`2x+3`, `(3, -1)`, `6 - 5i`, `5, 7`, `[1, 3)`, `\\frac{1}{2}`,
+   `3\\sqrt{2}`). The expression extractor would read `2x+3` as 2.
+
+A gold that still parses to nothing raises `GoldParseError`, a data problem reported where benchmarks are loaded.
+So does a gold of which math-verify only reads a part: its expression extractor finds the 3 in `3 sqrt(2)`. That
+reading would be wrong, so the gold is refused rather than misread.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import re
+
+_BOXED = "\\boxed"
+
+
+class GoldParseError(ValueError):
+    """A gold answer that math-verify cannot parse: a data problem, never a wrong prediction."""
+
+
+# ------------------------------------------------------------------------------------------ math-verify
+@functools.cache
+def math_verify_api() -> tuple:
+    """math-verify's parse and verify, and the two extraction configs, imported once.
+
+    Its "timeout disabled" warning is silenced: the grader bounds the time instead.
+    """
+    import math_verify
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig
+
+    class _DropTimeoutDisabled(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            return "Timeout is disabled" not in record.getMessage()
+
+    for name in ("math_verify.parser", "math_verify.grader"):
+        logging.getLogger(name).addFilter(_DropTimeoutDisabled())
+    expr = [ExprExtractionConfig()]
+    latex = [LatexExtractionConfig(boxed_match_priority=0)]
+    return math_verify.parse, math_verify.verify, expr, latex
+
+
+def parse_with(text: str, config: list) -> list:
+    """math-verify's parse with one extraction config, no fallback to the raw string and no time limit of its own."""
+    parse, _, _, _ = math_verify_api()
+    return parse(text, extraction_config=config, fallback_mode="no_fallback", parsing_timeout=None)
+
+
+# ------------------------------------------------------------------------------------------ normalisation
+# `1\,000`: a thin space between digit groups (only before exactly three digits, so `(1,\,2)` is untouched)
+_THIN_SPACE_THOUSANDS = re.compile(r"(?<=\d)\\,(?=\d{3}(?!\d))")
+
+
+def join_thin_space_thousands(text: str) -> str:
+    r"""`1\,000` → `1000` (and `1\,000\,000`); other thin spaces stay."""
+    return _THIN_SPACE_THOUSANDS.sub("", text)
+
+
+# ------------------------------------------------------------------------------------------ readings
+# a clock time once LaTeX wrappers are gone: `12:00`, `9:30 p.m.`, `09:30am`
+_CLOCK = re.compile(r"(\d{1,2}):([0-5]\d)\s*(?:([ap])\.?\s*m\.?)?")
+_CLOCK_NOISE = re.compile(r"\\(?:text|textrm|textbf|mathrm|mbox)\b|\\[,;! ]|[{}$~]")
+# what math-verify's expression extractor reads whole: an integer or decimal, with a sign, thousands
+# separators (`1,000` or `1 000`, groups of exactly three digits) and a percent sign (`%`, or LaTeX's `\%`,
+# which it reads as the bare number, as before); or a fraction `a/b`
+_BARE_NUMBER = re.compile(
+    r"[+-]?(?:\d{1,3}(?:,\d{3})+|\d{1,3}(?: \d{3})+|\d+)(?:\.\d+)?\s*(?:\\?%)?|[+-]?\.\d+\s*(?:\\?%)?"
+    r"|[+-]?\d+\s*/\s*\d+"
+)
+
+
+def clock_time(text: str) -> str | None:
+    """`H:MM` (a 12-hour time with a.m./p.m. on the 24-hour clock) when `text` is a clock time, else None.
+
+    `9:30 p.m.` and `21:30` read the same; a time without a.m./p.m. is taken as written (`9:30` ≠ `9:30 p.m.`).
+    """
+    match = _CLOCK.fullmatch(_CLOCK_NOISE.sub("", text).strip().lower())
+    if match is None:
+        return None
+    hour, minute, half = int(match[1]), match[2], match[3]
+    if half is None:
+        return f"{hour}:{minute}" if hour <= 24 else None
+    if not 1 <= hour <= 12:
+        return None
+    return f"{hour % 12 + (12 if half == 'p' else 0)}:{minute}"
+
+
+@functools.lru_cache(maxsize=8192)
+def parse_gold(gold: str) -> tuple:
+    """The parsed gold, read as what it is (see the module docstring): a clock time as its `H:MM` string, a bare
+    number or fraction through math-verify's expression extractor, anything else whole as LaTeX.
+
+    Only a bare number goes to the expression extractor: it finds *a* number in a text, so it would read `2x+3` as 2,
+    `(3, -1)` as -1 and `3\\sqrt{2}` as 3.
+    """
+    _, _, expr, latex = math_verify_api()
+    text = join_thin_space_thousands(str(gold).strip())
+    as_latex = text if _BOXED in text else f"${text}$"
+    clock = clock_time(text) if text else None
+    if clock is not None:
+        parsed: list = [clock]
+    elif not text:
+        parsed = []
+    elif _BARE_NUMBER.fullmatch(text):
+        parsed = parse_with(text, expr) or parse_with(as_latex, latex)
+    else:
+        parsed = parse_with(as_latex, latex)
+    if not parsed:
+        raise GoldParseError(f"gold answer {gold!r} does not parse with math-verify")
+    return tuple(parsed)
