@@ -194,6 +194,66 @@ def test_a_gold_that_is_no_number_and_no_latex_fails_loudly():
         parse_gold("3 sqrt(2)")
 
 
+# Golds that math-verify reads and the grader once refused (or misread), one list per class of gold. Each list is
+# checked whole: a gold that raises counts as a wrong verdict.
+def verdicts(cases):
+    """The verdict of each (completion, gold, _) case; "GoldParseError" where the gold was refused."""
+    out = []
+    for completion, gold, _ in cases:
+        try:
+            out.append(grade(completion, gold))
+        except GoldParseError:
+            out.append("GoldParseError")
+    return out
+
+
+def expected(cases):
+    return [verdict for _, _, verdict in cases]
+
+
+MATH_DELIMITED = [
+    ("\\boxed{28\\%}", "$28\\%$", True),
+    ("\\boxed{28}", "$28\\%$", True),  # read as `28\%` is: the bare number, as before
+    ("\\boxed{29}", "$28\\%$", False),
+    ("\\boxed{20}", "$20\\%$", True),
+    ("\\boxed{12.5\\%}", "$12.5\\%$", True),
+    ("\\boxed{5}", "\\[5\\]", True),
+    ("\\boxed{6}", "\\[5\\]", False),
+    ("\\boxed{\\frac{1}{2}}", "$$\\frac{1}{2}$$", True),
+    ("\\boxed{5}", "$x = 1$ and $x = 5$", False),  # two formulas: not one delimited gold
+]
+
+
+def test_a_gold_inside_math_delimiters_is_read_as_its_content():
+    assert verdicts(MATH_DELIMITED) == expected(MATH_DELIMITED)
+
+
+TRAILING_BACKSLASH = [
+    ("\\boxed{185}", "185\\", True),
+    ("\\boxed{186}", "185\\", False),
+    ("\\boxed{185}", "185\\ ", True),  # a control space at the end, once stripped
+    ("\\boxed{5}", "5 \\\\", True),
+    ("\\boxed{(1, 2)}", "(1, 2) \\\\", True),
+    ("\\boxed{\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}}", "\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}", True),
+]
+
+
+def test_a_stray_backslash_after_the_gold_is_dropped():
+    assert verdicts(TRAILING_BACKSLASH) == expected(TRAILING_BACKSLASH)
+
+
+FULL_STOP = [
+    ("\\boxed{\\frac{1}{2}}", "\\dfrac{1}{2}.", True),
+    ("\\boxed{185}", "185.", True),
+    ("\\boxed{186}", "185.", False),
+    ("\\boxed{W(n) = -1, W(n) = 1}", "W(n) = 1 \\text{ and } W(n) = -1.", True),
+]
+
+
+def test_a_sentences_full_stop_after_the_gold_is_dropped():
+    assert verdicts(FULL_STOP) == expected(FULL_STOP)
+
+
 THINKING = [
     # (completion, status without credit inside <think>, status with it)
     ("<think>so it is \\boxed{7}</think>The answer is \\boxed{7}.", "correct", "correct"),

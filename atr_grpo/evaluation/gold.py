@@ -2,12 +2,15 @@
 
 A gold is read as what it is, never mined for a number in it. `parse_gold` takes these steps, in order:
 
-1. **Notations are made plain**, in gold and box alike: a thin-space thousands separator (`1\\,000`) is joined.
-2. **A clock time** (`12:00`, `9:30 p.m.`) is read as a time, and only a time equals it. LaTeX would read `9:30` as
+1. **Wrappers come off.** Spaces; a sentence's full stop (`\\dfrac{1}{2}.`); a stray backslash at the end (`185\\`,
+   `5 \\\\`, or what stripping leaves of a control space `185\\ `); math delimiters around the whole gold (`$28\\%$`,
+   `$$...$$`, `\\(...\\)`, `\\[...\\]`). `$x = 1$ and $x = 2$` holds two formulas and keeps its delimiters.
+2. **Notations are made plain**, in gold and box alike: a thin-space thousands separator (`1\\,000`) is joined.
+3. **A clock time** (`12:00`, `9:30 p.m.`) is read as a time, and only a time equals it. LaTeX would read `9:30` as
    the ratio 3/10.
-3. **A bare number or fraction** (`33`, `033`, `27.0`, `-1`, `1,000`, `50%`, `10\\%`, `.5`, `1/2`) goes through
+4. **A bare number or fraction** (`33`, `033`, `27.0`, `-1`, `1,000`, `50%`, `10\\%`, `.5`, `1/2`) goes through
    math-verify's expression extractor. `10\\%` is read as 10, as before; `50%` as a percentage.
-4. **Anything else is parsed whole as LaTeX** (`2x+3`, `(3, -1)`, `6 - 5i`, `5, 7`, `[1, 3)`, `\\frac{1}{2}`,
+5. **Anything else is parsed whole as LaTeX** (`2x+3`, `(3, -1)`, `6 - 5i`, `5, 7`, `[1, 3)`, `\\frac{1}{2}`,
    `3\\sqrt{2}`). The expression extractor would read `2x+3` as 2.
 
 A gold that still parses to nothing raises `GoldParseError`, a data problem reported where benchmarks are loaded.
@@ -65,6 +68,35 @@ def join_thin_space_thousands(text: str) -> str:
     return _THIN_SPACE_THOUSANDS.sub("", text)
 
 
+# ------------------------------------------------------------------------------------------ wrappers
+_DELIMITERS = (("$$", "$$"), ("$", "$"), ("\\[", "\\]"), ("\\(", "\\)"))
+_MATH_MARK = re.compile(r"(?<!\\)\$|\\[()\[\]]")
+
+
+def _without_delimiters(text: str) -> str:
+    """The content of `$...$`, `$$...$$`, `\\(...\\)` or `\\[...\\]` around the whole text; else the text."""
+    for opening, closing in _DELIMITERS:
+        if len(text) > len(opening) + len(closing) and text.startswith(opening) and text.endswith(closing):
+            inner = text[len(opening) : -len(closing)]
+            escaped_close = (len(inner) - len(inner.rstrip("\\"))) % 2 == 1  # `$5\$`: the last `$` is no delimiter
+            if not escaped_close and _MATH_MARK.search(inner) is None:
+                return inner
+    return text
+
+
+def strip_wrappers(gold: str) -> str:
+    """The gold without spaces, a final full stop, stray trailing backslashes and math delimiters around it all."""
+    text = str(gold)
+    while True:
+        before = text
+        text = text.strip()
+        if text.endswith(".") and not text.endswith(".."):
+            text = text[:-1]
+        text = _without_delimiters(text.rstrip("\\"))
+        if text == before:
+            return text
+
+
 # ------------------------------------------------------------------------------------------ readings
 # a clock time once LaTeX wrappers are gone: `12:00`, `9:30 p.m.`, `09:30am`
 _CLOCK = re.compile(r"(\d{1,2}):([0-5]\d)\s*(?:([ap])\.?\s*m\.?)?")
@@ -103,7 +135,7 @@ def parse_gold(gold: str) -> tuple:
     `(3, -1)` as -1 and `3\\sqrt{2}` as 3.
     """
     _, _, expr, latex = math_verify_api()
-    text = join_thin_space_thousands(str(gold).strip())
+    text = join_thin_space_thousands(strip_wrappers(gold))
     as_latex = text if _BOXED in text else f"${text}$"
     clock = clock_time(text) if text else None
     if clock is not None:
