@@ -228,6 +228,20 @@ def test_a_gold_inside_math_delimiters_is_read_as_its_content():
     assert verdicts(MATH_DELIMITED) == expected(MATH_DELIMITED)
 
 
+LATEX_PERCENT = [
+    ("\\boxed{\\frac{1}{2}\\%}", "\\frac{1}{2}\\%", True),
+    ("\\boxed{\\frac{1}{2}\\%}", "$\\frac{1}{2}\\%$", True),
+    ("\\boxed{\\frac{1}{3}\\%}", "\\frac{1}{2}\\%", False),
+    ("\\boxed{0.005}", "\\frac{1}{2}\\%", True),  # the percentage's value
+    ("\\boxed{\\frac{1}{2}}", "\\frac{1}{2}\\%", True),  # and its number, as `50%` equals 0.5 and 50
+    ("\\boxed{50}", "\\frac{1}{2}\\%", False),
+]
+
+
+def test_a_percent_sign_after_latex_makes_a_percentage():
+    assert verdicts(LATEX_PERCENT) == expected(LATEX_PERCENT)
+
+
 TRAILING_BACKSLASH = [
     ("\\boxed{185}", "185\\", True),
     ("\\boxed{186}", "185\\", False),

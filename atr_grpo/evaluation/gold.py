@@ -11,7 +11,9 @@ A gold is read as what it is, never mined for a number in it. `parse_gold` takes
 4. **A bare number or fraction** (`33`, `033`, `27.0`, `-1`, `1,000`, `50%`, `10\\%`, `.5`, `1/2`) goes through
    math-verify's expression extractor. `10\\%` is read as 10, as before; `50%` as a percentage.
 5. **Anything else is parsed whole as LaTeX** (`2x+3`, `(3, -1)`, `6 - 5i`, `5, 7`, `[1, 3)`, `\\frac{1}{2}`,
-   `3\\sqrt{2}`). The expression extractor would read `2x+3` as 2.
+   `3\\sqrt{2}`). The expression extractor would read `2x+3` as 2. A final percent sign (`\\frac{1}{2}\\%`) is put
+   after the math, where math-verify reads it as a percentage. Such a gold equals the percentage's value (1/200) and
+   its number (1/2), as `50%` equals 0.5 and 50.
 
 A gold that still parses to nothing raises `GoldParseError`, a data problem reported where benchmarks are loaded.
 So does a gold of which math-verify only reads a part: its expression extractor finds the 3 in `3 sqrt(2)`. That
@@ -126,6 +128,21 @@ def clock_time(text: str) -> str | None:
     return f"{hour % 12 + (12 if half == 'p' else 0)}:{minute}"
 
 
+def _latex_readings(text: str) -> list:
+    """What math-verify's LaTeX extractor reads in the gold, put in `$...$`.
+
+    A final percent sign goes after the math, where math-verify reads a percentage. The gold is then read as the
+    percentage's value (`\\frac{1}{2}\\%` is 1/200) and, as `50%` is, as its number (1/2).
+    """
+    _, _, _, latex = math_verify_api()
+    if _BOXED in text:
+        return parse_with(text, latex)
+    number = text[:-1].removesuffix("\\").rstrip() if text.endswith("%") else ""
+    if not number or number.endswith("\\"):
+        return parse_with(f"${text}$", latex)
+    return parse_with(f"${number}$\\%", latex) + parse_with(f"${number}$", latex)
+
+
 @functools.lru_cache(maxsize=8192)
 def parse_gold(gold: str) -> tuple:
     """The parsed gold, read as what it is (see the module docstring): a clock time as its `H:MM` string, a bare
@@ -134,18 +151,17 @@ def parse_gold(gold: str) -> tuple:
     Only a bare number goes to the expression extractor: it finds *a* number in a text, so it would read `2x+3` as 2,
     `(3, -1)` as -1 and `3\\sqrt{2}` as 3.
     """
-    _, _, expr, latex = math_verify_api()
+    _, _, expr, _ = math_verify_api()
     text = join_thin_space_thousands(strip_wrappers(gold))
-    as_latex = text if _BOXED in text else f"${text}$"
     clock = clock_time(text) if text else None
     if clock is not None:
         parsed: list = [clock]
     elif not text:
         parsed = []
     elif _BARE_NUMBER.fullmatch(text):
-        parsed = parse_with(text, expr) or parse_with(as_latex, latex)
+        parsed = parse_with(text, expr) or _latex_readings(text)
     else:
-        parsed = parse_with(as_latex, latex)
+        parsed = _latex_readings(text)
     if not parsed:
         raise GoldParseError(f"gold answer {gold!r} does not parse with math-verify")
     return tuple(parsed)
