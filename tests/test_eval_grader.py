@@ -242,6 +242,26 @@ def test_a_percent_sign_after_latex_makes_a_percentage():
     assert verdicts(LATEX_PERCENT) == expected(LATEX_PERCENT)
 
 
+UPRIGHT_CONSTANTS = [
+    ("\\boxed{1 - e^{-1}}", "$1 - \\frac{1}{\\mathrm{e}}$", True),
+    ("\\boxed{1 - \\frac{1}{\\mathrm{e}}}", "$1 - \\frac{1}{\\mathrm{e}}$", True),
+    ("\\boxed{\\frac{e - 1}{e}}", "1 - \\frac{1}{\\mathrm{e}}", True),
+    ("\\boxed{1}", "$1 - \\frac{1}{\\mathrm{e}}$", False),
+    ("\\boxed{1 - \\frac{1}{e}}", "1 - \\frac{1}{{\\rm e}}", True),
+    ("\\boxed{e - 1}", "\\mathrm{e} - 1", True),  # `e` is Euler's number in both, not a symbol in one
+    ("\\boxed{2e}", "2\\mathrm{e}", True),
+    ("\\boxed{2}", "2\\mathrm{e}", False),  # an upright e is no unit to drop
+    ("\\boxed{\\sqrt{e}}", "\\sqrt{\\mathrm{e}}", True),
+    ("\\boxed{1+i}", "1 + \\mathrm{i}", True),
+    ("\\boxed{1-i}", "1 + \\mathrm{i}", False),
+    ("\\boxed{\\pi}", "\\mathrm{\\pi}", True),
+]
+
+
+def test_upright_constants_are_the_constants():
+    assert verdicts(UPRIGHT_CONSTANTS) == expected(UPRIGHT_CONSTANTS)
+
+
 TRAILING_BACKSLASH = [
     ("\\boxed{185}", "185\\", True),
     ("\\boxed{186}", "185\\", False),
@@ -266,6 +286,23 @@ FULL_STOP = [
 
 def test_a_sentences_full_stop_after_the_gold_is_dropped():
     assert verdicts(FULL_STOP) == expected(FULL_STOP)
+
+
+JOINED_BY_AND = [
+    ("\\boxed{W(n) = 1 \\text{ and } W(n) = -1}", "W(n) = 1 \\text{ and } W(n) = -1", True),
+    ("\\boxed{W(n) = -1, W(n) = 1}", "W(n) = 1 \\, \\text{and} \\, W(n) = -1", True),
+    ("\\boxed{W(n) = -1, W(n) = 1}", "W(n) = 1 \\mbox{ and } W(n) = -1", True),
+    ("\\boxed{W(n) = -1, W(n) = 1}", "W(n) = 1 \\textrm{ or } W(n) = -1", True),
+    ("\\boxed{W(n) = -1, W(n) = 1}", "W(n) = 1 \\text{, and } W(n) = -1", True),
+    ("\\boxed{W(n) = 1}", "W(n) = 1 \\, \\text{and} \\, W(n) = -1", False),
+    ("\\boxed{W(n) = 1 \\; \\text{or} \\; W(n) = -1}", "W(n) = 1, W(n) = -1", True),
+    ("\\boxed{x = 1 \\, \\text{or} \\, x = 2}", "x = 1, x = 2", True),
+    ("\\boxed{x = 1 \\, \\text{or} \\, x = 3}", "x = 1, x = 2", False),
+]
+
+
+def test_answers_joined_by_and_or_or_are_a_list():
+    assert verdicts(JOINED_BY_AND) == expected(JOINED_BY_AND)
 
 
 THINKING = [

@@ -5,7 +5,11 @@ A gold is read as what it is, never mined for a number in it. `parse_gold` takes
 1. **Wrappers come off.** Spaces; a sentence's full stop (`\\dfrac{1}{2}.`); a stray backslash at the end (`185\\`,
    `5 \\\\`, or what stripping leaves of a control space `185\\ `); math delimiters around the whole gold (`$28\\%$`,
    `$$...$$`, `\\(...\\)`, `\\[...\\]`). `$x = 1$ and $x = 2$` holds two formulas and keeps its delimiters.
-2. **Notations are made plain**, in gold and box alike: a thin-space thousands separator (`1\\,000`) is joined.
+2. **Notations are made plain**, in gold and box alike (`normalize_answer`). A thin-space thousands separator
+   (`1\\,000`) is joined. Upright constants (`\\mathrm{e}`, `{\\rm e}`, `\\mathrm{i}`, `\\mathrm{\\pi}`) become
+   plain `e`, `i` and `\\pi`, as a box writes them; `e` is then Euler's number. math-verify drops a `\\mathrm{...}`
+   that ends a group as if it were a unit, so `\\frac{1}{\\mathrm{e}}` lost its denominator. `\\text{and}` or
+   `\\text{or}` between answers (also `\\mbox`, `\\textrm`, with `\\,` or `\\quad` around) becomes a comma.
 3. **A clock time** (`12:00`, `9:30 p.m.`) is read as a time, and only a time equals it. LaTeX would read `9:30` as
    the ratio 3/10.
 4. **A bare number or fraction** (`33`, `033`, `27.0`, `-1`, `1,000`, `50%`, `10\\%`, `.5`, `1/2`) goes through
@@ -63,11 +67,58 @@ def parse_with(text: str, config: list) -> list:
 # ------------------------------------------------------------------------------------------ normalisation
 # `1\,000`: a thin space between digit groups (only before exactly three digits, so `(1,\,2)` is untouched)
 _THIN_SPACE_THOUSANDS = re.compile(r"(?<=\d)\\,(?=\d{3}(?!\d))")
+# `\mathrm{e}`, `{\rm e}`, `\mathrm{i}`, `\mathrm{\pi}`: the constants in an upright font
+_UPRIGHT_CONSTANT = re.compile(
+    r"\\(?:mathrm|mathit|mathup|mathnormal|operatorname)\s*\{\s*(e|i|\\pi)\s*\}|\{\s*\\rm\s+(e|i|\\pi)\s*\}"
+)
+# `\text{ and }` between answers (`1 \, \text{and} \, 2`, `1\mbox{, or }2`), and the spaces and commas around it
+_JOIN_WORD = re.compile(r"\\(?:text|textrm|textnormal|mbox|mathrm)\s*\{\s*,?\s*(?:and|or)\s*\}")
+_GAPS = ("\\qquad", "\\quad", "\\,", "\\;", "\\:", "\\!", "\\ ", " ", "\t", "\n", "~", ",")
 
 
 def join_thin_space_thousands(text: str) -> str:
     r"""`1\,000` → `1000` (and `1\,000\,000`); other thin spaces stay."""
     return _THIN_SPACE_THOUSANDS.sub("", text)
+
+
+def _constant(match: re.Match) -> str:
+    name = match[1] or match[2]
+    return "\\pi " if name == "\\pi" else name
+
+
+def _gap_start(text: str, end: int, floor: int) -> int:
+    """Where the spaces and commas that end at `end` begin (not before `floor`)."""
+    while end > floor:
+        gap = next((gap for gap in _GAPS if text.endswith(gap, floor, end)), None)
+        if gap is None:
+            break
+        end -= len(gap)
+    return end
+
+
+def _gap_end(text: str, start: int) -> int:
+    """Where the spaces and commas that begin at `start` end."""
+    while (gap := next((gap for gap in _GAPS if text.startswith(gap, start)), None)) is not None:
+        start += len(gap)
+    return start
+
+
+def _join_answers(text: str) -> str:
+    r"""`1 \, \text{and} \, 2` → `1, 2`: a comma, whatever the spaces and commas around the word."""
+    pieces, done = [], 0
+    for match in _JOIN_WORD.finditer(text):
+        if match.start() < done:
+            continue
+        pieces.append(text[done : _gap_start(text, match.start(), done)] + ", ")
+        done = _gap_end(text, match.end())
+    return "".join(pieces) + text[done:]
+
+
+def normalize_answer(text: str) -> str:
+    """The notations that gold and box share, made plain (step 2 of the module docstring)."""
+    text = join_thin_space_thousands(text)
+    text = _UPRIGHT_CONSTANT.sub(_constant, text)
+    return _join_answers(text)
 
 
 # ------------------------------------------------------------------------------------------ wrappers
@@ -152,7 +203,7 @@ def parse_gold(gold: str) -> tuple:
     `(3, -1)` as -1 and `3\\sqrt{2}` as 3.
     """
     _, _, expr, _ = math_verify_api()
-    text = join_thin_space_thousands(strip_wrappers(gold))
+    text = normalize_answer(strip_wrappers(gold))
     clock = clock_time(text) if text else None
     if clock is not None:
         parsed: list = [clock]

@@ -17,7 +17,8 @@ The rules, chosen so that no harness convention can silently change a score:
 - **The gold is read as what it is** (`atr_grpo.evaluation.gold`, where the rules and their reasons are). A bare
   number or fraction (`33`, `1,000`, `50%`) goes through math-verify's expression extractor; any other gold (`2x+3`,
   `(3, -1)`, `5, 7`, `\\frac{1}{2}`) is parsed whole as LaTeX, never mined for a number in it. A clock time is read
-  as a time. A thin-space thousands separator (`1\\,000`) is joined, in gold and box alike. They are compared with
+  as a time. Math delimiters, a final full stop and a stray final backslash come off the gold; `1\\,000`,
+  `\\mathrm{e}` and `\\text{ and }` are made plain in gold and box alike. They are compared with
   `verify(gold, prediction)` (gold first: the function is not symmetric). A gold that parses to nothing raises
   `GoldParseError`.
 - **A truncated sample (finish_reason "length") is never correct**, even if it holds a box: an
@@ -46,7 +47,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from atr_grpo.evaluation.gold import GoldParseError as GoldParseError
-from atr_grpo.evaluation.gold import clock_time, join_thin_space_thousands, math_verify_api, parse_gold, parse_with
+from atr_grpo.evaluation.gold import clock_time, math_verify_api, normalize_answer, parse_gold, parse_with
+from atr_grpo.evaluation.gold import join_thin_space_thousands as join_thin_space_thousands
 
 if TYPE_CHECKING:
     from atr_grpo.evaluation.pool import Progress
@@ -131,9 +133,10 @@ def _clean_box(content: str) -> str:
 def parse_prediction(answer: str, gold: Sequence = ()) -> list:
     """The parsed content of a box: LaTeX extraction (with its normalisations), else a plain expression.
 
-    Against a clock-time gold (`parse_gold` gives a string) the box is read as a time, and is nothing else.
+    The box gets the gold's plain notations first (`atr_grpo.evaluation.gold.normalize_answer`). Against a clock-time
+    gold (`parse_gold` gives a string) the box is read as a time, and is nothing else.
     """
-    answer = join_thin_space_thousands(answer)
+    answer = normalize_answer(answer)
     if gold and isinstance(gold[0], str):
         clock = clock_time(answer)
         return [] if clock is None else [clock]
