@@ -305,6 +305,36 @@ def test_answers_joined_by_and_or_or_are_a_list():
     assert verdicts(JOINED_BY_AND) == expected(JOINED_BY_AND)
 
 
+DEGREE_SIGN = [
+    ("\\boxed{45^\\circ}", "45°", True),
+    ("\\boxed{45}", "45°", True),
+    ("\\boxed{46}", "45°", False),
+    ("\\boxed{45°}", "45", True),
+]
+
+
+def test_a_degree_sign_is_degrees():
+    assert verdicts(DEGREE_SIGN) == expected(DEGREE_SIGN)
+
+
+REPEATING_DECIMAL = [
+    ("\\boxed{\\frac{1}{3}}", "0.\\overline{3}", True),
+    ("\\boxed{0}", "0.\\overline{3}", False),
+    ("\\boxed{0.3}", "0.\\overline{3}", False),
+    ("\\boxed{\\frac{5}{3}}", "1.\\overline{6}", True),
+    ("\\boxed{\\frac{1}{6}}", "0.1\\overline{6}", True),
+    ("\\boxed{0.1}", "0.1\\overline{6}", False),  # LaTeX alone read 0.1 times a symbol
+    ("\\boxed{\\frac{4}{11}}", "0.\\overline{36}", True),
+    ("\\boxed{-\\frac{1}{3}}", "-0.\\overline{3}", True),
+    ("\\boxed{0.\\overline{3}}", "\\frac{1}{3}", True),
+    ("\\boxed{0.\\bar{3}}", "\\frac{1}{3}", True),
+]
+
+
+def test_a_repeating_decimal_is_its_fraction():
+    assert verdicts(REPEATING_DECIMAL) == expected(REPEATING_DECIMAL)
+
+
 THINKING = [
     # (completion, status without credit inside <think>, status with it)
     ("<think>so it is \\boxed{7}</think>The answer is \\boxed{7}.", "correct", "correct"),

@@ -9,7 +9,8 @@ A gold is read as what it is, never mined for a number in it. `parse_gold` takes
    (`1\\,000`) is joined. Upright constants (`\\mathrm{e}`, `{\\rm e}`, `\\mathrm{i}`, `\\mathrm{\\pi}`) become
    plain `e`, `i` and `\\pi`, as a box writes them; `e` is then Euler's number. math-verify drops a `\\mathrm{...}`
    that ends a group as if it were a unit, so `\\frac{1}{\\mathrm{e}}` lost its denominator. `\\text{and}` or
-   `\\text{or}` between answers (also `\\mbox`, `\\textrm`, with `\\,` or `\\quad` around) becomes a comma.
+   `\\text{or}` between answers (also `\\mbox`, `\\textrm`, with `\\,` or `\\quad` around) becomes a comma. A degree
+   sign (`45°`) becomes `45^\\circ`. A repeating decimal (`0.1\\overline{6}`) becomes its fraction.
 3. **A clock time** (`12:00`, `9:30 p.m.`) is read as a time, and only a time equals it. LaTeX would read `9:30` as
    the ratio 3/10.
 4. **A bare number or fraction** (`33`, `033`, `27.0`, `-1`, `1,000`, `50%`, `10\\%`, `.5`, `1/2`) goes through
@@ -74,6 +75,8 @@ _UPRIGHT_CONSTANT = re.compile(
 # `\text{ and }` between answers (`1 \, \text{and} \, 2`, `1\mbox{, or }2`), and the spaces and commas around it
 _JOIN_WORD = re.compile(r"\\(?:text|textrm|textnormal|mbox|mathrm)\s*\{\s*,?\s*(?:and|or)\s*\}")
 _GAPS = ("\\qquad", "\\quad", "\\,", "\\;", "\\:", "\\!", "\\ ", " ", "\t", "\n", "~", ",")
+# `0.\overline{3}`, `1.2\bar{34}`: whole part, fixed digits, repeating digits
+_REPEATING_DECIMAL = re.compile(r"(?<!\d)(\d*)\.(\d*)\\(?:overline|bar)\s*\{(\d+)\}")
 
 
 def join_thin_space_thousands(text: str) -> str:
@@ -114,11 +117,22 @@ def _join_answers(text: str) -> str:
     return "".join(pieces) + text[done:]
 
 
+def _fraction_of_repeating(match: re.Match) -> str:
+    whole, fixed, period = match[1], match[2], match[3]
+    if len(match[0]) > 100:  # no number of a benchmark; left as written rather than turned into huge integers
+        return match[0]
+    numerator = int(whole + fixed + period) - int(whole + fixed or "0")
+    denominator = (10 ** len(period) - 1) * 10 ** len(fixed)
+    return f"\\frac{{{numerator}}}{{{denominator}}}"
+
+
 def normalize_answer(text: str) -> str:
     """The notations that gold and box share, made plain (step 2 of the module docstring)."""
     text = join_thin_space_thousands(text)
     text = _UPRIGHT_CONSTANT.sub(_constant, text)
-    return _join_answers(text)
+    text = _join_answers(text)
+    text = text.replace("°", "^{\\circ}")
+    return _REPEATING_DECIMAL.sub(_fraction_of_repeating, text)
 
 
 # ------------------------------------------------------------------------------------------ wrappers
