@@ -305,6 +305,35 @@ def test_answers_joined_by_and_or_or_are_a_list():
     assert verdicts(JOINED_BY_AND) == expected(JOINED_BY_AND)
 
 
+# A comma between digits: three digits after it make a thousands separator (`1,000`); other than three, with no
+# space and no second comma, a decimal comma (`1,22`, math-verify's reading) or a list of two numbers (LaTeX's)
+COMMA_DECIMAL = [
+    ("\\boxed{1.22}", "1,22", True),
+    ("\\boxed{1,22}", "1,22", True),
+    ("\\boxed{122}", "1,22", False),
+    ("\\boxed{1.2}", "1,22", False),
+    ("\\boxed{0.5}", "0,5", True),
+    ("\\boxed{\\frac{1}{2}}", "0,5", True),
+    ("\\boxed{-1.5}", "-1,5", True),
+    ("\\boxed{3.14159}", "3,14159", True),  # math-verify's expression extractor reads 3141 here
+    ("\\boxed{1.5}", "1,5", True),
+    ("\\boxed{1, 5}", "1,5", True),  # the other reading of the same gold
+    ("\\boxed{-1, 1}", "-1,1", True),
+    ("\\boxed{1.22}", "1.22", True),
+    ("\\boxed{1,22}", "1.22", True),  # a box is read both ways too
+    ("\\boxed{1.22}", "1, 22", False),  # a space after the comma: a list
+    ("\\boxed{1,22}", "1, 22", True),
+    ("\\boxed{1000}", "1,000", True),
+    ("\\boxed{1}", "1,000", False),
+    ("\\boxed{1.5}", "1,500", False),
+    ("\\boxed{1.22}", "1,2,2", False),
+]
+
+
+def test_a_comma_between_digits_is_a_thousands_separator_or_a_decimal_comma():
+    assert verdicts(COMMA_DECIMAL) == expected(COMMA_DECIMAL)
+
+
 DEGREE_SIGN = [
     ("\\boxed{45^\\circ}", "45°", True),
     ("\\boxed{45}", "45°", True),

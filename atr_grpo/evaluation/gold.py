@@ -15,10 +15,16 @@ A gold is read as what it is, never mined for a number in it. `parse_gold` takes
    the ratio 3/10.
 4. **A bare number or fraction** (`33`, `033`, `27.0`, `-1`, `1,000`, `50%`, `10\\%`, `.5`, `1/2`) goes through
    math-verify's expression extractor. `10\\%` is read as 10, as before; `50%` as a percentage.
-5. **Anything else is parsed whole as LaTeX** (`2x+3`, `(3, -1)`, `6 - 5i`, `5, 7`, `[1, 3)`, `\\frac{1}{2}`,
-   `3\\sqrt{2}`). The expression extractor would read `2x+3` as 2. A final percent sign (`\\frac{1}{2}\\%`) is put
-   after the math, where math-verify reads it as a percentage. Such a gold equals the percentage's value (1/200) and
-   its number (1/2), as `50%` equals 0.5 and 50.
+5. **A comma between digits.** Exactly three digits after it make a thousands separator (`1,000`, `7,425,000`).
+   With any other number of digits after it (`1,22`, `0,5`, `3,14159`), and no space or second comma, the gold is
+   ambiguous. It is read both as a decimal (1.22: a European decimal comma, as math-verify's expression extractor
+   reads it) and as a list ({1, 22}, as its LaTeX extractor reads it). A box equal to either reading is correct, and
+   a box of that form is read both ways too. A space after the comma (`5, 7`) or several commas (`1,2,3`) make a
+   list.
+6. **Anything else is parsed whole as LaTeX** (`2x+3`, `(3, -1)`, `6 - 5i`, `[1, 3)`, `\\frac{1}{2}`, `3\\sqrt{2}`).
+   The expression extractor would read `2x+3` as 2. A final percent sign (`\\frac{1}{2}\\%`) is put after the math,
+   where math-verify reads it as a percentage. Such a gold equals the percentage's value (1/200) and its number (1/2),
+   as `50%` equals 0.5 and 50.
 
 A gold that still parses to nothing raises `GoldParseError`, a data problem reported where benchmarks are loaded.
 So does a gold of which math-verify only reads a part: its expression extractor finds the 3 in `3 sqrt(2)`. That
@@ -175,6 +181,8 @@ _BARE_NUMBER = re.compile(
     r"[+-]?(?:\d{1,3}(?:,\d{3})+|\d{1,3}(?: \d{3})+|\d+)(?:\.\d+)?\s*(?:\\?%)?|[+-]?\.\d+\s*(?:\\?%)?"
     r"|[+-]?\d+\s*/\s*\d+"
 )
+# two digit groups joined by one comma (`1,22`; LaTeX writes `1{,}22`)
+_COMMA_NUMBER = re.compile(r"([+-]?\d+)(?:,|\{,\})(\d+)")
 
 
 def clock_time(text: str) -> str | None:
@@ -191,6 +199,15 @@ def clock_time(text: str) -> str | None:
     if not 1 <= hour <= 12:
         return None
     return f"{hour % 12 + (12 if half == 'p' else 0)}:{minute}"
+
+
+def decimal_comma(text: str) -> str | None:
+    """`1,22` → `1.22` when `text` is two digit groups joined by a comma that is no thousands separator (other than
+    three digits after it); None otherwise (`1,000`, `5, 7`, `1,2,3`, anything else)."""
+    match = _COMMA_NUMBER.fullmatch(text)
+    if match is None or len(match[2]) == 3:
+        return None
+    return f"{match[1]}.{match[2]}"
 
 
 def _latex_readings(text: str) -> list:
@@ -211,18 +228,22 @@ def _latex_readings(text: str) -> list:
 @functools.lru_cache(maxsize=8192)
 def parse_gold(gold: str) -> tuple:
     """The parsed gold, read as what it is (see the module docstring): a clock time as its `H:MM` string, a bare
-    number or fraction through math-verify's expression extractor, anything else whole as LaTeX.
+    number or fraction through math-verify's expression extractor, a decimal comma both ways, anything else whole as
+    LaTeX.
 
     Only a bare number goes to the expression extractor: it finds *a* number in a text, so it would read `2x+3` as 2,
     `(3, -1)` as -1 and `3\\sqrt{2}` as 3.
     """
-    _, _, expr, _ = math_verify_api()
+    _, _, expr, latex = math_verify_api()
     text = normalize_answer(strip_wrappers(gold))
     clock = clock_time(text) if text else None
+    decimal = decimal_comma(text)
     if clock is not None:
         parsed: list = [clock]
     elif not text:
         parsed = []
+    elif decimal is not None:
+        parsed = parse_with(decimal, expr) + parse_with(f"${text}$", latex)
     elif _BARE_NUMBER.fullmatch(text):
         parsed = parse_with(text, expr) or _latex_readings(text)
     else:

@@ -18,9 +18,9 @@ The rules, chosen so that no harness convention can silently change a score:
   number or fraction (`33`, `1,000`, `50%`) goes through math-verify's expression extractor; any other gold (`2x+3`,
   `(3, -1)`, `5, 7`, `\\frac{1}{2}`) is parsed whole as LaTeX, never mined for a number in it. A clock time is read
   as a time. Math delimiters, a final full stop and a stray final backslash come off the gold; `1\\,000`,
-  `\\mathrm{e}`, `\\text{ and }`, `45°` and `0.\\overline{3}` are made plain in gold and box alike. They are compared
-  with `verify(gold, prediction)` (gold first: the function is not symmetric). A gold that parses to nothing raises
-  `GoldParseError`.
+  `\\mathrm{e}`, `\\text{ and }`, `45°` and `0.\\overline{3}` are made plain in gold and box alike. `1,22` is read
+  both as 1.22 and as the list {1, 22}, in gold and box alike. They are compared with `verify(gold, prediction)`
+  (gold first: the function is not symmetric). A gold that parses to nothing raises `GoldParseError`.
 - **A truncated sample (finish_reason "length") is never correct**, even if it holds a box: an
   unfinished answer is not a final answer (and the model may have been about to revise it). The last
   box of its answer part is still recorded in `extracted` for inspection.
@@ -47,7 +47,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from atr_grpo.evaluation.gold import GoldParseError as GoldParseError
-from atr_grpo.evaluation.gold import clock_time, math_verify_api, normalize_answer, parse_gold, parse_with
+from atr_grpo.evaluation.gold import (
+    clock_time,
+    decimal_comma,
+    math_verify_api,
+    normalize_answer,
+    parse_gold,
+    parse_with,
+)
 from atr_grpo.evaluation.gold import join_thin_space_thousands as join_thin_space_thousands
 
 if TYPE_CHECKING:
@@ -134,15 +141,17 @@ def parse_prediction(answer: str, gold: Sequence = ()) -> list:
     """The parsed content of a box: LaTeX extraction (with its normalisations), else a plain expression.
 
     The box gets the gold's plain notations first (`atr_grpo.evaluation.gold.normalize_answer`). Against a clock-time
-    gold (`parse_gold` gives a string) the box is read as a time, and is nothing else.
+    gold (`parse_gold` gives a string) the box is read as a time, and is nothing else. A box such as `1,22` is read
+    both as the list {1, 22} and as the decimal 1.22, like such a gold.
     """
     answer = normalize_answer(answer)
     if gold and isinstance(gold[0], str):
         clock = clock_time(answer)
         return [] if clock is None else [clock]
     _, _, expr, latex = math_verify_api()
-    parsed = parse_with(f"\\boxed{{{answer}}}", latex)
-    return parsed or parse_with(answer, expr)
+    parsed = parse_with(f"\\boxed{{{answer}}}", latex) or parse_with(answer, expr)
+    decimal = decimal_comma(answer)
+    return parsed if decimal is None else parsed + parse_with(decimal, expr)
 
 
 # ------------------------------------------------------------------------------------------ time limit
