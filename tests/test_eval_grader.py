@@ -364,6 +364,30 @@ def test_a_repeating_decimal_is_its_fraction():
     assert verdicts(REPEATING_DECIMAL) == expected(REPEATING_DECIMAL)
 
 
+# The decision on lists: a bare list (`10, 4, -2`) or a set (`\{10, 4, -2\}`) is unordered, as math-verify reads it
+# (a list of all solutions); a tuple in brackets (`(10, 4, -2)`) is ordered (coordinates, an ordered triple). The gold
+# decides: against a bare list a box's order never matters, against a tuple it always does (math-verify's verify sorts
+# the elements of a set before it compares them, and keeps a tuple's in place).
+UNORDERED_LISTS = [
+    ("\\boxed{4, 10, -2}", "10, 4, -2", True),
+    ("\\boxed{-2, 4, 10}", "10, 4, -2", True),
+    ("\\boxed{\\{4, 10, -2\\}}", "10, 4, -2", True),
+    ("\\boxed{(4, 10, -2)}", "10, 4, -2", True),
+    ("\\boxed{4, 10}", "10, 4, -2", False),
+    ("\\boxed{4, 10, -2, 3}", "10, 4, -2", False),
+    ("\\boxed{2, 3}", "2, 2, 3", True),  # a set has no repeats
+    ("\\boxed{4, 10, -2}", "\\{10, 4, -2\\}", True),
+    ("\\boxed{(10, 4, -2)}", "(10, 4, -2)", True),
+    ("\\boxed{(4, 10, -2)}", "(10, 4, -2)", False),
+    ("\\boxed{4, 10, -2}", "(10, 4, -2)", False),
+    ("\\boxed{10, 4, -2}", "(10, 4, -2)", True),
+]
+
+
+def test_a_bare_list_is_unordered_and_a_tuple_ordered():
+    assert verdicts(UNORDERED_LISTS) == expected(UNORDERED_LISTS)
+
+
 THINKING = [
     # (completion, status without credit inside <think>, status with it)
     ("<think>so it is \\boxed{7}</think>The answer is \\boxed{7}.", "correct", "correct"),

@@ -26,6 +26,11 @@ A gold is read as what it is, never mined for a number in it. `parse_gold` takes
    where math-verify reads it as a percentage. Such a gold equals the percentage's value (1/200) and its number (1/2),
    as `50%` equals 0.5 and 50.
 
+**Lists and tuples.** A bare list (`10, 4, -2`) or a set (`\\{10, 4, -2\\}`) is unordered. math-verify reads it as a
+set, and a benchmark's list of answers is usually the list of all solutions. A tuple in brackets (`(10, 4, -2)`) is
+ordered: coordinates, an ordered triple. The gold decides. Against a bare list, the order in the box never counts;
+against a tuple, it always does. A set has no repeats, so `2, 2, 3` equals `2, 3`.
+
 A gold that still parses to nothing raises `GoldParseError`, a data problem reported where benchmarks are loaded.
 So does a gold of which math-verify only reads a part: its expression extractor finds the 3 in `3 sqrt(2)`. That
 reading would be wrong, so the gold is refused rather than misread.

@@ -19,8 +19,9 @@ The rules, chosen so that no harness convention can silently change a score:
   `(3, -1)`, `5, 7`, `\\frac{1}{2}`) is parsed whole as LaTeX, never mined for a number in it. A clock time is read
   as a time. Math delimiters, a final full stop and a stray final backslash come off the gold; `1\\,000`,
   `\\mathrm{e}`, `\\text{ and }`, `45°` and `0.\\overline{3}` are made plain in gold and box alike. `1,22` is read
-  both as 1.22 and as the list {1, 22}, in gold and box alike. They are compared with `verify(gold, prediction)`
-  (gold first: the function is not symmetric). A gold that parses to nothing raises `GoldParseError`.
+  both as 1.22 and as the list {1, 22}, in gold and box alike. A bare list is unordered, a tuple ordered. They are
+  compared with `verify(gold, prediction)` (gold first: the function is not symmetric). A gold that parses to nothing
+  raises `GoldParseError`.
 - **A truncated sample (finish_reason "length") is never correct**, even if it holds a box: an
   unfinished answer is not a final answer (and the model may have been about to revise it). The last
   box of its answer part is still recorded in `extracted` for inspection.
