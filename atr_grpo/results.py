@@ -263,7 +263,7 @@ def regrade_main(argv: list[str]) -> int:
         return 2
     identity = regrade.grader_identity()
     versions = ", ".join(f"{name} {version}" for name, version in identity["packages"].items())
-    print(f"grader {identity['tag']} ({versions}, grader.py sha256 {identity['grader_py_sha256'][:12]})")
+    print(f"grader {identity['tag']} ({versions}, grader code sha256 {identity['grader_code_sha256'][:12]})")
     total = changed = 0
     for run in runs:
         warn = lambda line: print(f"warning: {line}", file=sys.stderr)  # noqa: E731

@@ -19,7 +19,8 @@ import time
 from collections import Counter
 from fractions import Fraction
 
-from atr_grpo.evaluation.grader import grade_samples, parse_gold, status_counts, usable_cpus
+from atr_grpo.evaluation.gold import parse_gold
+from atr_grpo.evaluation.grader import grade_samples, status_counts, usable_cpus
 
 NUM_PROBLEMS, SAMPLES = 143, 8
 STEPS = [

@@ -19,7 +19,8 @@ from atr_grpo.evaluation import (
     last_boxed,
     load_benchmark,
 )
-from atr_grpo.evaluation.grader import GradingTimeout, parse_gold, status_counts, time_limit
+from atr_grpo.evaluation.gold import parse_gold
+from atr_grpo.evaluation.grader import GradingTimeout, status_counts, time_limit
 from atr_grpo.evaluation.pool import run_with_deadline
 
 FIXTURES = Path(__file__).parent / "fixtures" / "eval"
@@ -191,6 +192,200 @@ def test_a_gold_that_is_no_number_and_no_latex_fails_loudly():
     """`3 sqrt(2)` was read as 3 by the expression extractor; it is now refused where benchmarks are loaded."""
     with pytest.raises(GoldParseError, match="3 sqrt"):
         parse_gold("3 sqrt(2)")
+
+
+# Golds that math-verify reads and the grader once refused (or misread), one list per class of gold. Each list is
+# checked whole: a gold that raises counts as a wrong verdict.
+def verdicts(cases):
+    """The verdict of each (completion, gold, _) case; "GoldParseError" where the gold was refused."""
+    out = []
+    for completion, gold, _ in cases:
+        try:
+            out.append(grade(completion, gold))
+        except GoldParseError:
+            out.append("GoldParseError")
+    return out
+
+
+def expected(cases):
+    return [verdict for _, _, verdict in cases]
+
+
+MATH_DELIMITED = [
+    ("\\boxed{28\\%}", "$28\\%$", True),
+    ("\\boxed{28}", "$28\\%$", True),  # read as `28\%` is: the bare number, as before
+    ("\\boxed{29}", "$28\\%$", False),
+    ("\\boxed{20}", "$20\\%$", True),
+    ("\\boxed{12.5\\%}", "$12.5\\%$", True),
+    ("\\boxed{5}", "\\[5\\]", True),
+    ("\\boxed{6}", "\\[5\\]", False),
+    ("\\boxed{\\frac{1}{2}}", "$$\\frac{1}{2}$$", True),
+    ("\\boxed{5}", "$x = 1$ and $x = 5$", False),  # two formulas: not one delimited gold
+]
+
+
+def test_a_gold_inside_math_delimiters_is_read_as_its_content():
+    assert verdicts(MATH_DELIMITED) == expected(MATH_DELIMITED)
+
+
+LATEX_PERCENT = [
+    ("\\boxed{\\frac{1}{2}\\%}", "\\frac{1}{2}\\%", True),
+    ("\\boxed{\\frac{1}{2}\\%}", "$\\frac{1}{2}\\%$", True),
+    ("\\boxed{\\frac{1}{3}\\%}", "\\frac{1}{2}\\%", False),
+    ("\\boxed{0.005}", "\\frac{1}{2}\\%", True),  # the percentage's value
+    ("\\boxed{\\frac{1}{2}}", "\\frac{1}{2}\\%", True),  # and its number, as `50%` equals 0.5 and 50
+    ("\\boxed{50}", "\\frac{1}{2}\\%", False),
+]
+
+
+def test_a_percent_sign_after_latex_makes_a_percentage():
+    assert verdicts(LATEX_PERCENT) == expected(LATEX_PERCENT)
+
+
+UPRIGHT_CONSTANTS = [
+    ("\\boxed{1 - e^{-1}}", "$1 - \\frac{1}{\\mathrm{e}}$", True),
+    ("\\boxed{1 - \\frac{1}{\\mathrm{e}}}", "$1 - \\frac{1}{\\mathrm{e}}$", True),
+    ("\\boxed{\\frac{e - 1}{e}}", "1 - \\frac{1}{\\mathrm{e}}", True),
+    ("\\boxed{1}", "$1 - \\frac{1}{\\mathrm{e}}$", False),
+    ("\\boxed{1 - \\frac{1}{e}}", "1 - \\frac{1}{{\\rm e}}", True),
+    ("\\boxed{e - 1}", "\\mathrm{e} - 1", True),  # `e` is Euler's number in both, not a symbol in one
+    ("\\boxed{2e}", "2\\mathrm{e}", True),
+    ("\\boxed{2}", "2\\mathrm{e}", False),  # an upright e is no unit to drop
+    ("\\boxed{\\sqrt{e}}", "\\sqrt{\\mathrm{e}}", True),
+    ("\\boxed{1+i}", "1 + \\mathrm{i}", True),
+    ("\\boxed{1-i}", "1 + \\mathrm{i}", False),
+    ("\\boxed{\\pi}", "\\mathrm{\\pi}", True),
+]
+
+
+def test_upright_constants_are_the_constants():
+    assert verdicts(UPRIGHT_CONSTANTS) == expected(UPRIGHT_CONSTANTS)
+
+
+TRAILING_BACKSLASH = [
+    ("\\boxed{185}", "185\\", True),
+    ("\\boxed{186}", "185\\", False),
+    ("\\boxed{185}", "185\\ ", True),  # a control space at the end, once stripped
+    ("\\boxed{5}", "5 \\\\", True),
+    ("\\boxed{(1, 2)}", "(1, 2) \\\\", True),
+    ("\\boxed{\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}}", "\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}", True),
+]
+
+
+def test_a_stray_backslash_after_the_gold_is_dropped():
+    assert verdicts(TRAILING_BACKSLASH) == expected(TRAILING_BACKSLASH)
+
+
+FULL_STOP = [
+    ("\\boxed{\\frac{1}{2}}", "\\dfrac{1}{2}.", True),
+    ("\\boxed{185}", "185.", True),
+    ("\\boxed{186}", "185.", False),
+    ("\\boxed{W(n) = -1, W(n) = 1}", "W(n) = 1 \\text{ and } W(n) = -1.", True),
+]
+
+
+def test_a_sentences_full_stop_after_the_gold_is_dropped():
+    assert verdicts(FULL_STOP) == expected(FULL_STOP)
+
+
+JOINED_BY_AND = [
+    ("\\boxed{W(n) = 1 \\text{ and } W(n) = -1}", "W(n) = 1 \\text{ and } W(n) = -1", True),
+    ("\\boxed{W(n) = -1, W(n) = 1}", "W(n) = 1 \\, \\text{and} \\, W(n) = -1", True),
+    ("\\boxed{W(n) = -1, W(n) = 1}", "W(n) = 1 \\mbox{ and } W(n) = -1", True),
+    ("\\boxed{W(n) = -1, W(n) = 1}", "W(n) = 1 \\textrm{ or } W(n) = -1", True),
+    ("\\boxed{W(n) = -1, W(n) = 1}", "W(n) = 1 \\text{, and } W(n) = -1", True),
+    ("\\boxed{W(n) = 1}", "W(n) = 1 \\, \\text{and} \\, W(n) = -1", False),
+    ("\\boxed{W(n) = 1 \\; \\text{or} \\; W(n) = -1}", "W(n) = 1, W(n) = -1", True),
+    ("\\boxed{x = 1 \\, \\text{or} \\, x = 2}", "x = 1, x = 2", True),
+    ("\\boxed{x = 1 \\, \\text{or} \\, x = 3}", "x = 1, x = 2", False),
+]
+
+
+def test_answers_joined_by_and_or_or_are_a_list():
+    assert verdicts(JOINED_BY_AND) == expected(JOINED_BY_AND)
+
+
+# A comma between digits: three digits after it make a thousands separator (`1,000`); other than three, with no
+# space and no second comma, a decimal comma (`1,22`, math-verify's reading) or a list of two numbers (LaTeX's)
+COMMA_DECIMAL = [
+    ("\\boxed{1.22}", "1,22", True),
+    ("\\boxed{1,22}", "1,22", True),
+    ("\\boxed{122}", "1,22", False),
+    ("\\boxed{1.2}", "1,22", False),
+    ("\\boxed{0.5}", "0,5", True),
+    ("\\boxed{\\frac{1}{2}}", "0,5", True),
+    ("\\boxed{-1.5}", "-1,5", True),
+    ("\\boxed{3.14159}", "3,14159", True),  # math-verify's expression extractor reads 3141 here
+    ("\\boxed{1.5}", "1,5", True),
+    ("\\boxed{1, 5}", "1,5", True),  # the other reading of the same gold
+    ("\\boxed{-1, 1}", "-1,1", True),
+    ("\\boxed{1.22}", "1.22", True),
+    ("\\boxed{1,22}", "1.22", True),  # a box is read both ways too
+    ("\\boxed{1.22}", "1, 22", False),  # a space after the comma: a list
+    ("\\boxed{1,22}", "1, 22", True),
+    ("\\boxed{1000}", "1,000", True),
+    ("\\boxed{1}", "1,000", False),
+    ("\\boxed{1.5}", "1,500", False),
+    ("\\boxed{1.22}", "1,2,2", False),
+]
+
+
+def test_a_comma_between_digits_is_a_thousands_separator_or_a_decimal_comma():
+    assert verdicts(COMMA_DECIMAL) == expected(COMMA_DECIMAL)
+
+
+DEGREE_SIGN = [
+    ("\\boxed{45^\\circ}", "45°", True),
+    ("\\boxed{45}", "45°", True),
+    ("\\boxed{46}", "45°", False),
+    ("\\boxed{45°}", "45", True),
+]
+
+
+def test_a_degree_sign_is_degrees():
+    assert verdicts(DEGREE_SIGN) == expected(DEGREE_SIGN)
+
+
+REPEATING_DECIMAL = [
+    ("\\boxed{\\frac{1}{3}}", "0.\\overline{3}", True),
+    ("\\boxed{0}", "0.\\overline{3}", False),
+    ("\\boxed{0.3}", "0.\\overline{3}", False),
+    ("\\boxed{\\frac{5}{3}}", "1.\\overline{6}", True),
+    ("\\boxed{\\frac{1}{6}}", "0.1\\overline{6}", True),
+    ("\\boxed{0.1}", "0.1\\overline{6}", False),  # LaTeX alone read 0.1 times a symbol
+    ("\\boxed{\\frac{4}{11}}", "0.\\overline{36}", True),
+    ("\\boxed{-\\frac{1}{3}}", "-0.\\overline{3}", True),
+    ("\\boxed{0.\\overline{3}}", "\\frac{1}{3}", True),
+    ("\\boxed{0.\\bar{3}}", "\\frac{1}{3}", True),
+]
+
+
+def test_a_repeating_decimal_is_its_fraction():
+    assert verdicts(REPEATING_DECIMAL) == expected(REPEATING_DECIMAL)
+
+
+# The decision on lists: a bare list (`10, 4, -2`) or a set (`\{10, 4, -2\}`) is unordered, as math-verify reads it
+# (a list of all solutions); a tuple in brackets (`(10, 4, -2)`) is ordered (coordinates, an ordered triple). The gold
+# decides: against a bare list a box's order never matters, against a tuple it always does (math-verify's verify sorts
+# the elements of a set before it compares them, and keeps a tuple's in place).
+UNORDERED_LISTS = [
+    ("\\boxed{4, 10, -2}", "10, 4, -2", True),
+    ("\\boxed{-2, 4, 10}", "10, 4, -2", True),
+    ("\\boxed{\\{4, 10, -2\\}}", "10, 4, -2", True),
+    ("\\boxed{(4, 10, -2)}", "10, 4, -2", True),
+    ("\\boxed{4, 10}", "10, 4, -2", False),
+    ("\\boxed{4, 10, -2, 3}", "10, 4, -2", False),
+    ("\\boxed{2, 3}", "2, 2, 3", True),  # a set has no repeats
+    ("\\boxed{4, 10, -2}", "\\{10, 4, -2\\}", True),
+    ("\\boxed{(10, 4, -2)}", "(10, 4, -2)", True),
+    ("\\boxed{(4, 10, -2)}", "(10, 4, -2)", False),
+    ("\\boxed{4, 10, -2}", "(10, 4, -2)", False),
+    ("\\boxed{10, 4, -2}", "(10, 4, -2)", True),
+]
+
+
+def test_a_bare_list_is_unordered_and_a_tuple_ordered():
+    assert verdicts(UNORDERED_LISTS) == expected(UNORDERED_LISTS)
 
 
 THINKING = [

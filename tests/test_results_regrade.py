@@ -62,7 +62,7 @@ def test_unchanged_grader_changes_nothing_and_reproduces_the_summaries(tree):
             assert line["mean@8"] == original[(line["step"], line["benchmark"])]["mean@8"]
             assert (line["changed"], line["grader"], line["grader_before"]) == (0, tag(), None)
     identity = rundir.read_json(regrade.regrade_dir(run, tag()) / "grader.json")
-    assert identity["packages"]["math-verify"] == "0.9.0" and len(identity["grader_py_sha256"]) == 64
+    assert identity["packages"]["math-verify"] == "0.9.0" and len(identity["grader_code_sha256"]) == 64
 
 
 def flip_one_verdict(path, summary=None):

@@ -13,9 +13,9 @@ from atr_grpo.evaluation.backends import (
     VLLMGenerator,
 )
 from atr_grpo.evaluation.benchmarks import Benchmark, Problem, load_benchmark
+from atr_grpo.evaluation.gold import GoldParseError
 from atr_grpo.evaluation.grader import (
     STATUSES,
-    GoldParseError,
     GradeResult,
     grade,
     grade_many,

@@ -31,7 +31,8 @@ from typing import Any
 from atr_grpo.benchmarks import BENCHMARKS, BenchmarkError, BenchmarkSpec, Row, register_benchmark
 from atr_grpo.benchmarks.arithmetic import arithmetic_benchmark
 from atr_grpo.data.arithmetic import task_settings
-from atr_grpo.evaluation.grader import GoldParseError, last_boxed, parse_gold
+from atr_grpo.evaluation.gold import GoldParseError, parse_gold
+from atr_grpo.evaluation.grader import last_boxed
 
 log = logging.getLogger(__name__)
 

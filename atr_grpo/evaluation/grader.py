@@ -14,13 +14,13 @@ The rules, chosen so that no harness convention can silently change a score:
   `</think>`; one that opens `<think>` and never closes it gave no answer. So a box that appears only inside
   the thinking scores 0, as in TRL's reasoning-accuracy reward (`credit_inside_think=True`, the config's
   `eval.credit_inside_think`, grades the whole text instead). A completion without think tags is all answer.
-- **The gold is read as what it is.** A plain-text gold that is a bare number (`33`, `033`, `27.0`, `-1`,
-  `1,000`, `50%`, `.5`) or fraction (`1/2`) goes through math-verify's expression extractor; any other gold
-  (`2x+3`, `(3, -1)`, `6 - 5i`, `5, 7`, `[1, 3)`, `\\frac{1}{2}`, `3\\sqrt{2}`) is parsed whole as LaTeX,
-  never mined for a number in it (the expression extractor would read `2x+3` as 2). A clock time (`12:00`,
-  `9:30 p.m.`) is read as a time and only a time equals it (LaTeX would read `9:30` as the ratio 3/10). A
-  thin-space thousands separator (`1\\,000`) is joined, in gold and box alike. They are compared with
-  `verify(gold, prediction)` (gold first: the function is not symmetric). A gold that parses to nothing
+- **The gold is read as what it is** (`atr_grpo.evaluation.gold`, where the rules and their reasons are). A bare
+  number or fraction (`33`, `1,000`, `50%`) goes through math-verify's expression extractor; any other gold (`2x+3`,
+  `(3, -1)`, `5, 7`, `\\frac{1}{2}`) is parsed whole as LaTeX, never mined for a number in it. A clock time is read
+  as a time. Math delimiters, a final full stop and a stray final backslash come off the gold; `1\\,000`,
+  `\\mathrm{e}`, `\\text{ and }`, `45°` and `0.\\overline{3}` are made plain in gold and box alike. `1,22` is read
+  both as 1.22 and as the list {1, 22}, in gold and box alike. A bare list is unordered, a tuple ordered. They are
+  compared with `verify(gold, prediction)` (gold first: the function is not symmetric). A gold that parses to nothing
   raises `GoldParseError`.
 - **A truncated sample (finish_reason "length") is never correct**, even if it holds a box: an
   unfinished answer is not a final answer (and the model may have been about to revise it). The last
@@ -35,10 +35,8 @@ The rules, chosen so that no harness convention can silently change a score:
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
-import re
 import signal
 import sys
 import threading
@@ -49,6 +47,17 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from atr_grpo.evaluation.gold import GoldParseError as GoldParseError
+from atr_grpo.evaluation.gold import (
+    clock_time,
+    decimal_comma,
+    math_verify_api,
+    normalize_answer,
+    parse_gold,
+    parse_with,
+)
+from atr_grpo.evaluation.gold import join_thin_space_thousands as join_thin_space_thousands
+
 if TYPE_CHECKING:
     from atr_grpo.evaluation.pool import Progress
 
@@ -58,10 +67,6 @@ STATUSES = ("correct", "wrong", "no_answer", "truncated", "timeout")
 FINISH_REASONS = ("stop", "length")
 DEFAULT_TIMEOUT = 5.0  # seconds per answer, as math-verify's own default
 _BOX = "\\boxed"
-
-
-class GoldParseError(ValueError):
-    """A gold answer that math-verify cannot parse: a data problem, never a wrong prediction."""
 
 
 class GradingTimeout(BaseException):
@@ -133,100 +138,21 @@ def _clean_box(content: str) -> str:
 
 
 # ------------------------------------------------------------------------------------------ parsing
-@functools.cache
-def _math_verify() -> tuple:
-    """Import math-verify once; silence its "timeout disabled" warning (time is bounded here instead)."""
-    import math_verify
-    from math_verify import ExprExtractionConfig, LatexExtractionConfig
-
-    class _DropTimeoutDisabled(logging.Filter):
-        def filter(self, record: logging.LogRecord) -> bool:
-            return "Timeout is disabled" not in record.getMessage()
-
-    for name in ("math_verify.parser", "math_verify.grader"):
-        logging.getLogger(name).addFilter(_DropTimeoutDisabled())
-    expr = [ExprExtractionConfig()]
-    latex = [LatexExtractionConfig(boxed_match_priority=0)]
-    return math_verify.parse, math_verify.verify, expr, latex
-
-
-def _parse(text: str, config: list) -> list:
-    parse, _, _, _ = _math_verify()
-    return parse(text, extraction_config=config, fallback_mode="no_fallback", parsing_timeout=None)
-
-
-# `1\,000`: a thin space between digit groups (only before exactly three digits, so `(1,\,2)` is untouched)
-_THIN_SPACE_THOUSANDS = re.compile(r"(?<=\d)\\,(?=\d{3}(?!\d))")
-# what math-verify's expression extractor reads whole: an integer or decimal, with a sign, thousands
-# separators (`1,000` or `1 000`, groups of exactly three digits) and a percent sign (`%`, or LaTeX's `\%`,
-# which it reads as the bare number, as before); or a fraction `a/b`
-_BARE_NUMBER = re.compile(
-    r"[+-]?(?:\d{1,3}(?:,\d{3})+|\d{1,3}(?: \d{3})+|\d+)(?:\.\d+)?\s*(?:\\?%)?|[+-]?\.\d+\s*(?:\\?%)?"
-    r"|[+-]?\d+\s*/\s*\d+"
-)
-# a clock time once LaTeX wrappers are gone: `12:00`, `9:30 p.m.`, `09:30am`
-_CLOCK = re.compile(r"(\d{1,2}):([0-5]\d)\s*(?:([ap])\.?\s*m\.?)?")
-_CLOCK_NOISE = re.compile(r"\\(?:text|textrm|textbf|mathrm|mbox)\b|\\[,;! ]|[{}$~]")
-
-
-def join_thin_space_thousands(text: str) -> str:
-    r"""`1\,000` → `1000` (and `1\,000\,000`); other thin spaces stay."""
-    return _THIN_SPACE_THOUSANDS.sub("", text)
-
-
-def clock_time(text: str) -> str | None:
-    """`H:MM` (a 12-hour time with a.m./p.m. on the 24-hour clock) when `text` is a clock time, else None.
-
-    `9:30 p.m.` and `21:30` read the same; a time without a.m./p.m. is taken as written (`9:30` ≠ `9:30 p.m.`).
-    """
-    match = _CLOCK.fullmatch(_CLOCK_NOISE.sub("", text).strip().lower())
-    if match is None:
-        return None
-    hour, minute, half = int(match[1]), match[2], match[3]
-    if half is None:
-        return f"{hour}:{minute}" if hour <= 24 else None
-    if not 1 <= hour <= 12:
-        return None
-    return f"{hour % 12 + (12 if half == 'p' else 0)}:{minute}"
-
-
-@functools.lru_cache(maxsize=8192)
-def parse_gold(gold: str) -> tuple:
-    """The parsed gold, read as what it is (see the module docstring): a clock time as its `H:MM` string, a
-    bare number or fraction through math-verify's expression extractor, anything else whole as LaTeX.
-
-    Only a bare number goes to the expression extractor: it finds *a* number in a text, so it would read
-    `2x+3` as 2, `(3, -1)` as -1 and `3\\sqrt{2}` as 3.
-    """
-    _, _, expr, latex = _math_verify()
-    text = join_thin_space_thousands(str(gold).strip())
-    as_latex = text if "\\boxed" in text else f"${text}$"
-    clock = clock_time(text) if text else None
-    if clock is not None:
-        parsed: list = [clock]
-    elif not text:
-        parsed = []
-    elif _BARE_NUMBER.fullmatch(text):
-        parsed = _parse(text, expr) or _parse(as_latex, latex)
-    else:
-        parsed = _parse(as_latex, latex)
-    if not parsed:
-        raise GoldParseError(f"gold answer {gold!r} does not parse with math-verify")
-    return tuple(parsed)
-
-
 def parse_prediction(answer: str, gold: Sequence = ()) -> list:
     """The parsed content of a box: LaTeX extraction (with its normalisations), else a plain expression.
 
-    Against a clock-time gold (`parse_gold` gives a string) the box is read as a time, and is nothing else.
+    The box gets the gold's plain notations first (`atr_grpo.evaluation.gold.normalize_answer`). Against a clock-time
+    gold (`parse_gold` gives a string) the box is read as a time, and is nothing else. A box such as `1,22` is read
+    both as the list {1, 22} and as the decimal 1.22, like such a gold.
     """
-    answer = join_thin_space_thousands(answer)
+    answer = normalize_answer(answer)
     if gold and isinstance(gold[0], str):
         clock = clock_time(answer)
         return [] if clock is None else [clock]
-    _, _, expr, latex = _math_verify()
-    parsed = _parse(f"\\boxed{{{answer}}}", latex)
-    return parsed or _parse(answer, expr)
+    _, _, expr, latex = math_verify_api()
+    parsed = parse_with(f"\\boxed{{{answer}}}", latex) or parse_with(answer, expr)
+    decimal = decimal_comma(answer)
+    return parsed if decimal is None else parsed + parse_with(decimal, expr)
 
 
 # ------------------------------------------------------------------------------------------ time limit
@@ -302,7 +228,7 @@ def grade_sample(
     answer = _clean_box(box)
     if not answer:
         return GradeResult("no_answer", False, box)
-    _, verify, _, _ = _math_verify()
+    _, verify, _, _ = math_verify_api()
     try:
         with time_limit(timeout):
             gold_parsed = list(parse_gold(gold))

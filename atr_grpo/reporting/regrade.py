@@ -1,13 +1,14 @@
 """Re-grade every saved sample with the current grader, beside the original verdicts, never over them.
 
     <run_dir>/eval/regrade/<tag>/
-      grader.json                          what grades: math-verify and its parsers' versions, grader.py's hash
+      grader.json                          what grades: math-verify and its parsers' versions, the grader code's hash
       summary.jsonl                        one line per (step, benchmark), with the fields of eval/summary.jsonl
       step_<step:06d>/<benchmark>.jsonl    the new verdict of every sample (problem_id, sample, extracted, ...)
       changes.jsonl                        every sample whose status changed: gold, before and after
 
 The tag names the grader exactly (`math-verify-<version>__<hash>`, the hash over the versions of math-verify,
-latex2sympy2_extended and sympy and the bytes of `evaluation/grader.py`), so unchanged code gives the same tag
+latex2sympy2_extended and sympy and the bytes of `evaluation/grader.py` and `evaluation/gold.py`), so unchanged code
+gives the same tag
 and a second regrade only grades what is new: evaluations added since, or replaced ones (each summary line
 records the sha256 of the per-sample file it graded). As in eval/, the verdict file is written completely
 before its summary line, which is the commit record; a verdict file without one is moved aside, not reused.
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from atr_grpo import rundir
-from atr_grpo.evaluation import grader
+from atr_grpo.evaluation import gold, grader
 from atr_grpo.evaluation.metrics import summarize
 from atr_grpo.evaluation.outputs import find_sample_file, move_aside, read_summary, write_samples
 
@@ -35,6 +36,7 @@ REGRADE_DIR = "regrade"
 GRADER_FILE = "grader.json"
 CHANGES_FILE = "changes.jsonl"
 GRADER_PACKAGES = ("math-verify", "latex2sympy2_extended", "sympy")
+GRADER_MODULES = (grader, gold)  # the code that decides a verdict: grading, and the reading of gold answers
 
 
 # ------------------------------------------------------------------------------------------------ layout
@@ -65,9 +67,15 @@ def grader_identity() -> dict[str, Any]:
             versions[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             versions[name] = None
-    code = hashlib.sha256(Path(grader.__file__).read_bytes()).hexdigest()
-    digest = hashlib.sha256(repr((sorted(versions.items()), code)).encode()).hexdigest()[:10]
-    return {"tag": f"math-verify-{versions['math-verify']}__{digest}", "packages": versions, "grader_py_sha256": code}
+    code = hashlib.sha256()
+    for module in GRADER_MODULES:
+        code.update(hashlib.sha256(Path(module.__file__).read_bytes()).digest())
+    digest = hashlib.sha256(repr((sorted(versions.items()), code.hexdigest())).encode()).hexdigest()[:10]
+    return {
+        "tag": f"math-verify-{versions['math-verify']}__{digest}",
+        "packages": versions,
+        "grader_code_sha256": code.hexdigest(),
+    }
 
 
 def _file_sha256(path: Path) -> str:
