@@ -159,7 +159,9 @@ class SFTConfig:
     weight_decay: float = 0.01
     warmup_steps: int = 5
     lr_scheduler_type: str = "linear"
-    seed: int = 3407  # fixed (notebook value): every method and seed of a model starts from one adapter
+    # fixed (notebook value): every method and seed of a model starts from one adapter. `sft.seed: ${seed}` in an
+    # experiment gives each run seed its own adapter, shared by the methods of that seed (the cache key follows it)
+    seed: int = 3407
     cache_dir: str = "${atr_cache:sft}"  # <cache root>/sft (atr_grpo/cache.py); adapters keyed by a config hash
 
     def __post_init__(self) -> None:

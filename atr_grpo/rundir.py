@@ -346,11 +346,14 @@ def device_info(threads: int | None = None) -> dict[str, Any]:
     torch's."""
     import torch
 
+    from atr_grpo.numeric_paths import kernel_choice
+
     info: dict[str, Any] = {
         "cuda": torch.cuda.is_available(),
         "cpu_threads": threads or torch.get_num_threads(),
         "cpu": cpu_model(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "kernel_choice": kernel_choice(),  # ATEN_CPU_CAPABILITY, MKL_CBWR, ONEDNN_MAX_CPU_ISA where set
     }
     if torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(0)

@@ -54,8 +54,28 @@ def test_environment_records_versions_and_device():
     cpuinfo = Path("/proc/cpuinfo").read_text()
     assert env["device"]["cpu"] and f": {env['device']['cpu']}\n" in cpuinfo
     capability = env["device"]["cpu_capability"]
+    if env["device"]["kernel_choice"]:
+        pytest.skip("the suite runs on a chosen numeric path (ATEN_CPU_CAPABILITY ...): the flags do not decide it")
     assert capability in {"AVX512", "AVX2", "DEFAULT", "ZVECTOR", "SVE256", "VSX"}
     assert (capability == "AVX512") == (" avx512f " in cpuinfo.split("flags", 1)[1].split("\n", 1)[0] + " ")
+
+
+def test_environment_records_the_kernel_choice():
+    """A process on another host's numeric path (numeric_paths.NUMERIC_PATHS) says so in env.json."""
+    import subprocess
+    import sys
+
+    from atr_grpo.numeric_paths import path_environment
+
+    script = "import json; from atr_grpo import rundir; print(json.dumps(rundir.device_info()))"
+    out = subprocess.run(
+        [sys.executable, "-c", script], env=path_environment("avx2"), capture_output=True, text=True, check=True
+    )
+    device = json.loads(out.stdout)
+    want = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+    assert (device["kernel_choice"], device["cpu_capability"]) == (want, "AVX2")
+    with pytest.raises(ValueError, match="numeric path must be one of native, avx2, baseline, got 'sse'"):
+        path_environment("sse")
 
 
 def test_compressed_jsonl_reads_like_the_plain_file(tmp_path):

@@ -47,6 +47,19 @@ def test_the_cache_key_names_the_trainer():
     assert sft_cache_key(cfg) == sft_cache_key(train_config(["experiment=smoke", "clipping=clip", "seed=3"]))
 
 
+def test_an_experiment_can_give_each_run_seed_its_own_start_point():
+    """`sft.seed: ${seed}` (and `model.tiny.init_seed: ${seed}`) tie the start point to the run seed: every method of
+    seed s shares adapter s, and the cache keys differ by seed."""
+    from atr_grpo.training.sft import sft_cache_key
+
+    tied = ["experiment=smoke", "sft.seed=${seed}", "model.tiny.init_seed=${seed}"]
+    seed3 = train_config([*tied, "seed=3"])
+    assert (seed3.sft.seed, seed3.model.tiny.init_seed) == (3, 3)
+    assert sft_cache_key(seed3) == sft_cache_key(train_config([*tied, "seed=3", "clipping=clip"]))
+    assert sft_cache_key(seed3) != sft_cache_key(train_config([*tied, "seed=4"]))
+    assert train_config(["experiment=smoke", "seed=3"]).sft.seed == 3407, "by default every seed shares one adapter"
+
+
 def test_sft_refuses_to_train_where_unsloth_was_imported(monkeypatch, tmp_path):
     from atr_grpo.training.sft import train_sft
 
