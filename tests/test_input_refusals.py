@@ -1,10 +1,11 @@
 """Bad input found before anything loads or is written, with the key or file named and no traceback: settings
 that would be accepted without effect, a negative seed, a LoRA target or an adapter that does not fit the model,
-an evaluation's bad out_dir; and a run directory that is the same run spelled differently (an absolute path, a
-moved or copied folder) is continued, not refused."""
+an evaluation's bad out_dir, a damaged run file (named with its line); and a run directory that is the same run
+spelled differently (an absolute path, a moved or copied folder) is continued, not refused."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import shutil
 import subprocess
@@ -275,3 +276,55 @@ def test_compare_names_the_experiment_filter_that_found_nothing(capsys, monkeypa
     argv = ["compare", "atr", "clip", "--runs", "results/mini/runs", "--experiment", "minj", "--resamples", "100"]
     assert results.main(argv) == 2
     assert "(among the runs of --experiment 'minj')" in capsys.readouterr().err
+
+
+MINI_RUNS = REPO / "results" / "mini" / "runs"
+
+
+def torn_runs(tmp_path, relative, last, names=("mini__atr-delta0.05__s0", "mini__clip__s0")):
+    """Copies of committed mini runs, the first with one line of `relative` cut off: its last line (as a killed
+    write leaves it) or its second (a torn line written over since). Returns the file and the line's number."""
+    for name in names:
+        shutil.copytree(MINI_RUNS / name, tmp_path / "runs" / name)
+    path = tmp_path / "runs" / names[0] / relative
+    if path.suffix == ".gz":  # a per-sample file as evaluation writes it
+        path.with_suffix("").write_bytes(gzip.decompress(path.read_bytes()))
+        path.unlink()
+        path = path.with_suffix("")
+    lines = path.read_text().splitlines(keepends=True)
+    number = len(lines) if last else 2
+    lines[number - 1] = lines[number - 1][:20] + ("" if last else "\n")
+    path.write_text("".join(lines))
+    return path, number
+
+
+REGRADE = ["regrade", "--no-progress", "--workers", "1"]
+
+
+@pytest.mark.parametrize(
+    ("relative", "last", "argv"),
+    [
+        ("metrics.jsonl", True, ["clip_binding"]),
+        ("eval/summary.jsonl", False, ["compare", "atr-delta0.05", "clip", "--resamples", "100"]),
+        *(
+            pytest.param(*case, marks=pytest.mark.slow)
+            for case in [
+                ("metrics.jsonl", False, ["clip_binding"]),
+                ("eval/summary.jsonl", True, ["endpoints"]),
+                ("eval/summary.jsonl", False, REGRADE),
+                ("eval/step_000048/arithmetic.jsonl.gz", True, REGRADE),
+            ]
+        ),
+    ],
+)
+def test_the_results_commands_name_a_torn_line_of_a_run_file(tmp_path, capsys, relative, last, argv):
+    """Exit status 2 and the file and line named, whatever the command and wherever the torn line is; nothing
+    is left out silently (a torn last line, once skipped, made the tables miss a step or a sample)."""
+    from atr_grpo import results
+
+    path, number = torn_runs(tmp_path, relative, last)
+    out = ["--out", str(tmp_path / "tables")] if argv[0] in results.TABLES else []
+    assert results.main([*argv, "--runs", str(tmp_path / "runs"), *out]) == 2
+    err = capsys.readouterr().err
+    assert f"error: {path}:{number}: not valid JSON" in err and "Traceback" not in err, err
+    assert not (tmp_path / "tables").exists()
