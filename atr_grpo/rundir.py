@@ -217,7 +217,7 @@ def read_json(path: str | Path) -> Any:
 
 
 def load_config(path: str | Path, resolve: bool = True) -> dict[str, Any]:
-    """A run's config.yaml as a plain dict; a file that is not a YAML mapping is a RunFileError naming it."""
+    """A run's config.yaml as a plain dict; a file that is empty or not a YAML mapping is a RunFileError naming it."""
     from omegaconf import DictConfig
     from omegaconf.errors import OmegaConfBaseException
     from yaml import YAMLError
@@ -226,6 +226,8 @@ def load_config(path: str | Path, resolve: bool = True) -> dict[str, Any]:
         config = OmegaConf.load(path)
         if not isinstance(config, DictConfig):
             raise RunFileError(f"{path}: not a config (a YAML mapping of keys)")
+        if not config:  # a run's config.yaml holds its whole config: an empty one was cut off or emptied
+            raise RunFileError(f"{path}: damaged: empty (a run's config.yaml holds every key of its config)")
         container = OmegaConf.to_container(config, resolve=resolve)
         assert isinstance(container, dict)  # what to_container gives for a DictConfig
         return {str(key): value for key, value in container.items()}

@@ -213,6 +213,30 @@ def test_a_corrupted_config_or_env_file_is_named_and_the_run_left_as_it_was(tmp_
         path.write_text(good)
 
 
+def test_an_empty_config_file_is_named_as_damaged_not_as_another_run(tmp_path):
+    prepare(tmp_path / "run")
+    path = tmp_path / "run" / rundir.CONFIG_FILE
+    path.write_text("")
+    before = sorted(p.name for p in (tmp_path / "run").iterdir())
+    with pytest.raises(rundir.RunFileError, match=f"^{path}: damaged: empty"):
+        prepare(tmp_path / "run")
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == before and path.read_text() == ""
+
+
+def test_a_launch_names_a_finished_runs_empty_config_and_starts_nothing(tmp_path, monkeypatch, capsys):
+    from atr_grpo import launch
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    rundir.write_json(run_dir / rundir.DONE_FILE, {"step": 2})
+    (run_dir / rundir.CONFIG_FILE).write_text("")
+    monkeypatch.setattr(launch, "run_dir_of", lambda overrides, root=None: run_dir)
+    monkeypatch.setattr(launch.subprocess, "run", lambda *a, **k: pytest.fail("nothing may be started"))
+    plan = launch.Plan("toy", "train", ["experiment=smoke"], [[]], {})
+    assert launch.run_plan(plan, [], dry_run=False).exit_code == 2
+    assert f"error: {run_dir / rundir.CONFIG_FILE}: damaged: empty" in capsys.readouterr().err
+
+
 def test_corrupted_jsonl_files_are_named_with_their_line(tmp_path):
     from atr_grpo.training.run_logger import truncate_metrics
 
