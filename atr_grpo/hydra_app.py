@@ -9,7 +9,7 @@ copies, so a launcher that validates a plan's runs and then names their director
 `run_app(main)` runs a `@hydra.main` function so that bad config input (a misspelled key, a wrong type, a missing
 config file, a value the schema refuses, a `--config-dir` that is not a folder) ends the process with a message and
 exit status 2 instead of a traceback. A misspelled key is reported with the keys its section allows, read from the
-schema's dataclass fields, and the file that sets it.
+schema's dataclass fields, and the file that sets it. `--cfg` is validated as a run is.
 """
 
 from __future__ import annotations
@@ -237,7 +237,8 @@ def run_app(
 
     With `config_name`, the config of the run, or of every job of a multirun (`-m`), is composed (with
     `--config-dir`'s files), validated and given to `check` before Hydra starts: a refused run writes nothing (not
-    even the log file Hydra creates in its output folder), and a sweep with one bad job starts none."""
+    even the log file Hydra creates in its output folder), and a sweep with one bad job starts none. `--cfg` is
+    validated the same way, so a config it prints is one a run accepts."""
     from hydra._internal.utils import get_args_parser
 
     # Hydra reports composition errors itself and exits with 1; with this set it raises them to us instead
@@ -245,9 +246,11 @@ def run_app(
     os.environ["HYDRA_FULL_ERROR"] = "1"
     try:
         args = get_args_parser().parse_known_args(sys.argv[1:])[0]
-        informational = args.help or args.hydra_help or args.cfg or args.info or args.shell_completion
-        if config_name is not None and not informational:
-            check_sweep(config_name, args.overrides, check, args.config_dir)
+        if args.resolve and not (args.cfg or args.help):
+            raise ConfigError("--resolve is read with --cfg or --help only (e.g. --cfg job --resolve)")
+        runs_nothing = args.help or args.hydra_help or args.info or args.shell_completion
+        if config_name is not None and not runs_nothing:
+            check_sweep(args.config_name or config_name, args.overrides, check, args.config_dir)
         hydra_main()
     except CONFIG_ERRORS as err:
         print(describe_config_error(err), file=sys.stderr)

@@ -1,6 +1,6 @@
 """Bad input is refused before any model loads, with the key named: a rule's unknown parameter, a missing
 local file, a temperature vLLM would refuse, vLLM asked for where it cannot run; a missing --config-dir or a
-misspelled key in its files is named as typed."""
+misspelled key in its files is named as typed, and `--cfg job` refuses what a run refuses."""
 
 import subprocess
 import sys
@@ -115,3 +115,25 @@ def test_a_config_dir_file_is_read_as_hydra_reads_it(tmp_path):
     assert check_sweep("train", ["experiment=smoke", "clipping=mine"], config_dir=folder) == 1
     with pytest.raises(ConfigError, match=f"--config-dir {tmp_path / 'none'}: no such folder"):
         compose(["experiment=smoke"], config_dir=tmp_path / "none")
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["clipping.semantics=minn"],
+        pytest.param(["clipping=clip", "clipping.eps=-1"], marks=pytest.mark.slow),
+    ],
+)
+def test_cfg_job_validates_what_a_run_validates(overrides):
+    """`--cfg job --resolve` prints only a config a run accepts: a bad value stops it with exit status 2 and the
+    message a run gives."""
+    with pytest.raises(ConfigError) as err:
+        check_sweep("train", ["experiment=smoke", *overrides])
+    result = train_cli("experiment=smoke", *overrides, "--cfg", "job", "--resolve")
+    refused_naming(result, str(err.value))
+    assert result.stdout == ""
+
+
+@pytest.mark.slow
+def test_resolve_without_cfg_is_refused_naming_the_flag():
+    refused_naming(train_cli("experiment=smoke", "--resolve"), "--resolve is read with --cfg or --help only")
