@@ -9,7 +9,8 @@ copies, so a launcher that validates a plan's runs and then names their director
 `run_app(main)` runs a `@hydra.main` function so that bad config input (a misspelled key, a wrong type, a missing
 config file, a value the schema refuses, a `--config-dir` that is not a folder) ends the process with a message and
 exit status 2 instead of a traceback. A misspelled key is reported with the keys its section allows, read from the
-schema's dataclass fields, and the file that sets it. `--cfg` is validated as a run is.
+schema's dataclass fields, and the file that sets it; a misspelled option (`clipping=atrr`) with the closest name
+and the group's options. `--cfg` is validated as a run is.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import difflib
 import functools
 import os
 import re
@@ -25,7 +27,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from hydra.errors import HydraException
+from hydra.errors import HydraException, MissingConfigException
 from omegaconf import DictConfig
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
@@ -45,11 +47,11 @@ def _chain(error: BaseException) -> list[BaseException]:
     return chain
 
 
-def describe_config_error(error: BaseException, dirs: Sequence[Path] = (CONF_DIR,)) -> str:
+def describe_config_error(error: BaseException, dirs: Sequence[Path] = (CONF_DIR,), primary: str | None = None) -> str:
     """One message for any bad-config exception: an unknown key with the keys its section allows and the file
-    that holds it, never Hydra's search path.
+    that holds it, a missing option with the group's options, never Hydra's search path.
 
-    dirs: the folders Hydra read config files from, in its order."""
+    dirs: the folders Hydra read config files from, in its order; primary: the config composed (`train`)."""
     if isinstance(error, ConfigError):  # described where it was raised
         return str(error)
     chain = _chain(error)
@@ -58,6 +60,9 @@ def describe_config_error(error: BaseException, dirs: Sequence[Path] = (CONF_DIR
         schema = getattr(cause, "object_type", None)
         if isinstance(cause, (ConfigKeyError, ConfigAttributeError)) and dataclasses.is_dataclass(schema):
             return unknown_key_message(str(cause.full_key), schema, source)
+    missing = next((c for c in chain if isinstance(c, MissingConfigException) and c.options), None)
+    if missing is not None:
+        return _missing_option_message(missing, None if _source_name(chain) == primary else source)
     # Hydra's own summary plus OmegaConf's cause (the offending key, value and type), as Hydra prints them
     messages = [str(cause) for cause in chain[:2] if isinstance(cause, (HydraException, OmegaConfBaseException))]
     return "invalid config: " + _without_search_path("\n".join(messages or [str(error)]))
@@ -77,6 +82,17 @@ def _source_file(chain: list[BaseException], dirs: Sequence[Path]) -> Path | Non
     name = _source_name(chain)
     files = [folder / f"{name}.yaml" for folder in dirs] if name else []
     return next((path for path in files if path.is_file()), None)
+
+
+def _missing_option_message(error: MissingConfigException, source: Path | None) -> str:
+    """`clipping=atrr: no such clipping config; did you mean 'atr'? allowed: ...` (and the file whose defaults
+    list named it, when that is not the primary config)."""
+    group, _, name = str(error.missing_cfg_file).rpartition("/")
+    options = [str(option) for option in error.options or ()]
+    close = difflib.get_close_matches(name, options, n=1)
+    where = f" (in the defaults of {source})" if source else ""
+    guess = f"; did you mean {close[0]!r}?" if close else ";"
+    return f"invalid config: {group}={name}: no such {group} config{where}{guess} allowed: {', '.join(options)}"
 
 
 def _without_search_path(text: str) -> str:
@@ -157,7 +173,7 @@ def _composed(
         with _hydra_reading(config_dir):
             return hydra_compose(config_name, overrides=list(overrides), return_hydra_config=return_hydra_config)
     except (HydraException, OmegaConfBaseException) as err:
-        raise ConfigError(describe_config_error(err, _search_dirs(config_dir))) from err
+        raise ConfigError(describe_config_error(err, _search_dirs(config_dir), config_name)) from err
 
 
 def compose_train(overrides: Iterable[str] = ()) -> DictConfig:
@@ -183,17 +199,21 @@ def check_sweep(
     overrides: Iterable[str],
     check: Callable[[Any], None] | None = None,
     config_dir: str | Path | None = None,
+    multirun: bool = True,
 ) -> int:
-    """Compose and validate every job of a sweep (Hydra's own `hydra...` overrides aside), and `check` each job's
-    config object, so that a bad value is refused before the first job starts; returns the number of jobs.
-    `config_dir`: `--config-dir`'s folder."""
+    """Compose and validate the run, or with `multirun` every job of the sweep (Hydra's own `hydra...` overrides
+    aside), and `check` each job's config object, so that a bad value is refused before the first job starts;
+    returns the number of jobs. `config_dir`: `--config-dir`'s folder."""
     overrides = list(overrides)
     _refuse_plan(overrides)
-    jobs = _sweep_jobs_checked([o for o in overrides if not o.lstrip("+~").startswith("hydra")])
+    own = [o for o in overrides if not o.lstrip("+~").startswith("hydra")]
+    jobs = _sweep_jobs_checked(own) if multirun else [own]
     for number, job in enumerate(jobs, 1):
         try:
             _check_job(config_name, job, check, config_dir)
         except ConfigError as err:
+            if not multirun:
+                raise
             where = f"sweep job {number} of {len(jobs)} ({' '.join(job)})" if len(jobs) > 1 else "the job"
             raise ConfigError(f"{err} (in {where}; no job of the sweep was started)") from None
     return len(jobs)
@@ -250,7 +270,7 @@ def run_app(
             raise ConfigError("--resolve is read with --cfg or --help only (e.g. --cfg job --resolve)")
         runs_nothing = args.help or args.hydra_help or args.info or args.shell_completion
         if config_name is not None and not runs_nothing:
-            check_sweep(args.config_name or config_name, args.overrides, check, args.config_dir)
+            check_sweep(args.config_name or config_name, args.overrides, check, args.config_dir, args.multirun)
         hydra_main()
     except CONFIG_ERRORS as err:
         print(describe_config_error(err), file=sys.stderr)

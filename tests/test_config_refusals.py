@@ -1,6 +1,6 @@
 """Bad input is refused before any model loads, with the key named: a rule's unknown parameter, a missing
-local file, a temperature vLLM would refuse, vLLM asked for where it cannot run; a missing --config-dir or a
-misspelled key in its files is named as typed, and `--cfg job` refuses what a run refuses."""
+local file, a temperature vLLM would refuse, vLLM asked for where it cannot run; a missing --config-dir, a
+misspelled key in its files or a misspelled option is named as typed, and `--cfg job` refuses what a run refuses."""
 
 import subprocess
 import sys
@@ -128,7 +128,7 @@ def test_cfg_job_validates_what_a_run_validates(overrides):
     """`--cfg job --resolve` prints only a config a run accepts: a bad value stops it with exit status 2 and the
     message a run gives."""
     with pytest.raises(ConfigError) as err:
-        check_sweep("train", ["experiment=smoke", *overrides])
+        check_sweep("train", ["experiment=smoke", *overrides], multirun=False)
     result = train_cli("experiment=smoke", *overrides, "--cfg", "job", "--resolve")
     refused_naming(result, str(err.value))
     assert result.stdout == ""
@@ -137,3 +137,24 @@ def test_cfg_job_validates_what_a_run_validates(overrides):
 @pytest.mark.slow
 def test_resolve_without_cfg_is_refused_naming_the_flag():
     refused_naming(train_cli("experiment=smoke", "--resolve"), "--resolve is read with --cfg or --help only")
+
+
+@pytest.mark.slow
+def test_a_single_run_is_refused_without_talk_of_a_sweep():
+    result = train_cli("experiment=smoke", "logger=none", "trainer.max_steps=0")
+    refused_naming(result, "trainer.max_steps must be > 0, got 0")
+    assert "sweep" not in result.stderr
+
+
+@pytest.mark.slow
+def test_a_misspelled_option_is_named_with_a_guess_and_the_allowed_names():
+    result = train_cli("experiment=smoke", "logger=none", "clipping=atrr")
+    refused_naming(result, "clipping=atrr: no such clipping config; did you mean 'atr'? allowed: atr, atr_seq, cispo")
+    assert len(result.stderr.strip().splitlines()) == 1 and "sweep" not in result.stderr
+
+
+def test_a_misspelled_option_without_a_close_name_lists_the_allowed_ones():
+    with pytest.raises(ConfigError) as err:
+        compose(["experiment=zzzz"])
+    assert str(err.value).startswith("invalid config: experiment=zzzz: no such experiment config; allowed: ")
+    assert "did you mean" not in str(err.value) and "smoke" in str(err.value)
