@@ -26,13 +26,15 @@ from atr_grpo.config_training import EvalConfig, LoggerConfig, RolloutConfig, Tr
 from atr_grpo.errors import ConfigError
 
 
-def unknown_key_message(full_key: str, schema: type) -> str:
+def unknown_key_message(full_key: str, schema: type, source: Any = None) -> str:
     """`invalid config: 'trainer.lr' is not a key of trainer; allowed keys: backend, learning_rate, ...`, and where
-    the key belongs when it is a key of another rule or section (`KEY_HINTS`)."""
+    the key belongs when it is a key of another rule or section (`KEY_HINTS`). `source`: the file that sets the
+    key, named first when known."""
     section = full_key.rpartition(".")[0] or "the root config"
     allowed = ", ".join(f.name for f in dataclasses.fields(schema))
     hint = KEY_HINTS.get(full_key.rpartition(".")[2])
-    return f"invalid config: {full_key!r} is not a key of {section}; allowed keys: {allowed}" + (
+    where = f"{source}: " if source else ""
+    return f"invalid config: {where}{full_key!r} is not a key of {section}; allowed keys: {allowed}" + (
         f" ({hint})" if hint else ""
     )
 

@@ -7,21 +7,27 @@ for it: a process keeps each result under those inputs (the files by size and mo
 copies, so a launcher that validates a plan's runs and then names their directories composes each run once.
 
 `run_app(main)` runs a `@hydra.main` function so that bad config input (a misspelled key, a wrong type, a missing
-config file, a value the schema refuses) ends the process with a message and exit status 2 instead of a
-traceback. A misspelled key is reported with the keys its section allows, read from the schema's dataclass fields.
+config file, a value the schema refuses, a `--config-dir` that is not a folder) ends the process with a message and
+exit status 2 instead of a traceback. A misspelled key is reported with the keys its section allows, read from the
+schema's dataclass fields, and the file that sets it; a misspelled option (`clipping=atrr`) with the closest name
+and the group's options. `--cfg` is validated as a run is.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
+import difflib
 import functools
 import os
+import re
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
-from hydra.errors import HydraException
+from hydra.errors import HydraException, MissingConfigException
 from omegaconf import DictConfig
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
@@ -41,27 +47,93 @@ def _chain(error: BaseException) -> list[BaseException]:
     return chain
 
 
-def describe_config_error(error: BaseException) -> str:
-    """One message for any bad-config exception; an unknown key comes with the keys its section allows."""
+def describe_config_error(error: BaseException, dirs: Sequence[Path] = (CONF_DIR,), primary: str | None = None) -> str:
+    """One message for any bad-config exception: an unknown key with the keys its section allows and the file
+    that holds it, a missing option with the group's options, never Hydra's search path.
+
+    dirs: the folders Hydra read config files from, in its order; primary: the config composed (`train`)."""
+    if isinstance(error, ConfigError):  # described where it was raised
+        return str(error)
     chain = _chain(error)
+    source = _source_file(chain, dirs)
     for cause in chain:
         schema = getattr(cause, "object_type", None)
         if isinstance(cause, (ConfigKeyError, ConfigAttributeError)) and dataclasses.is_dataclass(schema):
-            return unknown_key_message(str(cause.full_key), schema)
-    if isinstance(error, ConfigError):
-        return str(error)
+            return unknown_key_message(str(cause.full_key), schema, source)
+    missing = next((c for c in chain if isinstance(c, MissingConfigException) and c.options), None)
+    if missing is not None:
+        return _missing_option_message(missing, None if _source_name(chain) == primary else source)
     # Hydra's own summary plus OmegaConf's cause (the offending key, value and type), as Hydra prints them
     messages = [str(cause) for cause in chain[:2] if isinstance(cause, (HydraException, OmegaConfBaseException))]
-    return "invalid config: " + "\n".join(messages or [str(error)])
+    return "invalid config: " + _without_search_path("\n".join(messages or [str(error)]))
 
 
-def compose(config_name: str, overrides: Iterable[str] = (), return_hydra_config: bool = False) -> DictConfig:
-    """The composed, unresolved DictConfig of `conf/<config_name>.yaml` with `overrides` (the caller's own copy).
+def _source_name(chain: list[BaseException]) -> str | None:
+    """The config Hydra was composing when it failed (`clipping/mine` of "In 'clipping/mine': ...")."""
+    for cause in chain:
+        found = re.match(r"In '([^']+)':", str(cause)) if isinstance(cause, HydraException) else None
+        if found:
+            return found.group(1)
+    return None
+
+
+def _source_file(chain: list[BaseException], dirs: Sequence[Path]) -> Path | None:
+    """The file of the config Hydra was composing when it failed: the first of `dirs` that has it."""
+    name = _source_name(chain)
+    files = [folder / f"{name}.yaml" for folder in dirs] if name else []
+    return next((path for path in files if path.is_file()), None)
+
+
+def _missing_option_message(error: MissingConfigException, source: Path | None) -> str:
+    """`clipping=atrr: no such clipping config; did you mean 'atr'? allowed: ...` (and the file whose defaults
+    list named it, when that is not the primary config)."""
+    group, _, name = str(error.missing_cfg_file).rpartition("/")
+    options = [str(option) for option in error.options or ()]
+    close = difflib.get_close_matches(name, options, n=1)
+    where = f" (in the defaults of {source})" if source else ""
+    guess = f"; did you mean {close[0]!r}?" if close else ";"
+    return f"invalid config: {group}={name}: no such {group} config{where}{guess} allowed: {', '.join(options)}"
+
+
+def _without_search_path(text: str) -> str:
+    """Hydra's message without the config search path it lists (the folders are not what the user typed)."""
+    return text.split("\nConfig search path:")[0].rstrip()
+
+
+def compose(
+    config_name: str,
+    overrides: Iterable[str] = (),
+    return_hydra_config: bool = False,
+    config_dir: str | Path | None = None,
+) -> DictConfig:
+    """The composed, unresolved DictConfig of `conf/<config_name>.yaml` with `overrides` (the caller's own copy);
+    `config_dir`: a folder of the user's config files, read as `--config-dir` reads it.
 
     Raises ConfigError (with `describe_config_error`'s message) for input Hydra or the schema refuses.
     """
+    extra, overrides = _config_dir(config_dir), tuple(overrides)
+    if extra is not None:  # a user's folder may hold any number of files: composed afresh, never kept
+        return _composed.__wrapped__(config_name, overrides, return_hydra_config, extra, ())
     inputs = (_conf_files_stamp(), os.getcwd())
-    return copy.deepcopy(_composed(config_name, tuple(overrides), return_hydra_config, inputs))
+    return copy.deepcopy(_composed(config_name, overrides, return_hydra_config, None, inputs))
+
+
+def _config_dir(config_dir: str | Path | None) -> Path | None:
+    """`--config-dir`'s folder as an absolute path; ConfigError naming it when it is not a folder."""
+    if config_dir is None:
+        return None
+    folder = Path(config_dir).expanduser().absolute()
+    if not folder.is_dir():
+        raise ConfigError(
+            f"invalid config: --config-dir {config_dir}: no such folder ({folder}); it names a folder of your own "
+            "config files (e.g. clipping/<name>.yaml), read besides conf/"
+        )
+    return folder
+
+
+def _search_dirs(config_dir: Path | None) -> tuple[Path, ...]:
+    """The folders Hydra reads config files from, in its order: conf/, then `--config-dir`'s."""
+    return (CONF_DIR,) if config_dir is None else (CONF_DIR, config_dir)
 
 
 def _conf_files_stamp() -> tuple[tuple[str, int, int], ...]:
@@ -70,19 +142,38 @@ def _conf_files_stamp() -> tuple[tuple[str, int, int], ...]:
     return tuple(sorted((name, stat.st_size, stat.st_mtime_ns) for name, stat in stats))
 
 
+@contextlib.contextmanager
+def _hydra_reading(config_dir: Path | None) -> Iterator[None]:
+    """Hydra set up to read conf/ and, where `--config-dir` puts it (after conf/, before the schemas), `config_dir`."""
+    from hydra import initialize_config_dir
+    from hydra._internal.hydra import Hydra
+    from hydra._internal.utils import create_config_search_path
+    from hydra.core.config_search_path import SearchPathQuery
+    from hydra.core.global_hydra import GlobalHydra
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        if config_dir is not None:
+            search_path = create_config_search_path(str(CONF_DIR))
+            search_path.prepend("command-line", f"file://{config_dir}", SearchPathQuery(provider="schema"))
+            GlobalHydra.instance().clear()
+            Hydra.create_main_hydra2(task_name="app", config_search_path=search_path)
+        yield
+
+
 @functools.lru_cache(maxsize=256)
-def _composed(config_name: str, overrides: tuple[str, ...], return_hydra_config: bool, inputs: tuple) -> DictConfig:
+def _composed(
+    config_name: str, overrides: tuple[str, ...], return_hydra_config: bool, config_dir: Path | None, inputs: tuple
+) -> DictConfig:
     """Hydra's composition, kept per `inputs` (the conf/ files, the working directory; the registered schemas are
     fixed once the rules are imported); an error is raised again on every call, never kept."""
     from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
 
     register_configs()
     try:
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        with _hydra_reading(config_dir):
             return hydra_compose(config_name, overrides=list(overrides), return_hydra_config=return_hydra_config)
     except (HydraException, OmegaConfBaseException) as err:
-        raise ConfigError(describe_config_error(err)) from err
+        raise ConfigError(describe_config_error(err, _search_dirs(config_dir), config_name)) from err
 
 
 def compose_train(overrides: Iterable[str] = ()) -> DictConfig:
@@ -103,31 +194,60 @@ def sweep_jobs(overrides: Iterable[str]) -> list[list[str]]:
     return [job for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
 
 
-def check_sweep(config_name: str, overrides: Iterable[str], check: Callable[[Any], None] | None = None) -> int:
-    """Compose and validate every job of a sweep (Hydra's own `hydra...` overrides aside), and `check` each job's
-    config object, so that a bad value is refused before the first job starts; returns the number of jobs."""
-    from atr_grpo.config_hydra import PLAN_KEY, to_object
-
+def check_sweep(
+    config_name: str,
+    overrides: Iterable[str],
+    check: Callable[[Any], None] | None = None,
+    config_dir: str | Path | None = None,
+    multirun: bool = True,
+) -> int:
+    """Compose and validate the run, or with `multirun` every job of the sweep (Hydra's own `hydra...` overrides
+    aside), and `check` each job's config object, so that a bad value is refused before the first job starts;
+    returns the number of jobs. `config_dir`: `--config-dir`'s folder."""
     overrides = list(overrides)
-    for override in overrides:  # the schema drops an experiment's plan: set for one run, it would do nothing
+    _refuse_plan(overrides)
+    own = [o for o in overrides if not o.lstrip("+~").startswith("hydra")]
+    jobs = _sweep_jobs_checked(own) if multirun else [own]
+    for number, job in enumerate(jobs, 1):
+        try:
+            _check_job(config_name, job, check, config_dir)
+        except ConfigError as err:
+            if not multirun:
+                raise
+            where = f"sweep job {number} of {len(jobs)} ({' '.join(job)})" if len(jobs) > 1 else "the job"
+            raise ConfigError(f"{err} (in {where}; no job of the sweep was started)") from None
+    return len(jobs)
+
+
+def _refuse_plan(overrides: list[str]) -> None:
+    """The schema drops an experiment's plan: set for one run, it would do nothing."""
+    from atr_grpo.config_hydra import PLAN_KEY
+
+    for override in overrides:
         if override.lstrip("+~").split("=", 1)[0].split(".", 1)[0] == PLAN_KEY:
             raise ConfigError(
                 f"{override!r}: {PLAN_KEY} is an experiment's list of runs, read by `python -m atr_grpo.launch "
                 "<experiment>`, not a setting of one run; edit it in conf/experiment/<experiment>.yaml"
             )
+
+
+def _sweep_jobs_checked(overrides: list[str]) -> list[list[str]]:
+    """`sweep_jobs`, with an override Hydra cannot parse refused as bad config."""
     try:
-        jobs = sweep_jobs(o for o in overrides if not o.lstrip("+~").startswith("hydra"))
+        return sweep_jobs(overrides)
     except (HydraException, OmegaConfBaseException) as err:
         raise ConfigError(describe_config_error(err)) from err
-    for number, job in enumerate(jobs, 1):
-        try:
-            job_cfg = to_object(compose(config_name, job))
-            if check is not None:
-                check(job_cfg)
-        except ConfigError as err:
-            where = f"sweep job {number} of {len(jobs)} ({' '.join(job)})" if len(jobs) > 1 else "the job"
-            raise ConfigError(f"{err} (in {where}; no job of the sweep was started)") from None
-    return len(jobs)
+
+
+def _check_job(
+    config_name: str, job: list[str], check: Callable[[Any], None] | None, config_dir: str | Path | None
+) -> None:
+    """Compose one job's config, validate it into its dataclasses and `check` them."""
+    from atr_grpo.config_hydra import to_object
+
+    job_cfg = to_object(compose(config_name, job, config_dir=config_dir))
+    if check is not None:
+        check(job_cfg)
 
 
 def run_app(
@@ -135,9 +255,10 @@ def run_app(
 ) -> int:
     """Run a `@hydra.main` function; bad config input prints its message and returns exit status 2.
 
-    With `config_name`, the config of the run, or of every job of a multirun (`-m`), is composed, validated and
-    given to `check` before Hydra starts: a refused run writes nothing (not even the log file Hydra creates in
-    its output folder), and a sweep with one bad job starts none."""
+    With `config_name`, the config of the run, or of every job of a multirun (`-m`), is composed (with
+    `--config-dir`'s files), validated and given to `check` before Hydra starts: a refused run writes nothing (not
+    even the log file Hydra creates in its output folder), and a sweep with one bad job starts none. `--cfg` is
+    validated the same way, so a config it prints is one a run accepts."""
     from hydra._internal.utils import get_args_parser
 
     # Hydra reports composition errors itself and exits with 1; with this set it raises them to us instead
@@ -145,9 +266,11 @@ def run_app(
     os.environ["HYDRA_FULL_ERROR"] = "1"
     try:
         args = get_args_parser().parse_known_args(sys.argv[1:])[0]
-        informational = args.help or args.hydra_help or args.cfg or args.info or args.shell_completion
-        if config_name is not None and not informational:
-            check_sweep(config_name, args.overrides, check)
+        if args.resolve and not (args.cfg or args.help):
+            raise ConfigError("--resolve is read with --cfg or --help only (e.g. --cfg job --resolve)")
+        runs_nothing = args.help or args.hydra_help or args.info or args.shell_completion
+        if config_name is not None and not runs_nothing:
+            check_sweep(args.config_name or config_name, args.overrides, check, args.config_dir, args.multirun)
         hydra_main()
     except CONFIG_ERRORS as err:
         print(describe_config_error(err), file=sys.stderr)

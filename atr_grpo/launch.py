@@ -192,11 +192,12 @@ def run_plan(plan: Plan, extra: list[str], dry_run: bool, jobs: int = 1, runs_ro
         if plan.app == "train" and not slurm:
             try:
                 target = run_dir_of([o for o in overrides if o != run_dir_override(runs_root)], runs_root)
-            except ConfigError as err:  # overrides that do not compose: nothing can run
+                complete = run_complete(target)  # trained and every scheduled evaluation recorded
+            except (ConfigError, rundir.RunFileError) as err:  # overrides that do not compose, a damaged run file
                 print(f"error: {err}", file=sys.stderr)
                 tally.refused = True
                 return tally
-            if run_complete(target):  # trained and every scheduled evaluation recorded
+            if complete:
                 print(f"[{label}] finished already, skipped: {target}", flush=True)
                 tally.finished.append(target)
                 continue

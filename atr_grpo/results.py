@@ -13,7 +13,9 @@ CSV, Markdown and LaTeX, plus `<table>_vs_paper.md` where the paper publishes th
   bounds (per run: completion length, how often each bound fired) → every run; figures 2 and the clipping
   curves → table2. --experiment takes another (e.g. `demo` on a CPU).
 `all` builds every table whose runs exist and names the others. Runs with missing evaluations are listed
-in the outputs and on stderr, never silently dropped. Only files this command wrote are ever overwritten.
+in the outputs and on stderr, never silently dropped; a line of a run file that is not JSON (a torn last line too)
+stops the command with exit status 2, naming the file and the line. Only files this command wrote are ever
+overwritten.
 Tables 2 and 3 carry bootstrap intervals and seed-level tests against `clip` (--resamples, --alpha); --grader TAG
 reads the verdicts of `regrade` instead of the original ones. `compare` prints method A − method B, the run
 (seed) as the unit, with the same numbers as the tables; `regrade` re-scores every saved sample with the current
@@ -308,8 +310,23 @@ def pack_main(argv: list[str]) -> int:
     return 0
 
 
+# what follows a damaged run file's name and line
+DAMAGED_FILE_HINT = (
+    "the results commands read every line of a run's files: repair or remove the damaged line (a torn last line is "
+    "a record whose write was cut off), or move the run out of --runs"
+)
+
+
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
+    """Run one command; a damaged run file stops it with the file and line named (exit status 2)."""
+    try:
+        return _command(sys.argv[1:] if argv is None else list(argv))
+    except rundir.RunFileError as err:
+        print(f"error: {err}\n{DAMAGED_FILE_HINT}", file=sys.stderr)
+        return 2
+
+
+def _command(argv: list[str]) -> int:
     if argv and argv[0] == "pack":
         return pack_main(argv[1:])
     if argv and argv[0] == "compare":

@@ -189,9 +189,9 @@ def read_text(path: str | Path) -> str:
         raise RunFileError(f"{path}: not a complete gzip file ({err})") from None
 
 
-def iter_jsonl(path: str | Path) -> Iterator[dict[str, Any]]:
-    """Records of a JSONL file (or `.jsonl.gz`); a torn last line (a run killed mid-write) is skipped, others
-    must parse."""
+def iter_jsonl(path: str | Path, whole: bool = False) -> Iterator[dict[str, Any]]:
+    """Records of a JSONL file (or `.jsonl.gz`). A torn last line (a run killed mid-write) is skipped and any
+    other bad line refused; with `whole` (readers that need every record: the results commands) it is refused too."""
     lines = read_text(path).splitlines()
     for number, line in enumerate(lines, 1):
         if not line.strip():
@@ -199,13 +199,14 @@ def iter_jsonl(path: str | Path) -> Iterator[dict[str, Any]]:
         try:
             yield json.loads(line)
         except json.JSONDecodeError:
-            if number == len(lines):
+            if number == len(lines) and not whole:
                 return
-            raise RunFileError(f"{path}:{number}: not valid JSON") from None
+            torn = " (the last line: a write that was cut off?)" if number == len(lines) else ""
+            raise RunFileError(f"{path}:{number}: not valid JSON{torn}") from None
 
 
-def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
-    return list(iter_jsonl(path))
+def read_jsonl(path: str | Path, whole: bool = False) -> list[dict[str, Any]]:
+    return list(iter_jsonl(path, whole))
 
 
 def read_json(path: str | Path) -> Any:
@@ -216,7 +217,7 @@ def read_json(path: str | Path) -> Any:
 
 
 def load_config(path: str | Path, resolve: bool = True) -> dict[str, Any]:
-    """A run's config.yaml as a plain dict; a file that is not a YAML mapping is a RunFileError naming it."""
+    """A run's config.yaml as a plain dict; a file that is empty or not a YAML mapping is a RunFileError naming it."""
     from omegaconf import DictConfig
     from omegaconf.errors import OmegaConfBaseException
     from yaml import YAMLError
@@ -225,6 +226,8 @@ def load_config(path: str | Path, resolve: bool = True) -> dict[str, Any]:
         config = OmegaConf.load(path)
         if not isinstance(config, DictConfig):
             raise RunFileError(f"{path}: not a config (a YAML mapping of keys)")
+        if not config:  # a run's config.yaml holds its whole config: an empty one was cut off or emptied
+            raise RunFileError(f"{path}: damaged: empty (a run's config.yaml holds every key of its config)")
         container = OmegaConf.to_container(config, resolve=resolve)
         assert isinstance(container, dict)  # what to_container gives for a DictConfig
         return {str(key): value for key, value in container.items()}

@@ -2,9 +2,9 @@
 
 Compose the config, validate it (bad input stops here with its message and exit status 2, before any model
 is loaded), then hand the plain dataclasses to `atr_grpo.training.pipeline.run_pipeline`. `--cfg job --resolve`
-prints the resolved config and loads nothing. Exit status: 0 when the run trained to its last step and every
-scheduled evaluation is recorded, 2 for bad input, 3 when training finished but evaluations are missing
-(re-launch the same command to retry them). Under `torchrun` / `accelerate launch` the main process reports
+prints the resolved config, validated as a run's is, and loads nothing. Exit status: 0 when the run trained to its
+last step and every scheduled evaluation is recorded, 2 for bad input, 3 when training finished but evaluations are
+missing (re-launch the same command to retry them). Under `torchrun` / `accelerate launch` the main process reports
 the outcome and the launcher fails when any process does.
 """
 

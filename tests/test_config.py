@@ -118,7 +118,7 @@ def test_an_unknown_rule_lists_the_available_ones():
     with pytest.raises(ConfigError) as err:
         compose(["clipping=ppo_kl"])
     message = str(err.value)
-    assert "clipping/ppo_kl" in message and "atr" in message and "clip_higher" in message
+    assert "clipping=ppo_kl" in message and "atr" in message and "clip_higher" in message
 
 
 UNKNOWN_KEYS = [

@@ -1,5 +1,6 @@
 """Bad input is refused before any model loads, with the key named: a rule's unknown parameter, a missing
-local file, a temperature vLLM would refuse, vLLM asked for where it cannot run."""
+local file, a temperature vLLM would refuse, vLLM asked for where it cannot run; a missing --config-dir, a
+misspelled key in its files or a misspelled option is named as typed, and `--cfg job` refuses what a run refuses."""
 
 import subprocess
 import sys
@@ -9,6 +10,7 @@ from conftest import REPO, compose, train_config
 
 from atr_grpo.config_hydra import config_from_yaml, config_to_yaml, to_object
 from atr_grpo.errors import ConfigError
+from atr_grpo.hydra_app import check_sweep
 
 
 def train_cli(*overrides):
@@ -72,3 +74,87 @@ def test_a_runs_config_survives_the_trip_through_its_yaml():
     for overrides in (["experiment=smoke"], ["experiment=smoke", "clipping=clip_cov"], []):
         cfg = train_config(overrides)
         assert config_from_yaml(config_to_yaml(cfg)) == cfg
+
+
+# ------------------------------------------------------------------------ what the user typed, named back
+def refused_naming(result, *words):
+    """Exit status 2, each of `words` on stderr, and none of Hydra's search path or a traceback."""
+    assert result.returncode == 2, result.stderr[-2000:]
+    for word in words:
+        assert word in result.stderr, (word, result.stderr)
+    for noise in ("Traceback", "structured://", "Config search path"):
+        assert noise not in result.stderr, (noise, result.stderr)
+
+
+def user_config_dir(tmp_path):
+    """A --config-dir holding clipping/mine.yaml, an ATR file with the key `delta` misspelled."""
+    clipping = tmp_path / "conf" / "clipping"
+    clipping.mkdir(parents=True)
+    (clipping / "mine.yaml").write_text("defaults:\n  - /schema/clipping@_here_: atr\n\nname: atr\ndeltaa: 0.05\n")
+    return tmp_path / "conf"
+
+
+@pytest.mark.parametrize("missing", [True, pytest.param(False, marks=pytest.mark.slow)])
+def test_a_config_dir_is_refused_naming_the_missing_folder_or_the_misspelled_key(tmp_path, missing):
+    folder = tmp_path / "no-such-folder" if missing else user_config_dir(tmp_path)
+    result = train_cli("--config-dir", str(folder), "experiment=smoke", "clipping=mine", "logger=none")
+    if missing:
+        refused_naming(result, f"--config-dir {folder}: no such folder")
+    else:
+        refused_naming(
+            result,
+            f"{folder / 'clipping' / 'mine.yaml'}: 'clipping.deltaa' is not a key of clipping; allowed keys: name, "
+            "delta, semantics",
+        )
+
+
+def test_a_config_dir_file_is_read_as_hydra_reads_it(tmp_path):
+    """The check before a run composes with --config-dir's files, so a good one passes it."""
+    folder = user_config_dir(tmp_path)
+    (folder / "clipping" / "mine.yaml").write_text("defaults:\n  - /schema/clipping@_here_: atr\n\nname: atr\n")
+    assert check_sweep("train", ["experiment=smoke", "clipping=mine"], config_dir=folder) == 1
+    with pytest.raises(ConfigError, match=f"--config-dir {tmp_path / 'none'}: no such folder"):
+        compose(["experiment=smoke"], config_dir=tmp_path / "none")
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["clipping.semantics=minn"],
+        pytest.param(["clipping=clip", "clipping.eps=-1"], marks=pytest.mark.slow),
+    ],
+)
+def test_cfg_job_validates_what_a_run_validates(overrides):
+    """`--cfg job --resolve` prints only a config a run accepts: a bad value stops it with exit status 2 and the
+    message a run gives."""
+    with pytest.raises(ConfigError) as err:
+        check_sweep("train", ["experiment=smoke", *overrides], multirun=False)
+    result = train_cli("experiment=smoke", *overrides, "--cfg", "job", "--resolve")
+    refused_naming(result, str(err.value))
+    assert result.stdout == ""
+
+
+@pytest.mark.slow
+def test_resolve_without_cfg_is_refused_naming_the_flag():
+    refused_naming(train_cli("experiment=smoke", "--resolve"), "--resolve is read with --cfg or --help only")
+
+
+@pytest.mark.slow
+def test_a_single_run_is_refused_without_talk_of_a_sweep():
+    result = train_cli("experiment=smoke", "logger=none", "trainer.max_steps=0")
+    refused_naming(result, "trainer.max_steps must be > 0, got 0")
+    assert "sweep" not in result.stderr
+
+
+@pytest.mark.slow
+def test_a_misspelled_option_is_named_with_a_guess_and_the_allowed_names():
+    result = train_cli("experiment=smoke", "logger=none", "clipping=atrr")
+    refused_naming(result, "clipping=atrr: no such clipping config; did you mean 'atr'? allowed: atr, atr_seq, cispo")
+    assert len(result.stderr.strip().splitlines()) == 1 and "sweep" not in result.stderr
+
+
+def test_a_misspelled_option_without_a_close_name_lists_the_allowed_ones():
+    with pytest.raises(ConfigError) as err:
+        compose(["experiment=zzzz"])
+    assert str(err.value).startswith("invalid config: experiment=zzzz: no such experiment config; allowed: ")
+    assert "did you mean" not in str(err.value) and "smoke" in str(err.value)

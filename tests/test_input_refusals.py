@@ -1,10 +1,11 @@
 """Bad input found before anything loads or is written, with the key or file named and no traceback: settings
 that would be accepted without effect, a negative seed, a LoRA target or an adapter that does not fit the model,
-an evaluation's bad out_dir; and a run directory that is the same run spelled differently (an absolute path, a
-moved or copied folder) is continued, not refused."""
+an evaluation's bad out_dir, a damaged run file (named with its line); and a run directory that is the same run
+spelled differently (an absolute path, a moved or copied folder) is continued, not refused."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import shutil
 import subprocess
@@ -212,6 +213,30 @@ def test_a_corrupted_config_or_env_file_is_named_and_the_run_left_as_it_was(tmp_
         path.write_text(good)
 
 
+def test_an_empty_config_file_is_named_as_damaged_not_as_another_run(tmp_path):
+    prepare(tmp_path / "run")
+    path = tmp_path / "run" / rundir.CONFIG_FILE
+    path.write_text("")
+    before = sorted(p.name for p in (tmp_path / "run").iterdir())
+    with pytest.raises(rundir.RunFileError, match=f"^{path}: damaged: empty"):
+        prepare(tmp_path / "run")
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == before and path.read_text() == ""
+
+
+def test_a_launch_names_a_finished_runs_empty_config_and_starts_nothing(tmp_path, monkeypatch, capsys):
+    from atr_grpo import launch
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    rundir.write_json(run_dir / rundir.DONE_FILE, {"step": 2})
+    (run_dir / rundir.CONFIG_FILE).write_text("")
+    monkeypatch.setattr(launch, "run_dir_of", lambda overrides, root=None: run_dir)
+    monkeypatch.setattr(launch.subprocess, "run", lambda *a, **k: pytest.fail("nothing may be started"))
+    plan = launch.Plan("toy", "train", ["experiment=smoke"], [[]], {})
+    assert launch.run_plan(plan, [], dry_run=False).exit_code == 2
+    assert f"error: {run_dir / rundir.CONFIG_FILE}: damaged: empty" in capsys.readouterr().err
+
+
 def test_corrupted_jsonl_files_are_named_with_their_line(tmp_path):
     from atr_grpo.training.run_logger import truncate_metrics
 
@@ -275,3 +300,55 @@ def test_compare_names_the_experiment_filter_that_found_nothing(capsys, monkeypa
     argv = ["compare", "atr", "clip", "--runs", "results/mini/runs", "--experiment", "minj", "--resamples", "100"]
     assert results.main(argv) == 2
     assert "(among the runs of --experiment 'minj')" in capsys.readouterr().err
+
+
+MINI_RUNS = REPO / "results" / "mini" / "runs"
+
+
+def torn_runs(tmp_path, relative, last, names=("mini__atr-delta0.05__s0", "mini__clip__s0")):
+    """Copies of committed mini runs, the first with one line of `relative` cut off: its last line (as a killed
+    write leaves it) or its second (a torn line written over since). Returns the file and the line's number."""
+    for name in names:
+        shutil.copytree(MINI_RUNS / name, tmp_path / "runs" / name)
+    path = tmp_path / "runs" / names[0] / relative
+    if path.suffix == ".gz":  # a per-sample file as evaluation writes it
+        path.with_suffix("").write_bytes(gzip.decompress(path.read_bytes()))
+        path.unlink()
+        path = path.with_suffix("")
+    lines = path.read_text().splitlines(keepends=True)
+    number = len(lines) if last else 2
+    lines[number - 1] = lines[number - 1][:20] + ("" if last else "\n")
+    path.write_text("".join(lines))
+    return path, number
+
+
+REGRADE = ["regrade", "--no-progress", "--workers", "1"]
+
+
+@pytest.mark.parametrize(
+    ("relative", "last", "argv"),
+    [
+        ("metrics.jsonl", True, ["clip_binding"]),
+        ("eval/summary.jsonl", False, ["compare", "atr-delta0.05", "clip", "--resamples", "100"]),
+        *(
+            pytest.param(*case, marks=pytest.mark.slow)
+            for case in [
+                ("metrics.jsonl", False, ["clip_binding"]),
+                ("eval/summary.jsonl", True, ["endpoints"]),
+                ("eval/summary.jsonl", False, REGRADE),
+                ("eval/step_000048/arithmetic.jsonl.gz", True, REGRADE),
+            ]
+        ),
+    ],
+)
+def test_the_results_commands_name_a_torn_line_of_a_run_file(tmp_path, capsys, relative, last, argv):
+    """Exit status 2 and the file and line named, whatever the command and wherever the torn line is; nothing
+    is left out silently (a torn last line, once skipped, made the tables miss a step or a sample)."""
+    from atr_grpo import results
+
+    path, number = torn_runs(tmp_path, relative, last)
+    out = ["--out", str(tmp_path / "tables")] if argv[0] in results.TABLES else []
+    assert results.main([*argv, "--runs", str(tmp_path / "runs"), *out]) == 2
+    err = capsys.readouterr().err
+    assert f"error: {path}:{number}: not valid JSON" in err and "Traceback" not in err, err
+    assert not (tmp_path / "tables").exists()

@@ -40,12 +40,17 @@ def find_sample_file(run_dir: str | Path, step: int, benchmark: str) -> Path | N
     return plain if plain.exists() else packed if packed.exists() else None
 
 
-def read_summary(run_dir: str | Path) -> dict[tuple[int, str], dict[str, Any]]:
+def read_summary(run_dir: str | Path, whole: bool = False) -> dict[tuple[int, str], dict[str, Any]]:
     """The authoritative (last) summary line of every evaluated (step, benchmark)."""
-    path = rundir.summary_path(run_dir)
+    return read_summary_file(rundir.summary_path(run_dir), whole)
+
+
+def read_summary_file(path: Path, whole: bool = False) -> dict[tuple[int, str], dict[str, Any]]:
+    """The last line of each (step, benchmark) of a summary file; {} when there is none. With `whole`, a torn
+    last line is refused too (`rundir.iter_jsonl`)."""
     if not path.exists():
         return {}
-    return {(int(row["step"]), str(row["benchmark"])): row for row in rundir.iter_jsonl(path)}
+    return {(int(row["step"]), str(row["benchmark"])): row for row in rundir.iter_jsonl(path, whole)}
 
 
 def move_aside(path: Path, tag: str) -> Path:

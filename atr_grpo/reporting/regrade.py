@@ -30,7 +30,7 @@ from typing import Any
 from atr_grpo import rundir
 from atr_grpo.evaluation import gold, grader
 from atr_grpo.evaluation.metrics import summarize
-from atr_grpo.evaluation.outputs import find_sample_file, move_aside, read_summary, write_samples
+from atr_grpo.evaluation.outputs import find_sample_file, move_aside, read_summary, read_summary_file, write_samples
 
 REGRADE_DIR = "regrade"
 GRADER_FILE = "grader.json"
@@ -115,15 +115,14 @@ def _record(before: dict[str, Any], after: grader.GradeResult) -> dict[str, Any]
 
 def _regraded(run_dir: Path, tag: str) -> dict[tuple[int, str], dict[str, Any]]:
     """The summary line of every (step, benchmark) this grader has regraded (the last one of each)."""
-    path = summary_path(run_dir, tag)
-    return {(int(r["step"]), str(r["benchmark"])): r for r in rundir.iter_jsonl(path)} if path.exists() else {}
+    return read_summary_file(summary_path(run_dir, tag), whole=True)
 
 
 def _pending(run_dir: Path, tag: str, warn: Callable[[str], None]) -> tuple[list, dict]:
     """(evaluations to grade as (step, benchmark, source path, sha256), those already regraded)."""
     done = _regraded(run_dir, tag)
     todo, reused = [], {}
-    for step, bench in sorted(read_summary(run_dir)):
+    for step, bench in sorted(read_summary(run_dir, whole=True)):
         source = find_sample_file(run_dir, step, bench)
         if source is None:
             warn(f"{run_dir}: step {step}, {bench} has a summary line but no per-sample file: not regraded")
@@ -158,7 +157,7 @@ def regrade_run(
         if not (out_dir / GRADER_FILE).exists():
             rundir.write_json(out_dir / GRADER_FILE, identity, overwrite=False)
         todo, reused = _pending(run_dir, tag, warn)
-        originals = {(s, b): rundir.read_jsonl(path) for s, b, path, _ in todo}
+        originals = {(s, b): rundir.read_jsonl(path, whole=True) for s, b, path, _ in todo}
         jobs = [
             (str(r["completion"]), str(r["gold"]), r.get("finish_reason")) for rows in originals.values() for r in rows
         ]
@@ -223,7 +222,7 @@ def _write_evaluation(
             if verdict and len(changes.examples) < examples:
                 changes.examples.append(line)
     path = verdict_file(run_dir, tag, step, bench)
-    original = read_summary(run_dir).get((step, bench), {})
+    original = read_summary(run_dir, whole=True).get((step, bench), {})
     if path.exists():  # graded from a per-sample file replaced since, or left by an interrupted regrade
         move_aside(path, "replaced" if (step, bench) in _regraded(run_dir, tag) else "interrupted")
     write_samples(path, records)

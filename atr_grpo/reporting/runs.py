@@ -17,7 +17,7 @@ from typing import Any
 
 from atr_grpo import rundir
 from atr_grpo.evaluation.metrics import summarize
-from atr_grpo.evaluation.outputs import find_sample_file, read_summary
+from atr_grpo.evaluation.outputs import find_sample_file, read_summary, read_summary_file
 from atr_grpo.evaluation.schedule import FAILURES_FILE, read_failures
 from atr_grpo.reporting import regrade
 
@@ -99,9 +99,8 @@ class Run:
     @cached_property
     def summary(self) -> dict[tuple[int, str], dict[str, Any]]:
         if self.grader is None:
-            return read_summary(self.path)
-        path = regrade.summary_path(self.path, self.grader)
-        return {(int(r["step"]), str(r["benchmark"])): r for r in rundir.iter_jsonl(path)} if path.exists() else {}
+            return read_summary(self.path, whole=True)
+        return read_summary_file(regrade.summary_path(self.path, self.grader), whole=True)
 
     def verdicts(self, step: int, benchmark: str) -> dict[str, list[bool]]:
         """{problem id: verdicts in sample order} of one evaluation, from its per-sample file (or, with a
@@ -117,7 +116,7 @@ class Run:
             if path is None:
                 raise MissingSamples(f"{self.path}: no per-sample file {wanted}")
             by_problem: dict[str, dict[int, bool]] = defaultdict(dict)
-            for record in rundir.iter_jsonl(path):
+            for record in rundir.iter_jsonl(path, whole=True):
                 by_problem[str(record["problem_id"])][int(record["sample"])] = bool(record["correct"])
             self._cache[key] = {pid: [row[i] for i in sorted(row)] for pid, row in by_problem.items()}
         return self._cache[key]
@@ -137,7 +136,7 @@ class Run:
     @cached_property
     def metrics(self) -> list[dict[str, Any]]:
         path = self.path / rundir.METRICS_FILE
-        return rundir.read_jsonl(path) if path.exists() else []
+        return rundir.read_jsonl(path, whole=True) if path.exists() else []
 
     @property
     def eval_steps(self) -> list[int]:
@@ -184,7 +183,8 @@ def _steps_text(steps: list[int]) -> str:
 
 
 def load_run(path: Path, grader: str | None = None) -> Run:
-    """The run at `path`; an unreadable file becomes a problem of the run instead of an exception."""
+    """The run at `path`; an unreadable config.yaml or summary record becomes a problem of the run. A line of
+    eval/summary.jsonl that is not JSON raises RunFileError, which names the file and the line."""
     try:
         config = rundir.load_config(path / rundir.CONFIG_FILE, resolve=False)
     except (OSError, rundir.RunFileError) as err:  # a half-written config must not stop the other tables
@@ -195,6 +195,8 @@ def load_run(path: Path, grader: str | None = None) -> Run:
     source = "eval/summary.jsonl" if grader is None else f"eval/regrade/{grader}/summary.jsonl"
     try:
         summary = run.summary
+    except rundir.RunFileError:  # a damaged line: named, and the results command stops (results.main)
+        raise
     except (ValueError, KeyError, TypeError) as err:  # a line that is not a summary record
         run.__dict__["summary"] = {}
         run.problems.append(f"{source} unreadable ({err})")
