@@ -73,6 +73,7 @@ def test_smoke_run_writes_every_run_file(atr_run):
     config = OmegaConf.load(atr_run / rundir.CONFIG_FILE)
     assert config.clipping.name == "atr" and config.clipping.delta == 0.07
     assert config.trainer.loss_agg == "dr_grpo" and config.trainer.scale_rewards == "none"
+    assert config.trainer.truncation == "zero", "a truncated completion earns 0, as the evaluation scores it"
     env = json.loads((atr_run / rundir.ENV_FILE).read_text())
     assert {"torch", "transformers", "trl"} <= set(env["packages"])
     start = env["start_point"]  # the adapter GRPO started from: its cache key and the hash of its weights
@@ -94,6 +95,7 @@ def test_smoke_run_writes_every_run_file(atr_run):
             "learning_rate",
             "step_time",
             "loss",
+            "completions/truncated_frac",  # every step: the share of its completions that ran out of tokens
         ):
             assert isinstance(row[key], float), (key, row)
     for row in rows[0::2]:  # generation steps carry the return and the completion length
@@ -167,7 +169,17 @@ class Kill(TrainerCallback):
             raise Preempted(f"killed after step {self.step}")
 
 
-COMPARED = ("loss", "grad_norm", "reward", "entropy", "clip/frac", "ratio/mean", "ratio/max", "completion_length")
+COMPARED = (
+    "loss",
+    "grad_norm",
+    "reward",
+    "entropy",
+    "clip/frac",
+    "ratio/mean",
+    "ratio/max",
+    "completion_length",
+    "completions/truncated_frac",
+)
 
 
 def assert_same_metrics(whole, resumed, compared=COMPARED):
