@@ -138,9 +138,12 @@ def test_both_trainer_paths_mark_and_mask_the_same_completions(setting):
     batches = [built(path, setting)._generate_and_score_completions(None) for path in (TRLPath, UnslothPath)]
     for batch in batches:
         assert batch["truncated"].tolist() == [True, False, False]
+        assert batch["completion_mask"].sum(dim=1).tolist() == [6, 6, 3], "the model still reads every completion"
+        loss_mask = batch["completion_mask"] * batch.get("tool_mask", 1)  # what both paths' losses use
         kept = [0, 1, 1] if setting == "mask" else [1, 1, 1]  # only `mask` drops the cut completion's tokens
-        assert batch["completion_mask"].sum(dim=1).tolist() == [6 * kept[0], 6, 3]
-    assert torch.equal(batches[0]["completion_mask"], batches[1]["completion_mask"])
+        assert loss_mask.sum(dim=1).tolist() == [6 * kept[0], 6, 3]
+    for key in ("completion_mask", "tool_mask"):
+        assert torch.equal(batches[0].get(key, torch.ones(1)), batches[1].get(key, torch.ones(1)))
 
 
 def test_each_training_step_records_the_truncated_fraction():

@@ -252,7 +252,10 @@ class RuleTrainerMixin(_Host):
         """Mark each completion of a scored rollout batch as truncated or not (`batch["truncated"]`, `[B]`), by
         `atr_grpo.truncation`, and under `trainer.truncation=mask` drop the truncated ones' tokens from the loss.
 
-        `completion_mask` still covers each completion up to its first end token (TRL's own masking is off).
+        `completion_mask` covers each completion up to its first end token (TRL's own masking is off) and stays as it
+        is: the model still reads a masked completion. The loss mask is `tool_mask`, which both paths multiply into
+        the loss (TRL's `_compute_loss`, Unsloth's `compute_loss`). Zeroing `completion_mask` instead, as TRL's
+        `mask_truncated_completions` does, would leave a micro-batch of only truncated completions without a gradient.
         """
         truncation = self.require_truncation()
         ids, mask = batch["completion_ids"], batch["completion_mask"]
@@ -262,7 +265,9 @@ class RuleTrainerMixin(_Host):
         truncated = torch.tensor(flags, dtype=torch.bool, device=mask.device)
         batch["truncated"] = truncated
         if truncation.masks_loss:
-            batch["completion_mask"] = mask * (~truncated).unsqueeze(1).to(mask.dtype)
+            keep = (~truncated).unsqueeze(1).to(mask.dtype).expand_as(mask)
+            existing = batch.get("tool_mask")
+            batch["tool_mask"] = keep.clone() if existing is None else existing * keep
         return batch
 
     def compute_loss(self, model: Any, inputs: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
