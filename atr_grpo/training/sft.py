@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from atr_grpo import rundir
+from atr_grpo.compat import install_trl_logprob_fallback
 from atr_grpo.config import TrainConfig
 from atr_grpo.config_hydra import config_to_yaml
 from atr_grpo.data.datasets import sft_dataset
@@ -88,6 +89,7 @@ def ensure_sft_adapter(cfg: TrainConfig) -> Path:
             shutil.rmtree(staging)  # leftovers of an interrupted SFT run: ours to remove, never a user file
         staging.mkdir(parents=True)
         (staging / RUN_CONFIG).write_text(config_to_yaml(cfg))
+        install_trl_logprob_fallback()  # its line said here, before the stage process, which says it no more
         run_stage("sft", staging)  # a process of its own: pristine TRL on every machine
         (staging / RUN_CONFIG).unlink()
         staging.rename(target)
@@ -105,7 +107,6 @@ def train_sft(cfg: TrainConfig, out_dir: Path) -> None:
     if "unsloth" in sys.modules:  # its patched SFTTrainer would train a machine-dependent adapter
         raise RuntimeError("the SFT stage must run in a process that has not imported unsloth (stages sft)")
 
-    from atr_grpo.compat import install_trl_logprob_fallback
     from atr_grpo.console import LOSS_SHOWN
     from atr_grpo.training.progress import attach_progress
 
