@@ -15,8 +15,9 @@ Its files:
       eval/summary.jsonl     one line per (step, benchmark)
 
 Writers here never truncate an existing file: JSONL files are appended to, JSON files are written
-through a temporary file and renamed, and a file that must not change is refused if present. A re-launch into a
-run directory continues the run only when its config is the saved one (`config_differences`).
+through a temporary file and renamed, and a file that must not change is refused if present. The one exception
+is a JSONL file's torn last line (a killed write): it is moved to `<name>.torn` before the next append. A
+re-launch into a run directory continues the run only when its config is the saved one (`config_differences`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import fcntl
 import gzip
 import hashlib
 import json
+import logging
 import os
 import platform
 import subprocess
@@ -39,6 +41,8 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from atr_grpo.distributed import world_size
+
+log = logging.getLogger(__name__)
 
 CONFIG_FILE = "config.yaml"
 ENV_FILE = "env.json"
@@ -162,11 +166,33 @@ def append_jsonl(path: str | Path, records: dict[str, Any] | Iterable[dict[str, 
     path.parent.mkdir(parents=True, exist_ok=True)
     if isinstance(records, dict):
         records = [records]
+    set_torn_tail_aside(path)
     with path.open("a", encoding="utf-8") as handle:
         for record in records:
             handle.write(json.dumps(record, ensure_ascii=False, allow_nan=True) + "\n")
         handle.flush()
         os.fsync(handle.fileno())
+
+
+def set_torn_tail_aside(path: Path) -> None:
+    """A JSONL file that does not end in a newline ends in a write that was cut off (a killed process). Before the
+    next record is appended, that fragment is moved to `<name>.torn` (kept, never deleted), so the new record does
+    not glue onto it."""
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    with path.open("rb+") as handle:
+        handle.seek(-1, os.SEEK_END)
+        if handle.read(1) == b"\n":
+            return
+        data = path.read_bytes()
+        keep = data.rfind(b"\n") + 1  # 0 when the whole file is one torn line
+        aside = path.with_name(path.name + ".torn")
+        with aside.open("ab") as torn:
+            torn.write(data[keep:] + b"\n")
+            torn.flush()
+            os.fsync(torn.fileno())
+        handle.truncate(keep)
+    log.warning("%s: its last line was cut off; the fragment is kept in %s", path, aside)
 
 
 class RunFileError(ValueError):

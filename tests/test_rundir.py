@@ -78,6 +78,19 @@ def test_environment_records_the_kernel_choice():
         path_environment("sse")
 
 
+def test_an_append_after_a_torn_last_line_starts_a_new_line_and_keeps_the_fragment(tmp_path):
+    """A killed write leaves a line without its newline; the next record must not glue onto it."""
+    path = tmp_path / "summary.jsonl"
+    path.write_text('{"step": 0}\n{"step": 5')
+    rundir.append_jsonl(path, {"step": 50})
+    assert rundir.read_jsonl(path) == [{"step": 0}, {"step": 50}]
+    assert (tmp_path / "summary.jsonl.torn").read_text() == '{"step": 5\n'
+    path.write_text('{"ste')  # the whole file one torn line
+    rundir.append_jsonl(path, {"step": 1})
+    assert rundir.read_jsonl(path) == [{"step": 1}]
+    assert (tmp_path / "summary.jsonl.torn").read_text() == '{"step": 5\n{"ste\n', "earlier fragments are kept"
+
+
 def test_compressed_jsonl_reads_like_the_plain_file(tmp_path):
     """A `.jsonl.gz` file gives the records of its plain twin; a cut-off gzip stream is an error naming the file."""
     records = [{"problem_id": 1, "sample": i, "correct": i % 2 == 0} for i in range(4)]
