@@ -3,6 +3,7 @@
     python scripts/numeric_paths.py demo  --out DIR                    # the demo, native/avx2/baseline × seeds 0-4
     python scripts/numeric_paths.py start --out DIR --recipe demo --epochs 3 6 9 --paths native avx2
                                                                        # SFT + step-0 Mean@8, sft.seed 0-4
+    python scripts/numeric_paths.py demo  --out DIR --paths baseline --seeds 1 --set trainer.learning_rate=1e-4
 
 Each path runs in processes of its own, with a cache of its own under `--out`, so it builds its own tiny base model
 and SFT adapter: the whole pipeline runs on that path. A finished run is read again, never re-run.
@@ -101,7 +102,7 @@ def main() -> int:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
     parser.add_argument("--recipe", default="demo", help="start: the experiment whose SFT stage is studied")
     parser.add_argument("--epochs", nargs="+", type=int, default=[3], help="start: the SFT budgets (sft.num_epochs)")
-    parser.add_argument("overrides", nargs="*", help="config overrides for every run (after --)")
+    parser.add_argument("--set", dest="overrides", nargs="+", default=[], metavar="KEY=VALUE", help="config overrides")
     args = parser.parse_args()
     body = demo_table(args) if args.mode == "demo" else start_table(args)
     text = f"Host: {rundir.cpu_model()}; `python scripts/numeric_paths.py {' '.join(sys.argv[1:])}`\n\n{body}\n"
