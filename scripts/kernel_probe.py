@@ -70,7 +70,7 @@ def main() -> int:
         print(json.dumps(fingerprints(args.threads)))
         return 0
     from atr_grpo.numeric_paths import NUMERIC_PATHS, path_environment
-    from atr_grpo.rundir import cpu_model
+    from atr_grpo.run_environment import cpu_model
 
     table = {}
     for path in NUMERIC_PATHS:

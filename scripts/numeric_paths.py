@@ -24,7 +24,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from atr_grpo import rundir  # noqa: E402
+from atr_grpo import run_environment, rundir  # noqa: E402
 from atr_grpo.numeric_paths import NUMERIC_PATHS, path_environment  # noqa: E402
 
 K = 8
@@ -105,7 +105,9 @@ def main() -> int:
     parser.add_argument("--set", dest="overrides", nargs="+", default=[], metavar="KEY=VALUE", help="config overrides")
     args = parser.parse_args()
     body = demo_table(args) if args.mode == "demo" else start_table(args)
-    text = f"Host: {rundir.cpu_model()}; `python scripts/numeric_paths.py {' '.join(sys.argv[1:])}`\n\n{body}\n"
+    text = (
+        f"Host: {run_environment.cpu_model()}; `python scripts/numeric_paths.py {' '.join(sys.argv[1:])}`\n\n{body}\n"
+    )
     (args.out / f"{args.mode}.md").write_text(text)
     print(text)
     return 0

@@ -8,7 +8,7 @@ import pytest
 import torch
 import trl
 
-from atr_grpo import rundir
+from atr_grpo import run_environment, rundir
 from atr_grpo.evaluation.outputs import find_sample_file, sample_file
 
 
@@ -45,7 +45,7 @@ def test_find_run_dirs_and_eval_paths(tmp_path):
 
 
 def test_environment_records_versions_and_device():
-    env = rundir.environment()
+    env = run_environment.environment()
     # what is installed where the run runs (a GPU image may hold another torch than the pin), read independently
     assert env["packages"]["torch"] in {torch.__version__, torch.__version__.split("+")[0]}
     assert env["packages"]["trl"] == trl.__version__
@@ -67,7 +67,7 @@ def test_environment_records_the_kernel_choice():
 
     from atr_grpo.numeric_paths import path_environment
 
-    script = "import json; from atr_grpo import rundir; print(json.dumps(rundir.device_info()))"
+    script = "import json; from atr_grpo import run_environment; print(json.dumps(run_environment.device_info()))"
     out = subprocess.run(
         [sys.executable, "-c", script], env=path_environment("avx2"), capture_output=True, text=True, check=True
     )

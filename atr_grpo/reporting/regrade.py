@@ -27,7 +27,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from atr_grpo import rundir
+from atr_grpo import run_environment, rundir
 from atr_grpo.evaluation import gold, grader
 from atr_grpo.evaluation.metrics import summarize
 from atr_grpo.evaluation.outputs import find_sample_file, move_aside, read_summary, read_summary_file, write_samples
@@ -244,7 +244,7 @@ def _write_evaluation(
         "credit_inside_think": credit_inside_think,
         "source": str(source.relative_to(run_dir)),
         "source_sha256": digest,
-        "git_commit": rundir.git_commit(),
+        "git_commit": run_environment.git_commit(),
         "regraded_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     rundir.append_jsonl(summary_path(run_dir, tag), line)

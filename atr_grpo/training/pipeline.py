@@ -32,7 +32,7 @@ from typing import Any
 import torch
 from omegaconf import OmegaConf
 
-from atr_grpo import distributed, rundir
+from atr_grpo import distributed, run_environment, rundir
 from atr_grpo.clipping import RULES, build_rule
 from atr_grpo.config import TrainConfig
 from atr_grpo.errors import ConfigError
@@ -82,7 +82,7 @@ def prepare_run_dir(cfg: TrainConfig, config_yaml: str, decision: Decision) -> R
             raise RunDirError(f"{run_dir} holds checkpoints or metrics but no config.yaml; refusing to write into it")
         rundir.write_text(config_path, config_yaml, overwrite=False)
         env = {
-            **rundir.environment(cfg.trainer.num_threads),
+            **run_environment.environment(cfg.trainer.num_threads),
             "machine": decision.record(),
             "model_loaded": loaded_models(cfg, decision),
         }
@@ -108,7 +108,7 @@ def prepare_run_dir(cfg: TrainConfig, config_yaml: str, decision: Decision) -> R
             f"{distributed.world_size()}: the global batch is the same, but the random streams of the processes "
             "differ, so the continuation is not the one an uninterrupted run would have computed"
         )
-    env.setdefault("resumes", []).append(rundir.environment(cfg.trainer.num_threads))
+    env.setdefault("resumes", []).append(run_environment.environment(cfg.trainer.num_threads))
     rundir.write_json(env_path, env)
     return run_state(run_dir)
 

@@ -32,6 +32,7 @@ from atr_grpo.distributed import process_batch, world_size
 from atr_grpo.losses import GRPOLoss, LossSettings, resolve_aggregation
 from atr_grpo.training import checkpoints
 from atr_grpo.training.step_stats import StepStats, rollout_mismatch
+from atr_grpo.training.truncated import TruncationMixin
 from atr_grpo.truncation import Truncation
 
 log = logging.getLogger(__name__)
@@ -207,7 +208,7 @@ else:
     _Host = object
 
 
-class RuleTrainerMixin(_Host):
+class RuleTrainerMixin(TruncationMixin, _Host):
     """Added in front of a `GRPOTrainer` class (TRL's or Unsloth's): the rule, its extras and its metrics."""
 
     _checkpoint_staging: Path | None = None  # set while `_save_checkpoint` runs
@@ -227,55 +228,11 @@ class RuleTrainerMixin(_Host):
         self._old_adapter: dict[str, Tensor] | None = None
         self._step_stats = StepStats()
 
-    def require_truncation(self) -> Truncation:
-        if self.truncation is None:
-            raise RuntimeError("this trainer generates completions but was built without a truncation rule")
-        return self.truncation
-
-    def check_stop_ids(self) -> None:
-        """After `GRPOTrainer.__init__`: the trainer stops generating on the ids the truncation rule reads."""
-        truncation = self.require_truncation()
-        ours, theirs = set(truncation.stop_ids), set(getattr(self, "eos_token_ids", truncation.stop_ids))
-        if ours != theirs:
-            raise RuntimeError(
-                f"the trainer stops completions on token ids {sorted(theirs)}, the truncation rule on {sorted(ours)}: "
-                "rewards would call finished completions truncated"
-            )
-
     def _generate_and_score_completions(self, inputs: Any) -> Any:
         # π_old's weights, for an extra computed from them (the full-vocabulary KL): those that generate this rollout
         if keeps_old_weights(self.rule.needs):
             self._old_adapter = adapter_snapshot(self.accelerator.unwrap_model(self.model))
         return self.apply_truncation(super()._generate_and_score_completions(inputs))
-
-    def apply_truncation(self, batch: dict[str, Any]) -> dict[str, Any]:
-        """Mark each completion of a scored rollout batch as truncated or not (`batch["truncated"]`, `[B]`), by
-        `atr_grpo.truncation`, and under `trainer.truncation=mask` drop the truncated ones' tokens from the loss.
-
-        `completion_mask` covers each completion up to its first end token (TRL's own masking is off) and stays as it
-        is: the model still reads a masked completion. The loss mask is `tool_mask`, which both paths multiply into
-        the loss (TRL's `_compute_loss`, Unsloth's `compute_loss`). Zeroing `completion_mask` instead, as TRL's
-        `mask_truncated_completions` does, would leave a micro-batch of only truncated completions without a gradient.
-        """
-        truncation = self.require_truncation()
-        ids, mask = batch["completion_ids"], batch["completion_mask"]
-        lengths = mask.sum(dim=1).tolist()
-        rows = ids.tolist()
-        flags = [truncation.truncated(row[: int(n)]) for row, n in zip(rows, lengths, strict=True)]
-        truncated = torch.tensor(flags, dtype=torch.bool, device=mask.device)
-        batch["truncated"] = truncated
-        if truncation.masks_loss:
-            keep = (~truncated).unsqueeze(1).to(mask.dtype).expand_as(mask)
-            existing = batch.get("tool_mask")
-            batch["tool_mask"] = keep.clone() if existing is None else existing * keep
-        return batch
-
-    def compute_loss(self, model: Any, inputs: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
-        """Both paths' loss; during training, the micro-batch's truncated fraction is recorded first."""
-        if self.model.training and "truncated" in inputs:
-            truncated = inputs["truncated"]
-            self._step_stats.add({"completions/truncated_frac": float(truncated.float().mean())}, truncated.numel())
-        return super().compute_loss(model, inputs, *args, **kwargs)
 
     def rule_extras(
         self,

@@ -21,7 +21,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from atr_grpo import rundir
+from atr_grpo import run_environment, rundir
 from atr_grpo.cache import cache_dir
 from atr_grpo.evaluation.outputs import find_sample_file, move_aside, read_summary, sample_file
 from atr_grpo.evaluation.runner import flat_metrics
@@ -44,7 +44,7 @@ def start_key(cfg: Any, start: dict[str, Any]) -> str:
         "data": asdict(cfg.data),
         "prompt": asdict(cfg.prompt),
         "threads": torch.get_num_threads(),  # float sums (hence samples) may depend on the thread count
-        "packages": rundir.package_versions(("torch", "transformers", "peft", "math-verify")),
+        "packages": run_environment.package_versions(("torch", "transformers", "peft", "math-verify")),
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
