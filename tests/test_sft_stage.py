@@ -60,6 +60,20 @@ def test_an_experiment_can_give_each_run_seed_its_own_start_point():
     assert train_config(["experiment=smoke", "seed=3"]).sft.seed == 3407, "by default every seed shares one adapter"
 
 
+def test_mini_starts_where_the_demo_starts():
+    """The mini recipe changes only GRPO: its SFT adapter and its evaluation are the demo's, so the demo's study of
+    the SFT budget (docs/cpu-experiments.md) is the mini recipe's too."""
+    from dataclasses import asdict
+
+    from atr_grpo.training.sft import sft_cache_key
+
+    demo, mini = train_config(["experiment=demo"]), train_config(["experiment=mini"])
+    assert sft_cache_key(mini) == sft_cache_key(demo)
+    differ = {k for k, v in asdict(mini.eval).items() if asdict(demo.eval)[k] != v}
+    assert differ == {"every_steps"}, differ
+    assert asdict(mini.data) == asdict(demo.data)
+
+
 def test_sft_refuses_to_train_where_unsloth_was_imported(monkeypatch, tmp_path):
     from atr_grpo.training.sft import train_sft
 
