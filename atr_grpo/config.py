@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from omegaconf import MISSING
 
@@ -46,8 +46,14 @@ class ClippingConfig:
     for a rule with a threshold δ, the keys of adaptive δ (`clipping/adaptive_delta.py`)."""
 
     name: str = MISSING
+    rule: ClassVar[str | None] = None  # the rule whose schema this is (set on each generated schema)
 
     def __post_init__(self) -> None:
+        if self.rule is not None and self.name != self.rule:
+            raise ConfigError(
+                f"invalid config: clipping.name={self.name!r} in a file with the schema of {self.rule!r}: a rule's "
+                f"config file picks its own schema ('defaults: [/schema/clipping@_here_: {self.name}, _self_]')"
+            )
         try:
             rule = build_rule(self.name, **self.params())
         except ValueError as err:
@@ -77,7 +83,9 @@ def _clipping_schema(rule_name: str) -> type:
         (param.name, float | None if param.default is None else type(param.default), field(default=param.default))
         for param in params
     ]
-    cls = dataclasses.make_dataclass(f"Clipping_{rule_name}", fields, bases=(ClippingConfig,))
+    cls = dataclasses.make_dataclass(
+        f"Clipping_{rule_name}", fields, bases=(ClippingConfig,), namespace={"rule": rule_name}
+    )
     cls.__module__ = __name__
     globals()[cls.__name__] = cls
     return cls

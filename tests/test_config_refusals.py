@@ -158,3 +158,58 @@ def test_a_misspelled_option_without_a_close_name_lists_the_allowed_ones():
         compose(["experiment=zzzz"])
     assert str(err.value).startswith("invalid config: experiment=zzzz: no such experiment config; allowed: ")
     assert "did you mean" not in str(err.value) and "smoke" in str(err.value)
+
+
+# ------------------------------------------------------------- a rule's config file without its schema line
+def rule_file_without_schema_line(tmp_path):
+    """A --config-dir holding clipping/mine.yaml as the README once asked for it: ATR's values, no `defaults:`."""
+    clipping = tmp_path / "conf" / "clipping"
+    clipping.mkdir(parents=True)
+    (clipping / "mine.yaml").write_text("# ATR with a smaller δ\nname: atr\ndelta: 0.05\n")
+    return tmp_path / "conf"
+
+
+SCHEMA_LINE = "needs the defaults line 'defaults: [/schema/clipping@_here_: atr, _self_]'"
+
+
+def test_a_rule_file_without_its_schema_line_is_refused_naming_the_file_and_the_line(tmp_path):
+    """Without the line the file composes into a plain mapping that no rule reads (every run used to die on it
+    with an AttributeError); composing refuses it, naming the file and the line to add."""
+    folder = rule_file_without_schema_line(tmp_path)
+    with pytest.raises(ConfigError) as err:
+        compose(["experiment=smoke", "clipping=mine"], config_dir=folder)
+    assert str(err.value).startswith(f"invalid config: {folder / 'clipping' / 'mine.yaml'}: a rule's config file")
+    assert SCHEMA_LINE in str(err.value)
+    (folder / "clipping" / "mine.yaml").write_text(
+        "defaults:\n  - /schema/clipping@_here_: atr\n  - _self_\nname: atr\ndelta: 0.05\n"
+    )
+    assert to_object(compose(["experiment=smoke", "clipping=mine"], config_dir=folder)).clipping.delta == 0.05
+
+
+def test_a_rule_file_with_another_rules_schema_is_refused_naming_both():
+    with pytest.raises(ConfigError) as err:
+        to_object(compose(["experiment=smoke", "clipping=atr", "clipping.name=clip"]))
+    assert str(err.value) == (
+        "invalid config: clipping.name='clip' in a file with the schema of 'atr': a rule's config file picks its own "
+        "schema ('defaults: [/schema/clipping@_here_: clip, _self_]')"
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cfg_flags", [["--cfg", "job", "--resolve"], []], ids=["cfg-job", "run"])
+def test_the_train_entry_point_refuses_a_rule_file_without_its_schema_line(tmp_path, cfg_flags):
+    """`--cfg job --resolve` prints nothing, and a run stops before any model loads: exit status 2, the message,
+    no run directory."""
+    folder = rule_file_without_schema_line(tmp_path)
+    run_dir = tmp_path / "run"
+    result = train_cli(
+        "--config-dir",
+        str(folder),
+        "experiment=smoke",
+        "clipping=mine",
+        "logger=none",
+        f"run_dir={run_dir}",
+        *cfg_flags,
+    )
+    refused_naming(result, f"{folder / 'clipping' / 'mine.yaml'}: a rule's config file", SCHEMA_LINE)
+    assert result.stdout == "" and not run_dir.exists()
