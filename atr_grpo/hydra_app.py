@@ -2,9 +2,9 @@
 
 `compose_train(overrides)` is the config `python -m atr_grpo.train <overrides>` runs with, for code that
 composes without the command line (tests, the demo, the launcher, the benchmarks). Composing is a pure function of
-the files under conf/, the registered schemas, the working directory and the overrides, and Hydra takes about 0.2 s
-for it: a process keeps each result under those inputs (the files by size and modification time) and hands out
-copies, so a launcher that validates a plan's runs and then names their directories composes each run once.
+the files under conf/, the registered schemas, the working directory and the overrides. A process keeps each result
+under those inputs (the files by size and modification time) and hands out copies. So a launcher that validates a
+plan's runs and then names their directories composes each run once.
 
 `run_app(main)` runs a `@hydra.main` function so that bad config input (a misspelled key, a wrong type, a missing
 config file, a value the schema refuses, a `--config-dir` that is not a folder) ends the process with a message and
