@@ -168,7 +168,7 @@ def keep_vllm_out_of_trl() -> bool:
     """Make TRL see no vLLM in this process, so that importing its GRPO trainer does not import vLLM.
 
     TRL imports vLLM (its client, weight transfer and `LLM`) as soon as its GRPO trainer is imported, whether or
-    not the run generates with it: about 10 s of a 23 s start on 2 CPU cores. Only for a process that runs one
+    not the run generates with it, a large part of a process's start on a CPU. Only for a process that runs one
     config whose rollouts are not vLLM's (`python -m atr_grpo.train` and its GRPO stage): `use_vllm=True` later
     in the same process fails in TRL with "vLLM is not available", and this package's own vLLM code (the
     evaluation engine, the weight sync) imports vLLM itself, unaffected. Returns False, changing nothing, when

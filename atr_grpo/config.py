@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from omegaconf import MISSING
 
@@ -46,8 +46,14 @@ class ClippingConfig:
     for a rule with a threshold δ, the keys of adaptive δ (`clipping/adaptive_delta.py`)."""
 
     name: str = MISSING
+    schema_rule: ClassVar[str | None] = None  # the rule whose schema this is (set on each generated schema)
 
     def __post_init__(self) -> None:
+        if self.schema_rule is not None and self.name != self.schema_rule:
+            raise ConfigError(
+                f"invalid config: clipping.name={self.name!r} in a file with the schema of {self.schema_rule!r}: a "
+                f"rule's config file picks its own schema ('defaults: [/schema/clipping@_here_: {self.name}, _self_]')"
+            )
         try:
             rule = build_rule(self.name, **self.params())
         except ValueError as err:
@@ -69,15 +75,31 @@ class ClippingConfig:
         return {param.name: getattr(self, param.name) for param in DELTA_CONTROL_PARAMS}
 
 
+def reserved_parameter_names(rule_name: str) -> set[str]:
+    """The names a rule's parameter cannot have: the schema's own keys and methods, and for a rule with a threshold δ
+    the keys of adaptive δ."""
+    own = {attribute for attribute in dir(ClippingConfig) if not attribute.startswith("_")}
+    return own | ({param.name for param in DELTA_CONTROL_PARAMS} if takes_delta(rule_name) else set())
+
+
 def _clipping_schema(rule_name: str) -> type:
     """`Clipping_<rule>`: the rule's parameters with their source defaults (and adaptive δ's keys for a δ-rule), a
-    module attribute so it pickles."""
+    module attribute so it pickles. A rule parameter named like a key or method of the schema is refused."""
     params = RULES[rule_name].params + (DELTA_CONTROL_PARAMS if takes_delta(rule_name) else ())
+    reserved = sorted(reserved_parameter_names(rule_name))
+    clash = [param.name for param in RULES[rule_name].params if param.name in reserved]
+    if clash:
+        raise ValueError(
+            f"clipping rule {rule_name!r}: the parameter name {clash[0]!r} is reserved (reserved: "
+            f"{', '.join(reserved)}); rename it (docs/rules.md#reserved-names)"
+        )
     fields = [
         (param.name, float | None if param.default is None else type(param.default), field(default=param.default))
         for param in params
     ]
-    cls = dataclasses.make_dataclass(f"Clipping_{rule_name}", fields, bases=(ClippingConfig,))
+    cls = dataclasses.make_dataclass(
+        f"Clipping_{rule_name}", fields, bases=(ClippingConfig,), namespace={"schema_rule": rule_name}
+    )
     cls.__module__ = __name__
     globals()[cls.__name__] = cls
     return cls

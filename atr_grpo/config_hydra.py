@@ -38,8 +38,8 @@ _registered: tuple = ()  # the rule schemas registered last
 
 
 def register_configs() -> None:
-    """Register schemas and resolvers; entry points and tests call this before composing. Idempotent, and done once
-    per set of rule schemas (33 ms of a 0.3 s composition on 2 cores, when it was done for every one)."""
+    """Register schemas and resolvers; entry points and tests call this before composing. Idempotent: the work is
+    done once per set of rule schemas, not at every composition."""
     from hydra.core.config_store import ConfigStore
 
     global _registered

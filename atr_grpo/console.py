@@ -63,7 +63,7 @@ def quiet_libraries() -> None:
       transformers' weight loading: a stage is one line, and off a terminal every redraw of such a bar is
       written to the log. Hub downloads keep theirs. datasets is told through HF_DATASETS_DISABLE_PROGRESS_BARS
       (read when it is imported, and inherited by stage processes) unless already imported: a process that
-      never tokenizes a dataset does not import it for this (1.5 s on 2 cores).
+      never tokenizes a dataset does not import it for this (the import is slow).
     """
     import transformers
 

@@ -2,9 +2,9 @@
 
 `compose_train(overrides)` is the config `python -m atr_grpo.train <overrides>` runs with, for code that
 composes without the command line (tests, the demo, the launcher, the benchmarks). Composing is a pure function of
-the files under conf/, the registered schemas, the working directory and the overrides, and Hydra takes about 0.2 s
-for it: a process keeps each result under those inputs (the files by size and modification time) and hands out
-copies, so a launcher that validates a plan's runs and then names their directories composes each run once.
+the files under conf/, the registered schemas, the working directory and the overrides. A process keeps each result
+under those inputs (the files by size and modification time) and hands out copies. So a launcher that validates a
+plan's runs and then names their directories composes each run once.
 
 `run_app(main)` runs a `@hydra.main` function so that bad config input (a misspelled key, a wrong type, a missing
 config file, a value the schema refuses, a `--config-dir` that is not a folder) ends the process with a message and
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from hydra.errors import HydraException, MissingConfigException
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
 from atr_grpo.config import unknown_key_message
@@ -171,9 +171,36 @@ def _composed(
     register_configs()
     try:
         with _hydra_reading(config_dir):
-            return hydra_compose(config_name, overrides=list(overrides), return_hydra_config=return_hydra_config)
+            cfg = hydra_compose(config_name, overrides=list(overrides), return_hydra_config=return_hydra_config)
+            if _untyped_clipping(cfg):
+                choices = hydra_compose(config_name, overrides=list(overrides), return_hydra_config=True)
+                raise ConfigError(_schema_line_missing(cfg.clipping, choices.hydra.runtime.choices, config_dir))
     except (HydraException, OmegaConfBaseException) as err:
         raise ConfigError(describe_config_error(err, _search_dirs(config_dir), config_name)) from err
+    return cfg
+
+
+def _untyped_clipping(cfg: DictConfig) -> bool:
+    """The composed `clipping` is a plain mapping, not its rule's schema: its file lacks the schema line."""
+    if "clipping" not in cfg or OmegaConf.is_missing(cfg, "clipping"):
+        return False
+    node = cfg._get_node("clipping")
+    return isinstance(node, DictConfig) and OmegaConf.get_type(node) is dict
+
+
+def _schema_line_missing(clipping: DictConfig, choices: DictConfig, config_dir: Path | None) -> str:
+    """`invalid config: <file>: a rule's config file needs the defaults line ...`: the file `clipping=<option>` read,
+    and the line it lacks. Without it the file composes into a mapping with no rule's schema: no value is checked,
+    and the run has no rule to build."""
+    option = choices.get("clipping")
+    files = [folder / "clipping" / f"{option}.yaml" for folder in _search_dirs(config_dir)]
+    source = next((path for path in files if path.is_file()), f"clipping/{option}.yaml")
+    rule = clipping.get("name") or "<rule>"
+    return (
+        f"invalid config: {source}: a rule's config file needs the defaults line 'defaults: "
+        f"[/schema/clipping@_here_: {rule}, _self_]', which picks the rule's schema (parameter types, ranges, allowed "
+        "keys); without it no rule reads the file (see docs/rules.md)"
+    )
 
 
 def compose_train(overrides: Iterable[str] = ()) -> DictConfig:

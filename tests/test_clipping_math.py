@@ -565,7 +565,7 @@ def test_the_listing_shows_every_parameter_with_its_range_and_source():
     """`python -m atr_grpo.clipping`: each rule's module, family, source, every parameter with its default, allowed
     range and meaning, and its trust region at the defaults where it has one."""
     from atr_grpo.clipping.__main__ import main
-    from atr_grpo.clipping.listing import rule_listing
+    from atr_grpo.rule_docs import rule_listing
 
     text = rule_listing(["atr", "dcpo"])
     assert text.startswith("atr  (atr_grpo/clipping/kl.py, family divergence)")

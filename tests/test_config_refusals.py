@@ -4,10 +4,12 @@ misspelled key in its files or a misspelled option is named as typed, and `--cfg
 
 import subprocess
 import sys
+from unittest.mock import patch
 
 import pytest
 from conftest import REPO, compose, train_config
 
+from atr_grpo.clipping import RULES
 from atr_grpo.config_hydra import config_from_yaml, config_to_yaml, to_object
 from atr_grpo.errors import ConfigError
 from atr_grpo.hydra_app import check_sweep
@@ -158,3 +160,84 @@ def test_a_misspelled_option_without_a_close_name_lists_the_allowed_ones():
         compose(["experiment=zzzz"])
     assert str(err.value).startswith("invalid config: experiment=zzzz: no such experiment config; allowed: ")
     assert "did you mean" not in str(err.value) and "smoke" in str(err.value)
+
+
+# ------------------------------------------------------------- a rule's config file without its schema line
+def rule_file_without_schema_line(tmp_path):
+    """A --config-dir holding clipping/mine.yaml as the README once asked for it: ATR's values, no `defaults:`."""
+    clipping = tmp_path / "conf" / "clipping"
+    clipping.mkdir(parents=True)
+    (clipping / "mine.yaml").write_text("# ATR with a smaller δ\nname: atr\ndelta: 0.05\n")
+    return tmp_path / "conf"
+
+
+SCHEMA_LINE = "needs the defaults line 'defaults: [/schema/clipping@_here_: atr, _self_]'"
+
+
+def test_a_rule_file_without_its_schema_line_is_refused_naming_the_file_and_the_line(tmp_path):
+    """Without the line the file composes into a plain mapping that no rule reads (every run used to die on it
+    with an AttributeError); composing refuses it, naming the file and the line to add."""
+    folder = rule_file_without_schema_line(tmp_path)
+    with pytest.raises(ConfigError) as err:
+        compose(["experiment=smoke", "clipping=mine"], config_dir=folder)
+    assert str(err.value).startswith(f"invalid config: {folder / 'clipping' / 'mine.yaml'}: a rule's config file")
+    assert SCHEMA_LINE in str(err.value)
+    (folder / "clipping" / "mine.yaml").write_text(
+        "defaults:\n  - /schema/clipping@_here_: atr\n  - _self_\nname: atr\ndelta: 0.05\n"
+    )
+    assert to_object(compose(["experiment=smoke", "clipping=mine"], config_dir=folder)).clipping.delta == 0.05
+
+
+def test_a_rule_file_with_another_rules_schema_is_refused_naming_both():
+    with pytest.raises(ConfigError) as err:
+        to_object(compose(["experiment=smoke", "clipping=atr", "clipping.name=clip"]))
+    assert str(err.value) == (
+        "invalid config: clipping.name='clip' in a file with the schema of 'atr': a rule's config file picks its own "
+        "schema ('defaults: [/schema/clipping@_here_: clip, _self_]')"
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cfg_flags", [["--cfg", "job", "--resolve"], []], ids=["cfg-job", "run"])
+def test_the_train_entry_point_refuses_a_rule_file_without_its_schema_line(tmp_path, cfg_flags):
+    """`--cfg job --resolve` prints nothing, and a run stops before any model loads: exit status 2, the message,
+    no run directory."""
+    folder = rule_file_without_schema_line(tmp_path)
+    run_dir = tmp_path / "run"
+    result = train_cli(
+        "--config-dir",
+        str(folder),
+        "experiment=smoke",
+        "clipping=mine",
+        "logger=none",
+        f"run_dir={run_dir}",
+        *cfg_flags,
+    )
+    refused_naming(result, f"{folder / 'clipping' / 'mine.yaml'}: a rule's config file", SCHEMA_LINE)
+    assert result.stdout == "" and not run_dir.exists()
+
+
+def test_a_rule_parameter_named_like_a_key_of_the_schema_is_refused_by_name():
+    """A parameter `params` would hide the schema's own method, one named `delta_min` on a δ-rule would be a second
+    field of that name: both are refused when the schema is built, naming the rule, the parameter and the rest."""
+    from atr_grpo.clipping import ClipRule, RuleTerms, register
+    from atr_grpo.clipping.base import positive
+    from atr_grpo.clipping.kl import DivergenceRule
+    from atr_grpo.config import _clipping_schema
+
+    class ParamsRule(ClipRule):
+        name, family, params = "params_rule", "reference", (positive("params", 1.0),)
+
+        def terms(self, batch, **_):
+            return RuleTerms(-batch.advantages, batch.mask & False, batch.mask & False)
+
+    class BoundedDelta(DivergenceRule):
+        name, params = "bounded_delta", (positive("delta", 0.07), positive("delta_min", 0.01))
+
+    with patch.dict(RULES):
+        for rule, clash in ((ParamsRule, "params"), (BoundedDelta, "delta_min")):
+            register(rule)
+            with pytest.raises(ValueError) as err:
+                _clipping_schema(rule.name)
+            assert str(err.value).startswith(f"clipping rule {rule.name!r}: the parameter name {clash!r} is reserved")
+        assert "delta_schedule" in str(err.value) and "schema_rule" in str(err.value)

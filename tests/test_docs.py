@@ -5,14 +5,25 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from unittest.mock import patch
 
 import pytest
 
-from atr_grpo.clipping import RULES
+from atr_grpo.clipping import RULES, ClipRule, register
+from atr_grpo.rule_docs import (
+    TABLE_BEGIN,
+    TABLE_END,
+    package_rules,
+    rule_table,
+    with_rule_table,
+    write_rule_table,
+    written_table,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-README_MAX_LINES = 220
+README_MAX_LINES = 150
+DEMO_SECTION_MAX_LINES = 15  # the README's account of `make demo`, blank lines included
 
 _FENCE = re.compile(r"^\s*```")
 _INLINE_CODE = re.compile(r"`[^`]*`")
@@ -70,6 +81,10 @@ def test_docs_exist_and_the_readme_is_a_front_door():
     assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines; move detail to a page under docs/"
     for page in PAGES[1:]:  # every page is reachable from the README's map
         assert f"](docs/{page.name})" in "\n".join(lines), page.name
+    start = next(i for i, line in enumerate(lines) if line.startswith("## What `make demo` shows"))
+    end = next(i for i in range(start + 1, len(lines)) if lines[i].startswith("## "))
+    demo_lines = end - start - 1
+    assert demo_lines <= DEMO_SECTION_MAX_LINES, f"the demo section has {demo_lines} lines; results go in docs/"
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
@@ -94,21 +109,54 @@ def test_the_link_check_finds_missing_files_and_anchors(tmp_path):
 
 
 def test_the_rule_table_is_the_registrys():
-    """docs/framework.md's rule table has the listing's header, and each of its rows is, character for character,
-    the row `python -m atr_grpo.clipping --markdown` writes for that rule from the registry (summary, parameters,
-    defaults, trust region, source), so the table cannot drift from the code. (A new rule's row is not required, so
-    that a rule stays one class and one YAML; the README recipe says how to print it.)"""
-    from atr_grpo.clipping.listing import TABLE_HEADER, table_row
+    """docs/framework.md's rule table is, character for character, the table the registry writes (`python -m
+    atr_grpo.clipping --write docs/framework.md`): one row per rule of the package, with its summary, parameters,
+    defaults, trust region and source. A rule without a row, or a row that no longer says what the code says,
+    fails here."""
+    page = ROOT / "docs" / "framework.md"
+    assert written_table(page.read_text(), str(page)) == rule_table(), (
+        "docs/framework.md's rule table is not the registry's; run python -m atr_grpo.clipping --write "
+        "docs/framework.md"
+    )
 
-    lines = (ROOT / "docs" / "framework.md").read_text().splitlines()
-    start = lines.index(TABLE_HEADER[0])
-    assert lines[start + 1] == TABLE_HEADER[1]
-    rows = []
-    for line in lines[start + 2 :]:
-        if not line.startswith("|"):
-            break
-        rows.append(line)
-    names = [row.split("`")[1] for row in rows]
-    assert len(set(names)) == len(names) and set(names) <= set(RULES)
-    for name, row in zip(names, rows):
-        assert row == table_row(name)
+
+class Unlisted(ClipRule):
+    """A rule of the package that the page does not list yet."""
+
+    name = "unlisted_rule"
+    family = "reference"
+    summary = "−w·A"
+    source = "a test"
+
+
+Unlisted.__module__ = "atr_grpo.clipping.unlisted"  # as if it were defined in the package (a module with no file)
+
+
+def test_the_table_check_fails_on_a_missing_or_stale_row():
+    """What the check above compares: a rule registered without a row, or a row edited by hand, differs."""
+    text = (ROOT / "docs" / "framework.md").read_text()
+    edited = text.replace(
+        "| `clip` | `ratio.py` | ratio | w ∈ [1−ε, 1+ε] |", "| `clip` | `ratio.py` | ratio | w ∈ [1−ε, 1] |"
+    )
+    assert edited != text and written_table(edited) != rule_table()
+    with patch.dict(RULES):
+        register(Unlisted)
+        assert "unlisted_rule" in package_rules()
+        assert "| `unlisted_rule` | `atr_grpo.clipping.unlisted` | reference | −w·A | – | – | a test |" in rule_table()
+        assert written_table(text) != rule_table()
+        assert written_table(with_rule_table(text)) == rule_table()
+    assert "unlisted_rule" not in RULES
+
+
+def test_writing_the_table_replaces_only_what_lies_between_the_markers(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text(f"# Rules\n\nbefore\n{TABLE_BEGIN}\n| old | row |\n{TABLE_END}\nafter\n")
+    assert write_rule_table(page) is True
+    lines = page.read_text().splitlines()
+    assert lines[:4] == ["# Rules", "", "before", TABLE_BEGIN]
+    assert lines[-2:] == [TABLE_END, "after"] and "| old | row |" not in lines
+    assert written_table(page.read_text()) == rule_table()
+    assert write_rule_table(page) is False  # written once, the page is the registry's
+    page.write_text("# Rules\n\nno markers\n")
+    with pytest.raises(ValueError, match=f"{page} has no rule table between the lines"):
+        write_rule_table(page)

