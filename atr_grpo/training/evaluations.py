@@ -39,8 +39,8 @@ from atr_grpo.evaluation.schedule import (
 )
 from atr_grpo.machine import Decision, Machine, decide_evaluation
 
-if TYPE_CHECKING:  # transformers' Trainer stack: 8 s of a process's start on 2 cores, which the checks before
-    # training (`check_evaluation_fits`, in the parent of the stage processes) do not need
+if TYPE_CHECKING:  # transformers' Trainer stack, slow to import, which the checks before training
+    # (`check_evaluation_fits`, in the parent of the stage processes) do not need
     from atr_grpo.evaluation.callback import EvaluationCallback
 
 log = logging.getLogger(__name__)
