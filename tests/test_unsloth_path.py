@@ -24,7 +24,8 @@ from atr_grpo.clipping.extras import EXTRAS, TrainerBatch, trainer_extras
 from atr_grpo.errors import ConfigError
 from atr_grpo.losses import LossSettings, aggregate
 from atr_grpo.rollout_correction import RolloutCorrection
-from atr_grpo.training.rule_trainer import RuleTrainerMixin, rule_generator
+from atr_grpo.rule_random import micro_batch_stream
+from atr_grpo.training.rule_trainer import RuleTrainerMixin
 from atr_grpo.training.unsloth_loss import (
     compact_valid,
     encode_extras,
@@ -124,7 +125,7 @@ def trainer_side(rule, full_kl, micro_step: int = MICRO_STEP):
     batch = TrainerBatch(
         like=full_kl,
         on_policy=False,
-        random=lambda: rule_generator(0, 3, micro_step),
+        random=lambda: micro_batch_stream(0, 3, micro_step),
         model=None,
         old_weights=None,
         input_ids=None,

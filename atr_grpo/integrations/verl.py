@@ -32,7 +32,6 @@ that says how to get it.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import importlib.util
 import warnings
 from collections.abc import Callable
@@ -44,6 +43,7 @@ from torch import Tensor
 from atr_grpo.clipping import RULES, ClipRule, build_rule
 from atr_grpo.clipping.extras import VerlCall, verl_extras, verl_refusals
 from atr_grpo.losses import length_weighting
+from atr_grpo.rule_random import process_stream
 
 LOSS_PREFIX = "atr_grpo."
 ACTOR_KEY = "actor_rollout_ref.actor"
@@ -170,15 +170,6 @@ def _rank() -> int:
     return distributed.get_rank() if distributed.is_available() and distributed.is_initialized() else 0
 
 
-def key_generator(seed: int, rank: int) -> torch.Generator:
-    """The random stream of a randomised rule (Clip-Cov) under verl: one per (seed, data-parallel rank).
-
-    (seed, rank) is hashed to 32 bits because torch's CPU generator keeps only the low 32 bits of its seed.
-    """
-    digest = hashlib.sha256(f"{seed}:{rank}".encode()).digest()
-    return torch.Generator().manual_seed(int.from_bytes(digest[:4], "little"))
-
-
 def reset_key_generators() -> None:
     """Start every rule's random stream again from its seed (as a fresh process would)."""
     _GENERATORS.clear()
@@ -187,7 +178,7 @@ def reset_key_generators() -> None:
 def rule_stream(rule: ClipRule, config: Any) -> torch.Generator:
     """The rule's random stream in this process (made on first use), advanced by each draw."""
     if rule.name not in _GENERATORS:
-        _GENERATORS[rule.name] = key_generator(int(getattr(config, "data_loader_seed", 0)), _rank())
+        _GENERATORS[rule.name] = process_stream(int(getattr(config, "data_loader_seed", 0)), _rank())
     return _GENERATORS[rule.name]
 
 

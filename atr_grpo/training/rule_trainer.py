@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -30,6 +29,7 @@ from atr_grpo.clipping.vocab_kl import adapter_snapshot
 from atr_grpo.config import TrainConfig
 from atr_grpo.distributed import process_batch, world_size
 from atr_grpo.losses import GRPOLoss, LossSettings, resolve_aggregation
+from atr_grpo.rule_random import micro_batch_stream
 from atr_grpo.training import checkpoints
 from atr_grpo.training.step_stats import StepStats, rollout_mismatch
 from atr_grpo.training.truncated import TruncationMixin
@@ -170,14 +170,6 @@ def grpo_arg_values(cfg: TrainConfig, output_dir: str | Path, rollout_engine: st
     )
 
 
-def rule_generator(seed: int, global_step: int, micro_step: int, process: int = 0) -> torch.Generator:
-    """A generator for randomised rules (Clip-Cov) that depends only on (seed, position in training, process),
-    so a resumed run draws exactly what an uninterrupted one would, and each process draws its own keys."""
-    tag = f"{seed}:{global_step}:{micro_step}" + (f":{process}" if process else "")  # one process: as before
-    digest = hashlib.sha256(tag.encode()).digest()
-    return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") & ((1 << 63) - 1))
-
-
 class GRPOTrainerHost(Protocol):
     """What `RuleTrainerMixin` uses of the `GRPOTrainer` it is mixed into (TRL's, or Unsloth's generated one).
 
@@ -253,7 +245,7 @@ class RuleTrainerMixin(TruncationMixin, _Host):
             batch = TrainerBatch(
                 like=like,
                 on_policy=not has_old,
-                random=lambda: rule_generator(self.args.seed, self.state.global_step, self._micro_step(), process),
+                random=lambda: micro_batch_stream(self.args.seed, self.state.global_step, self._micro_step(), process),
                 model=self.accelerator.unwrap_model(model),
                 old_weights=self._old_adapter,
                 input_ids=input_ids,
