@@ -176,8 +176,7 @@ def grpo_loss(
     `delta`) in the layout of `logp`.
     """
     batch = make_batch(logp, old_logp, advantages, mask)
-    terms = rule.terms(batch, **(extras or {}))
-    per_token = torch.where(batch.mask, terms.loss, 0.0)
+    per_token, terms = rule.apply(batch, **(extras or {}))
     correction_weight = None
     if settings.correction.active:
         if sampling_logp is None:

@@ -23,6 +23,7 @@ from atr_grpo.clipping.extras import (
     verl_extras,
 )
 from atr_grpo.integrations import verl as plugin
+from atr_grpo.losses import LossSettings, grpo_loss
 from atr_grpo.training.rule_trainer import RuleTrainerMixin
 
 REASON = "a per-token temperature that verl's policy-loss API does not pass"
@@ -135,6 +136,34 @@ def test_a_missing_extra_is_named_by_the_call(scaled_rule):
     logp, old, advantages, mask = batch()
     with pytest.raises(ValueError, match=r"'test_scaled' needs the extra 'token_scale' \(\[B, T\] float: a weight"):
         scaled_rule(logp, old, advantages, mask)
+
+
+def test_a_missing_extra_is_named_on_the_trainer_path(scaled_rule):
+    """`grpo_loss` (the TRL and Unsloth paths) goes through the same `apply` as a call, so it refuses alike."""
+    logp, old, advantages, mask = batch()
+    settings = LossSettings(max_completion_length=5)
+    with pytest.raises(ValueError, match=r"'test_scaled' needs the extra 'token_scale' \(\[B, T\] float: a weight"):
+        grpo_loss(scaled_rule, logp, old, advantages, mask, settings)
+    with pytest.raises(ValueError, match="needs the extra 'token_scale'"):
+        grpo_loss(scaled_rule, logp, old, advantages, mask, settings, extras={"token_scale": None})
+
+
+def test_the_trainer_path_equals_a_call_and_compiles_in_one_graph(scaled_rule):
+    """`grpo_loss` masks the rule's loss exactly as a call does, and the extras check adds no graph break: the
+    whole loss traces under `torch.compile(fullgraph=True)`."""
+    logp, old, advantages, mask = batch(2)
+    extras = fixture_extras(scaled_rule.needs, logp, seed=3)
+    settings = LossSettings(loss_agg="token_mean")
+    want = scaled_rule(logp, old, advantages, mask, **extras).loss
+    result = grpo_loss(scaled_rule, logp, old, advantages, mask, settings, extras=extras)
+    torch.testing.assert_close(result.terms.loss * mask, want)
+    torch.testing.assert_close(result.loss, want.sum() / mask.sum())
+
+    def loss(logp, old, advantages, mask, token_scale):
+        return grpo_loss(scaled_rule, logp, old, advantages, mask, settings, extras={"token_scale": token_scale}).loss
+
+    compiled = torch.compile(loss, fullgraph=True, backend="eager")
+    torch.testing.assert_close(compiled(logp, old, advantages, mask, extras["token_scale"]), result.loss)
 
 
 def test_a_rule_needing_an_unregistered_extra_is_refused_at_registration():

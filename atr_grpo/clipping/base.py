@@ -2,9 +2,11 @@
 
 A rule is a small class whose `terms` method is a pure tensor function of per-token inputs: no
 `.item()`, no Python branching on tensor values, so that the same code runs in eager mode (the TRL
-path) and inside unsloth_zoo's `torch.compile(fullgraph=True)` loss (the Unsloth path). Calling the
-rule (`rule(logp, old_logp, advantages, mask)`) validates the inputs, runs `terms` and turns the
-result into the `ClipOutput` of the public contract: a `[B, T]` per-token loss and float metrics.
+path) and inside unsloth_zoo's `torch.compile(fullgraph=True)` loss (the Unsloth path). Every caller
+goes through one method, `rule.apply(batch, **extras)`: it checks the extras, runs `terms` and masks the
+loss. `losses.grpo_loss` (both trainer paths) calls it on a `make_batch`; calling the rule
+(`rule(logp, old_logp, advantages, mask)`, the verl plugin and the tests) does the same and adds the
+float metrics of the public `ClipOutput`.
 """
 
 from __future__ import annotations
@@ -277,12 +279,19 @@ class ClipRule:
                     f"clipping rule {self.name!r} needs the extra {describe(need)}; pass {need}=... in the call"
                 )
 
+    def apply(self, batch: TokenBatch, **extras: Any) -> tuple[Tensor, RuleTerms]:
+        """The one way into a rule: the per-token loss `[B, T]`, 0 off the mask, and the terms it came from.
+
+        A missing extra raises the named message. The check looks only at which extras are present, never at
+        their values, so `apply` stays pure tensor code (it runs inside a fullgraph compile)."""
+        self.check_extras(extras)
+        terms = self.terms(batch, **extras)
+        return torch.where(batch.mask, terms.loss, 0.0), terms
+
     def __call__(self, logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, **extras: Any) -> ClipOutput:
         """Per-token loss `[B, T]` (gradient to `logp` only) and metrics over valid tokens."""
-        self.check_extras(extras)
         batch = make_batch(logp, old_logp, advantages, mask)
-        terms = self.terms(batch, **extras)
-        loss = torch.where(batch.mask, terms.loss, 0.0)
+        loss, terms = self.apply(batch, **extras)
         return ClipOutput(loss=loss, metrics=rule_metrics(batch, terms))
 
 
