@@ -17,6 +17,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+import toy_rules
 from conftest import rules_of_each_kind, slow_beyond
 
 from atr_grpo.clipping import RULES, build_rule
@@ -28,6 +29,7 @@ from atr_grpo.rule_random import micro_batch_stream
 from atr_grpo.training.rule_trainer import RuleTrainerMixin
 from atr_grpo.training.unsloth_loss import (
     compact_valid,
+    decode_extras,
     encode_extras,
     expand_compact,
     install_rule,
@@ -170,6 +172,20 @@ def test_compact_layout_round_trip():
     assert torch.equal(expand_compact(compact, mask), full_kl * mask)
 
 
+def test_per_sequence_and_scalar_extras_travel_as_they_are():
+    """A `[B, T]` extra is compacted and comes back in the packed layout; a `[B, 1]` one (per sequence) and a 0-d
+    one come back unchanged: repacking moves tokens within a row, never rows."""
+    _, _, _, mask, full_kl = random_batch(1)
+    per_sequence = torch.arange(1.0, mask.shape[0] + 1).unsqueeze(1)
+    seed = torch.tensor(5)
+    kwargs = encode_extras({"full_kl": full_kl, "sequence_scale": per_sequence, "key_seed": seed}, mask)
+    packed, packed_mask = left_packed(full_kl, mask, pad=4)
+    decoded = decode_extras({**kwargs, "unrelated": torch.ones(1)}, packed_mask.bool())
+    assert set(decoded) == {"full_kl", "sequence_scale", "key_seed"}
+    assert torch.equal(decoded["full_kl"], packed)
+    assert decoded["sequence_scale"] is per_sequence and decoded["key_seed"] is seed
+
+
 @pytest.mark.parametrize("name", slow_beyond(sorted(RULES), rules_of_each_kind()))
 def test_compiled_unsloth_loss_equals_trl_path(zoo, name):
     """Every rule: same loss and gradient inside UnslothEfficientGRPO (compiled, fullgraph) as on the TRL path."""
@@ -301,6 +317,28 @@ def test_accumulated_loss_wrapper_adds_extras_and_logs_rule_metrics(zoo, monkeyp
     for key, value in want_metrics.items():
         assert logged[key] == pytest.approx(value, rel=1e-5, abs=1e-7), key
     assert want_metrics["clip/frac"] > 0  # the planted batch does exercise the rule
+
+
+def test_a_sequence_level_extra_reaches_the_compiled_loss(zoo, monkeypatch):
+    """A rule with a `[B, 1]` extra: the wrapper passes it through zoo's repacking into the compiled loss, which
+    gives the TRL path's loss, gradient and metrics; each sequence is weighed by its own value."""
+    logp, old, advantages, mask, full_kl = random_batch(9)
+    fake = zoo_like_accumulated_loss(zoo, logp)
+    monkeypatch.setitem(zoo.__dict__, "grpo_accumulated_loss", fake)
+    with toy_rules.scaled_rule(per_sequence=True) as rule:
+        want_loss, want_grad, want_metrics = trl_path(rule, logp, old, advantages, mask, full_kl)
+        scale = trainer_side(rule, full_kl)["sequence_scale"]
+        trainer = FakeTrainer(rule, full_kl)
+        with installed(zoo.__dict__, rule):
+            outputs = call_accumulated_loss(zoo, trainer, mask, advantages, old)
+    assert scale.shape == (mask.shape[0], 1) and scale.unique().numel() == mask.shape[0]
+    plain_loss, plain_grad, _ = trl_path(build_rule("no_clip"), logp, old, advantages, mask, full_kl)
+    torch.testing.assert_close(want_grad, plain_grad * scale)  # the law of the toy rule, on the TRL path
+    torch.testing.assert_close(outputs[0], want_loss, rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(fake.grad, left_packed(want_grad, mask, 3)[0], rtol=1e-5, atol=1e-8)
+    logged = trainer._step_stats.reduce()
+    for key, value in want_metrics.items():
+        assert logged[key] == pytest.approx(value, rel=1e-5, abs=1e-7), key
 
 
 def test_on_policy_runs_keep_w_equal_to_1_as_on_the_trl_path(zoo, monkeypatch):
