@@ -451,6 +451,29 @@ def test_the_compiled_loss_weighs_with_the_correction_from_zoos_sampling_log_pro
     assert ((weight != 1) & mask.bool()).any()  # the weight does act on this batch
 
 
+def test_a_rule_owning_the_correction_gets_zoos_sampling_log_probs(zoo):
+    """A rule that owns the rollout correction (toy TIS, no correction of ours) receives the sampling log-ratio from
+    zoo's `sampling_per_token_logps` inside the compiled loss: the loss and gradient of the reference rule under our
+    TIS, and `flat_is_ratio` is 1 (no ρ of ours)."""
+    logp, old, advantages, mask, full_kl = random_batch(13)
+    sampling = old + 0.3 * torch.randn(old.shape, generator=torch.Generator().manual_seed(14))
+    tis = RolloutCorrection("tis", "token", None, toy_rules.OWNED_TIS_MAX)
+    weight = tis.weight(old, sampling, mask) * mask
+    leaf = logp.clone().requires_grad_()
+    want = aggregate(build_rule("no_clip")(leaf, old, advantages, mask).loss * weight, mask, "dr_grpo", MAX_LEN) / GA
+    (want_grad,) = torch.autograd.grad(want, leaf)
+    pad = 3
+    packed_logp, packed_mask = left_packed(logp, mask, pad)
+    packed_old, packed_sampling = (left_packed(value, mask, pad)[0] for value in (old, sampling))
+    with toy_rules.registered(toy_rules.OwnedTIS) as rule, installed(zoo.__dict__, rule):
+        kwargs = unsloth_kwargs(rule, full_kl, mask)
+        outputs, grad = efficient_grpo(zoo, packed_logp, packed_old, advantages, packed_mask, kwargs, packed_sampling)
+    torch.testing.assert_close(outputs[0], want, rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(grad, left_packed(want_grad, mask, pad)[0], rtol=1e-5, atol=1e-8)
+    torch.testing.assert_close(outputs[4], packed_mask.float())
+    assert ((weight != 1) & mask.bool()).any()  # the rule's own correction does act on this batch
+
+
 def test_the_wrapper_feeds_the_delta_in_force_and_the_engines_log_probs_and_logs_both(zoo, monkeypatch):
     """On the Unsloth path the trainer's δ (here 0.02, the rule built at 0.07) reaches the compiled loss through the
     wrapper's extras, and the engine's log-probs reach the correction: the loss is the TRL path's for ATR(0.02)

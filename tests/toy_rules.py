@@ -3,6 +3,7 @@
 - `test_scaled` / `test_sequence_scaled`: −w·A times the extra `token_scale` (`[B, T]`) or `sequence_scale`
   (`[B, 1]`), which the trainer draws from the micro-batch's stream off-policy and sets to 1 on-policy, so the
   loss shows which one reached the rule; verl cannot provide either (`REASON`).
+- `test_owned_tis`: a rule that owns the rollout correction (`OwnedTIS`).
 """
 
 from __future__ import annotations
@@ -82,3 +83,22 @@ def registered(rule_class: type[ClipRule], *extras: Extra) -> Iterator[ClipRule]
 
 def scaled_rule(per_sequence: bool = False):  # a context manager: `with scaled_rule(True) as rule:`
     return registered(scaled_rule_class(per_sequence), scale_extra(per_sequence))
+
+
+# the truncation bound of the toy rule that owns the correction (the C_max of the TIS it reproduces)
+OWNED_TIS_MAX = 2.0
+
+
+class OwnedTIS(ClipRule):
+    """−w·A·min(r, 2) with r = π_old/π_sampler from the sampling log-ratio it receives: token-level TIS, applied by
+    the rule itself (`owns_correction`)."""
+
+    name = "test_owned_tis"
+    family = "reference"
+    owns_correction = True
+
+    def terms(self, batch: TokenBatch, sampling_log_ratio: Tensor, **_: object) -> RuleTerms:
+        never = torch.zeros_like(batch.mask)
+        weight = torch.exp(sampling_log_ratio).clamp(max=OWNED_TIS_MAX)
+        loss = -ratio_from_log(batch.log_ratio) * batch.advantages * weight
+        return RuleTerms(loss=loss, frozen_low=never, frozen_high=never)

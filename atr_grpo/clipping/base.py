@@ -35,6 +35,9 @@ SEMANTICS = ("min", "mask")
 #   soft        a smooth gate instead of a hard constraint
 FAMILIES = ("reference", "ratio", "divergence", "covariance", "soft")
 
+# the input a rule with `owns_correction` receives: log π_old − log π_sampler `[B, T]` (rollout_correction.py)
+SAMPLING_LOG_RATIO = "sampling_log_ratio"
+
 # the values of π_old(y_t|s_t) at which per-token bounds are printed
 SAMPLE_OLD_PROBS = (0.9, 0.5, 0.1, 0.01)
 
@@ -214,6 +217,10 @@ class ClipRule:
     # the aggregation the rule's source defines its objective with (one of losses.AGGREGATIONS; "seq_mean" for the
     # sequence-level rules), None for token-level rules: `loss_agg=native` uses it (losses.resolve_aggregation)
     native_aggregation: ClassVar[str | None] = None
+    # True when the rule applies the rollout correction itself (as TRL's VESPO does): `apply` then needs the input
+    # SAMPLING_LOG_RATIO, and `losses.grpo_loss` multiplies no ρ on top. Both trainer paths give it (vLLM rollouts
+    # only); the verl plugin refuses such a rule (verl hands a policy loss its own ρ, not the engine's log-probs)
+    owns_correction: ClassVar[bool] = False
     summary: ClassVar[str] = ""  # one line: the constraint or loss (docs/framework.md, `python -m atr_grpo.clipping`)
     source: ClassVar[str] = ""  # the paper (and equation) the rule comes from
 
@@ -278,6 +285,12 @@ class ClipRule:
                 raise ValueError(
                     f"clipping rule {self.name!r} needs the extra {describe(need)}; pass {need}=... in the call"
                 )
+        if self.owns_correction and extras.get(SAMPLING_LOG_RATIO) is None:
+            raise ValueError(
+                f"clipping rule {self.name!r} owns the rollout correction and needs {SAMPLING_LOG_RATIO!r} ([B, T] "
+                f"float: log π_old − log π_sampler per token); pass {SAMPLING_LOG_RATIO}=... in the call "
+                "(losses.grpo_loss makes it from sampling_logp)"
+            )
 
     def apply(self, batch: TokenBatch, **extras: Any) -> tuple[Tensor, RuleTerms]:
         """The one way into a rule: the per-token loss `[B, T]`, 0 off the mask, and the terms it came from.

@@ -23,7 +23,8 @@ token sum runs with a warning (`check_aggregation`). A rule's extras come from t
 which says how verl provides each or why it cannot: Clip-Cov's `key_seed` is drawn from a per-process
 torch.Generator seeded from `actor.data_loader_seed` and the data-parallel rank, advanced by every call; `full_kl`
 needs π_old's whole next-token distribution, which verl's policy-loss API does not carry, so `atr_grpo.full_kl` is
-refused.
+refused. A rule that owns the rollout correction (`ClipRule.owns_correction`) is refused too: verl hands a policy
+loss its own correction weights, not the rollout engine's log-probs the rule needs.
 
 Without verl the module still imports (the main environment has none); what needs verl raises an ImportError
 that says how to get it.
@@ -95,15 +96,27 @@ def set_params(policy_loss: Any) -> dict[str, Any]:
     return {name: value for name, value in values.items() if value is not None}
 
 
+# why a rule that owns the rollout correction (`ClipRule.owns_correction`) cannot run under verl
+OWNED_CORRECTION_REASON = (
+    "it applies the rollout correction itself, from the rollout engine's log-probs, and verl hands a policy loss "
+    "only its own correction weights (rollout_is_weights)"
+)
+
+
 def refusal(rule: type[ClipRule]) -> str | None:
-    """Why a rule cannot run as a verl policy loss (an extra verl cannot supply), or None."""
+    """Why a rule cannot run as a verl policy loss (an extra verl cannot supply, or a correction of its own), or
+    None."""
     missing = verl_refusals(rule.needs)
-    if not missing:
+    if missing:
+        what = "; ".join(f"{need!r}: {reason}" for need, reason in missing.items())
+        why = f"needs the extra {what}"
+    elif rule.owns_correction:
+        why = OWNED_CORRECTION_REASON
+    else:
         return None
-    what = "; ".join(f"{need!r}: {reason}" for need, reason in missing.items())
     return (
         f"{POLICY_LOSS_KEY}.loss_mode={loss_mode_of(rule.name)!r} is not available under verl: clipping rule "
-        f"{rule.name!r} needs the extra {what}; use it through `python -m atr_grpo.train` instead"
+        f"{rule.name!r} {why}; use it through `python -m atr_grpo.train` instead"
     )
 
 

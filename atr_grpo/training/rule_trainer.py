@@ -280,13 +280,21 @@ class RuleTrainerMixin(TruncationMixin, _Host):
         self._step_stats.add(metrics, count)
 
     def check_sampling_logp(self, sampling_logp: Tensor | None) -> None:
-        """A rollout correction without the engine's log-probs is an error, never a silent no-op."""
+        """A rollout correction (ours, or the rule's own) without the engine's log-probs is an error, never a silent
+        no-op."""
+        if sampling_logp is not None or not self.model.training:
+            return
         correction = self.loss_settings.correction
-        if correction.active and sampling_logp is None and self.model.training:
-            raise RuntimeError(
-                f"rollout.correction={correction.kind}, but this batch carries no log-probs from the rollout "
-                "engine (rollout.engine must be vllm, and the engine must return the sampled tokens' log-probs)"
-            )
+        if correction.active:
+            setting = f"rollout.correction={correction.kind}"
+        elif self.rule.owns_correction:
+            setting = f"clipping.name={self.rule.name} (a rule that owns the rollout correction)"
+        else:
+            return
+        raise RuntimeError(
+            f"{setting}, but this batch carries no log-probs from the rollout engine (rollout.engine must be "
+            "vllm, and the engine must return the sampled tokens' log-probs)"
+        )
 
     # ------------------------------------------------------------------------------ adaptive δ
     def train(self, resume_from_checkpoint: str | bool | None = None, *args: Any, **kwargs: Any) -> Any:
