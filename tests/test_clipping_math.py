@@ -628,3 +628,34 @@ def test_the_on_policy_warning_follows_the_acts_on_policy_trait():
     for name, rule in RULES.items():
         assert (warn_if_on_policy(with_rule(on_policy, name)) is None) == rule.acts_on_policy, name
         assert warn_if_on_policy(with_rule(reuse2, name)) is None
+
+
+# ---------------------------------------------------------------------------------------- batch statistics
+def rows_alone(rule, logp, old, advantages, mask, extras):
+    """The rule's per-token loss with each sequence given alone (its per-token extras sliced with it)."""
+    losses = []
+    for row in range(logp.shape[0]):
+        part = slice(row, row + 1)
+        alone = {k: v[part] if v.dim() == 2 else v for k, v in extras.items()}
+        losses.append(rule(logp[part], old[part], advantages[part], mask[part], **alone).loss)
+    return torch.cat(losses)
+
+
+@pytest.mark.parametrize("name", sorted(name for name, rule in RULES.items() if not rule.batch_statistic))
+def test_a_rule_without_batch_statistic_scores_each_sequence_alone(name):
+    """No undeclared batch statistic: a sequence's loss is the same alone as inside the micro-batch."""
+    rule = build_rule(name)
+    logp, old, advantages, mask = planted_batch(8)
+    extras = extras_for(rule, logp)
+    torch.testing.assert_close(
+        rows_alone(rule, logp, old, advantages, mask, extras), rule(logp, old, advantages, mask, **extras).loss
+    )
+
+
+def test_the_covariance_rules_declare_their_batch_statistic():
+    """Clip-Cov and KL-Cov rank tokens by a covariance over the micro-batch: alone, a sequence gets another loss."""
+    assert sorted(name for name, rule in RULES.items() if rule.batch_statistic) == ["clip_cov", "kl_cov"]
+    logp, old, advantages, mask = planted_batch(8)
+    rule = build_rule("kl_cov", ratio=0.05)
+    together = rule(logp, old, advantages, mask).loss
+    assert not torch.allclose(rows_alone(rule, logp, old, advantages, mask, {}), together)

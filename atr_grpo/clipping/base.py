@@ -221,6 +221,10 @@ class ClipRule:
     # SAMPLING_LOG_RATIO, and `losses.grpo_loss` multiplies no ρ on top. Both trainer paths give it (vLLM rollouts
     # only); the verl plugin refuses such a rule (verl hands a policy loss its own ρ, not the engine's log-probs)
     owns_correction: ClassVar[bool] = False
+    # True when the rule computes a statistic over the whole batch it is given (Clip-Cov, KL-Cov: centred covariances
+    # and a token quota), so that a sequence's loss depends on the other sequences. That batch is one micro-batch on
+    # one process on the TRL, Unsloth and verl paths, never an optimizer step's batch nor all processes' together
+    batch_statistic: ClassVar[bool] = False
     summary: ClassVar[str] = ""  # one line: the constraint or loss (docs/framework.md, `python -m atr_grpo.clipping`)
     source: ClassVar[str] = ""  # the paper (and equation) the rule comes from
 
