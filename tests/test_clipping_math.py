@@ -659,3 +659,29 @@ def test_the_covariance_rules_declare_their_batch_statistic():
     rule = build_rule("kl_cov", ratio=0.05)
     together = rule(logp, old, advantages, mask).loss
     assert not torch.allclose(rows_alone(rule, logp, old, advantages, mask, {}), together)
+
+
+# ------------------------------------------------------------------------------------------- bounds text
+def test_a_divergence_rule_with_per_token_bounds_shows_them():
+    """A divergence rule whose interval depends on π_old (here |π_θ − π_old| ≤ δ: w ∈ [1 − δ/q, 1 + δ/q]) shows its
+    bounds at the sample values of π_old after the δ prefix, as the base class would without the prefix."""
+    from atr_grpo.clipping.base import semantics_param
+    from atr_grpo.clipping.kl import DivergenceRule, clamped_log_ratio, delta_param
+
+    class ProbabilityGap(DivergenceRule):
+        name = "test_probability_gap"
+        params = (delta_param(), semantics_param())
+
+        def estimate(self, batch, **_):
+            return (batch.old_logp.exp() * torch.expm1(clamped_log_ratio(batch))).abs()
+
+        def old_prob_bounds(self, old_prob):
+            return (1 - self.delta / old_prob).clamp(min=0), 1 + self.delta / old_prob
+
+    rule = ProbabilityGap(delta=0.1)
+    per_token = [f"π_old {q:g}: w ∈ [{max(1 - 0.1 / q, 0):.3f}, {1 + 0.1 / q:.3f}]" for q in SAMPLE_OLD_PROBS]
+    assert rule.bounds_text() == "δ = 0.1 ⇔ " + "; ".join(per_token)
+    assert rule.bounds_text().startswith("δ = 0.1 ⇔ π_old 0.9: w ∈ [0.889, 1.111]; π_old 0.5: w ∈ [0.800, 1.200]")
+    masked = ProbabilityGap(delta=0.1, semantics="mask").bounds_text()
+    assert masked.endswith("π_old 0.01: w ∈ [0.000, 11.000] (mask semantics: frozen outside whatever the sign of A)")
+    assert build_rule("full_kl").bounds_text() == ""  # no interval of any kind: nothing to say
