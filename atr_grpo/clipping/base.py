@@ -20,6 +20,7 @@ import torch
 from torch import Tensor
 
 from atr_grpo.clipping.extras import check_needs, describe
+from atr_grpo.clipping.param_names import param_name_problem
 
 # exp(±20) ≈ 4.9e8 / 2.1e-9. Ratios are evaluated at the clamped log-ratio, but the clamp is a
 # straight-through one (see `ratio_from_log`), so a token far outside keeps a gradient of bounded size.
@@ -56,6 +57,15 @@ class Param:
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def value_type(param: Param) -> type:
+    """The type of the parameter's values: float for a number whose check accepts a float, even with an int default
+    (so a config may set `clipping.c=10.5`; an integer parameter's check refuses floats), else its default's type."""
+    default = param.default
+    if default is None or (_is_number(default) and param.check(float(default))):
+        return float
+    return type(default)
 
 
 def positive(name: str, default: float, doc: str = "") -> Param:
@@ -236,7 +246,7 @@ class ClipRule:
                 raise ValueError(f"clipping rule {self.name!r} has no parameter {key!r}; allowed: {allowed}")
         for param in self.params:
             value = values.get(param.name, param.default)
-            if isinstance(value, int) and not isinstance(value, bool) and isinstance(param.default, float):
+            if _is_number(value) and value_type(param) is float:
                 value = float(value)
             if not param.check(value):
                 raise ValueError(
@@ -323,6 +333,14 @@ def register(cls: type[ClipRule]) -> type[ClipRule]:
     if getattr(cls, "family", None) not in FAMILIES:
         raise ValueError(f"clipping rule {cls.name!r}: family must be one of {', '.join(FAMILIES)}")
     check_needs(cls.name, cls.needs)
+    attributes = {attribute for attribute in dir(cls) if not attribute.startswith("__")}
+    names = [param.name for param in cls.params]
+    for name in names:
+        problem = param_name_problem(cls.name, name, attributes)
+        if problem is not None:
+            raise ValueError(problem)
+        if names.count(name) > 1:
+            raise ValueError(f"clipping rule {cls.name!r}: parameter {name!r} is declared twice")
     RULES[cls.name] = cls
     return cls
 
