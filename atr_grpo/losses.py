@@ -145,7 +145,6 @@ class GRPOLoss(NamedTuple):
     """The loss of one micro-batch and what it was made of (all `[B, T]` unless noted)."""
 
     loss: Tensor  # scalar to backpropagate, already divided by the gradient-accumulation steps
-    per_token: Tensor  # rule loss (× correction weight) + β·KL, 0 on padding
     batch: TokenBatch  # the validated inputs the rule saw
     terms: RuleTerms  # the rule's loss and frozen-token masks
     kl_ref: Tensor | None  # the per-token KL-to-reference estimate, when β > 0
@@ -217,4 +216,4 @@ def grpo_loss(
         kl_ref = kl_penalty(logp, ref_logp, mask, settings.kl_estimator, weight)
         per_token = per_token + settings.beta * kl_ref
     loss = aggregate(per_token, mask, settings.loss_agg, settings.max_completion_length)
-    return GRPOLoss(loss / gradient_accumulation_steps, per_token, batch, terms, kl_ref, correction_weight)
+    return GRPOLoss(loss / gradient_accumulation_steps, batch, terms, kl_ref, correction_weight)

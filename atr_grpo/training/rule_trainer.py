@@ -37,7 +37,6 @@ from atr_grpo.truncation import Truncation
 
 log = logging.getLogger(__name__)
 
-# A token whose ratio π_trainer/π_rollout leaves [1 - band, 1 + band] counts as mismatched
 # the δ in force after a checkpoint's step, in the checkpoint's folder
 DELTA_STATE_FILE = "delta_control.json"
 
