@@ -20,6 +20,7 @@ from omegaconf import MISSING
 
 from atr_grpo.clipping import RULES, build_rule
 from atr_grpo.clipping.adaptive_delta import DELTA_CONTROL_PARAMS, check_delta_control, delta_rules, takes_delta
+from atr_grpo.clipping.base import value_type
 from atr_grpo.config_checks import check, check_vllm_temperature, require_exists
 from atr_grpo.config_inputs import DataConfig, ModelConfig, PromptConfig, SFTConfig
 from atr_grpo.config_training import EvalConfig, LoggerConfig, RolloutConfig, TrainerConfig
@@ -94,7 +95,7 @@ def _clipping_schema(rule_name: str) -> type:
             f"{', '.join(reserved)}); rename it (docs/rules.md#reserved-names)"
         )
     fields = [
-        (param.name, float | None if param.default is None else type(param.default), field(default=param.default))
+        (param.name, float | None if param.default is None else value_type(param), field(default=param.default))
         for param in params
     ]
     cls = dataclasses.make_dataclass(

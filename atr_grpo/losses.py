@@ -2,7 +2,8 @@
 
 `grpo_loss` is the one composition both trainer paths call (TRL's `_compute_loss` and the function
 injected into Unsloth's compiled loss): rule → × rollout-correction weight → + β·KL → aggregation →
-÷ gradient-accumulation steps. It is
+÷ gradient-accumulation steps. A rule that owns the rollout correction gets the sampling log-ratio instead of
+the weight. It is
 pure tensor code (no `.item()`, no branching on tensor values), so it also runs under `torch.compile`.
 
 Aggregation is a separate axis from the clipping rule (the clipping rule is the unit of study; docs/framework.md):
@@ -29,6 +30,7 @@ from torch import Tensor
 
 from atr_grpo.clipping.base import (
     LOG_RATIO_LIMIT,
+    SAMPLING_LOG_RATIO,
     ClipRule,
     RuleTerms,
     TokenBatch,
@@ -36,7 +38,7 @@ from atr_grpo.clipping.base import (
     ratio_from_log,
     rule_metrics,
 )
-from atr_grpo.rollout_correction import RolloutCorrection
+from atr_grpo.rollout_correction import RolloutCorrection, sampling_log_ratio
 
 AGGREGATIONS = ("dr_grpo", "token_mean", "seq_mean")
 AGGREGATION_CHOICES = (*AGGREGATIONS, "native")  # what a config may ask for
@@ -143,7 +145,6 @@ class GRPOLoss(NamedTuple):
     """The loss of one micro-batch and what it was made of (all `[B, T]` unless noted)."""
 
     loss: Tensor  # scalar to backpropagate, already divided by the gradient-accumulation steps
-    per_token: Tensor  # rule loss (× correction weight) + β·KL, 0 on padding
     batch: TokenBatch  # the validated inputs the rule saw
     terms: RuleTerms  # the rule's loss and frozen-token masks
     kl_ref: Tensor | None  # the per-token KL-to-reference estimate, when β > 0
@@ -152,6 +153,24 @@ class GRPOLoss(NamedTuple):
     def metrics(self) -> dict[str, float]:
         """The rule's metrics (`clip/*`, `ratio/*`, `kl/kl3_mean`, ...) over valid tokens; one host sync."""
         return rule_metrics(self.batch, self.terms)
+
+
+def owned_correction_input(
+    rule: ClipRule, settings: LossSettings, batch: TokenBatch, sampling_logp: Tensor | None
+) -> Tensor:
+    """The sampling log-ratio a rule that owns the rollout correction receives (log π_old − log π_sampler `[B, T]`);
+    ValueError when the engine's log-probs are missing, or when a correction of ours is also set."""
+    if settings.correction.active:
+        raise ValueError(
+            f"clipping rule {rule.name!r} applies the rollout correction itself; set rollout.correction=none "
+            f"(got {settings.correction.kind})"
+        )
+    if sampling_logp is None:
+        raise ValueError(
+            f"clipping rule {rule.name!r} owns the rollout correction and needs the rollout engine's log-probs "
+            "(sampling_logp)"
+        )
+    return sampling_log_ratio(batch.old_logp, sampling_logp, batch.mask)
 
 
 def grpo_loss(
@@ -172,12 +191,15 @@ def grpo_loss(
     logp `[B, T]` carries the gradient; old_logp, ref_logp, sampling_logp `[B, T]` and advantages `[B]`/`[B, T]`
     do not; mask `[B, T]` marks the completion tokens that count. `sampling_logp` is the rollout engine's log-prob
     of each sampled token, from which `settings.correction` weighs the rule's per-token loss (`rollout_correction`;
-    needed only when a correction is set). `extras` are the rule's per-token inputs (e.g. `key_seed`, `full_kl`,
-    `delta`) in the layout of `logp`.
+    needed only when a correction is set, or when the rule owns it: `owned_correction_input`). `extras` are the
+    rule's inputs (e.g. `key_seed`, `full_kl`, `delta`): per token `[B, T]` in the layout of `logp`, per sequence
+    `[B, 1]`, or 0-d.
     """
     batch = make_batch(logp, old_logp, advantages, mask)
-    terms = rule.terms(batch, **(extras or {}))
-    per_token = torch.where(batch.mask, terms.loss, 0.0)
+    extras = dict(extras or {})
+    if rule.owns_correction:
+        extras[SAMPLING_LOG_RATIO] = owned_correction_input(rule, settings, batch, sampling_logp)
+    per_token, terms = rule.apply(batch, **extras)
     correction_weight = None
     if settings.correction.active:
         if sampling_logp is None:
@@ -194,4 +216,4 @@ def grpo_loss(
         kl_ref = kl_penalty(logp, ref_logp, mask, settings.kl_estimator, weight)
         per_token = per_token + settings.beta * kl_ref
     loss = aggregate(per_token, mask, settings.loss_agg, settings.max_completion_length)
-    return GRPOLoss(loss / gradient_accumulation_steps, per_token, batch, terms, kl_ref, correction_weight)
+    return GRPOLoss(loss / gradient_accumulation_steps, batch, terms, kl_ref, correction_weight)

@@ -17,6 +17,9 @@ A missing threshold (null) is no bound on that side. log r is taken over valid t
 gave no log-prob for (NaN) counts as r = 1 (TRL), and log r is clamped to ±20 before exp (verl). The thresholds
 must keep r = 1 inside (C_min ≤ 1 ≤ C_max), so identical log-probs give ρ ≡ 1 exactly. A masked token (ρ = 0)
 keeps its place in the aggregation's normaliser, as in TRL and verl. The β·KL term is not weighted (TRL).
+
+A rule may own the correction instead (`ClipRule.owns_correction`): it receives log r per token
+(`sampling_log_ratio`), no ρ is applied after it, and rollout.correction must be none.
 """
 
 from __future__ import annotations
@@ -52,9 +55,7 @@ class RolloutCorrection:
 
     def log_ratio(self, old_logp: Tensor, sampling_logp: Tensor, mask: Tensor) -> Tensor:
         """log r: `[B, T]` per token, or `[B, 1]` per sequence (the sum over its valid tokens), clamped to ±20."""
-        valid = mask.bool()
-        per_token = torch.where(valid, old_logp.detach().float() - sampling_logp.detach().float(), 0.0)
-        per_token = torch.nan_to_num(per_token, nan=0.0)
+        per_token = token_log_ratio(old_logp, sampling_logp, mask)
         if self.level == "sequence":
             per_token = per_token.sum(dim=-1, keepdim=True)
         return per_token.clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)
@@ -101,6 +102,19 @@ class RolloutCorrection:
         fraction = "rollout/truncated_frac" if self.kind == "tis" else "rollout/masked_frac"
         keys = ("rollout/weight_mean", "rollout/weight_min", "rollout/weight_max", fraction)
         return dict(zip(keys, values))
+
+
+def token_log_ratio(old_logp: Tensor, sampling_logp: Tensor, mask: Tensor) -> Tensor:
+    """log r = log π_old − log π_rollout `[B, T]`, no gradient, 0 off the mask and where the engine gave no
+    log-prob (NaN); not clamped."""
+    per_token = torch.where(mask.bool(), old_logp.detach().float() - sampling_logp.detach().float(), 0.0)
+    return torch.nan_to_num(per_token, nan=0.0)
+
+
+def sampling_log_ratio(old_logp: Tensor, sampling_logp: Tensor, mask: Tensor) -> Tensor:
+    """What a rule that owns the correction receives (`ClipRule.owns_correction`): log r per token `[B, T]`, clamped
+    to ±20 like every log r here; pure tensor code."""
+    return token_log_ratio(old_logp, sampling_logp, mask).clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)
 
 
 def correction_problem(kind: str, level: str, low: float | None, high: float | None) -> str | None:

@@ -628,3 +628,60 @@ def test_the_on_policy_warning_follows_the_acts_on_policy_trait():
     for name, rule in RULES.items():
         assert (warn_if_on_policy(with_rule(on_policy, name)) is None) == rule.acts_on_policy, name
         assert warn_if_on_policy(with_rule(reuse2, name)) is None
+
+
+# ---------------------------------------------------------------------------------------- batch statistics
+def rows_alone(rule, logp, old, advantages, mask, extras):
+    """The rule's per-token loss with each sequence given alone (its per-token extras sliced with it)."""
+    losses = []
+    for row in range(logp.shape[0]):
+        part = slice(row, row + 1)
+        alone = {k: v[part] if v.dim() == 2 else v for k, v in extras.items()}
+        losses.append(rule(logp[part], old[part], advantages[part], mask[part], **alone).loss)
+    return torch.cat(losses)
+
+
+@pytest.mark.parametrize("name", sorted(name for name, rule in RULES.items() if not rule.batch_statistic))
+def test_a_rule_without_batch_statistic_scores_each_sequence_alone(name):
+    """No undeclared batch statistic: a sequence's loss is the same alone as inside the micro-batch."""
+    rule = build_rule(name)
+    logp, old, advantages, mask = planted_batch(8)
+    extras = extras_for(rule, logp)
+    torch.testing.assert_close(
+        rows_alone(rule, logp, old, advantages, mask, extras), rule(logp, old, advantages, mask, **extras).loss
+    )
+
+
+def test_the_covariance_rules_declare_their_batch_statistic():
+    """Clip-Cov and KL-Cov rank tokens by a covariance over the micro-batch: alone, a sequence gets another loss."""
+    assert sorted(name for name, rule in RULES.items() if rule.batch_statistic) == ["clip_cov", "kl_cov"]
+    logp, old, advantages, mask = planted_batch(8)
+    rule = build_rule("kl_cov", ratio=0.05)
+    together = rule(logp, old, advantages, mask).loss
+    assert not torch.allclose(rows_alone(rule, logp, old, advantages, mask, {}), together)
+
+
+# ------------------------------------------------------------------------------------------- bounds text
+def test_a_divergence_rule_with_per_token_bounds_shows_them():
+    """A divergence rule whose interval depends on π_old (here |π_θ − π_old| ≤ δ: w ∈ [1 − δ/q, 1 + δ/q]) shows its
+    bounds at the sample values of π_old after the δ prefix, as the base class would without the prefix."""
+    from atr_grpo.clipping.base import semantics_param
+    from atr_grpo.clipping.kl import DivergenceRule, clamped_log_ratio, delta_param
+
+    class ProbabilityGap(DivergenceRule):
+        name = "test_probability_gap"
+        params = (delta_param(), semantics_param())
+
+        def estimate(self, batch, **_):
+            return (batch.old_logp.exp() * torch.expm1(clamped_log_ratio(batch))).abs()
+
+        def old_prob_bounds(self, old_prob):
+            return (1 - self.delta / old_prob).clamp(min=0), 1 + self.delta / old_prob
+
+    rule = ProbabilityGap(delta=0.1)
+    per_token = [f"π_old {q:g}: w ∈ [{max(1 - 0.1 / q, 0):.3f}, {1 + 0.1 / q:.3f}]" for q in SAMPLE_OLD_PROBS]
+    assert rule.bounds_text() == "δ = 0.1 ⇔ " + "; ".join(per_token)
+    assert rule.bounds_text().startswith("δ = 0.1 ⇔ π_old 0.9: w ∈ [0.889, 1.111]; π_old 0.5: w ∈ [0.800, 1.200]")
+    masked = ProbabilityGap(delta=0.1, semantics="mask").bounds_text()
+    assert masked.endswith("π_old 0.01: w ∈ [0.000, 11.000] (mask semantics: frozen outside whatever the sign of A)")
+    assert build_rule("full_kl").bounds_text() == ""  # no interval of any kind: nothing to say

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch import Tensor
+import toy_rules
+from toy_rules import REASON
 
-from atr_grpo.clipping import RULES, ClipRule, RuleTerms, TokenBatch, build_rule, ratio_from_log, register
+from atr_grpo.clipping import RULES, ClipRule, build_rule, register
 from atr_grpo.clipping.extras import (
     EXTRAS,
-    Extra,
     TrainerBatch,
-    Unavailable,
     VerlCall,
     check_needs,
     fixture_extras,
@@ -23,52 +22,15 @@ from atr_grpo.clipping.extras import (
     verl_extras,
 )
 from atr_grpo.integrations import verl as plugin
+from atr_grpo.losses import LossSettings, grpo_loss
 from atr_grpo.training.rule_trainer import RuleTrainerMixin
-
-REASON = "a per-token temperature that verl's policy-loss API does not pass"
-
-
-def scale_from_trainer(batch: TrainerBatch) -> Tensor:
-    """Off-policy: the micro-batch's random draw, on-policy: 1 (so the rule's loss shows which one reached it)."""
-    if batch.on_policy:
-        return torch.ones_like(batch.like)
-    return 1 + torch.rand(batch.like.shape, generator=batch.random())
-
-
-def scaled_rule_class() -> type[ClipRule]:
-    class Scaled(ClipRule):
-        """−w·A times a per-token scale given as the extra `token_scale`."""
-
-        name = "test_scaled"
-        family = "ratio"
-        needs = ("token_scale",)
-
-        def terms(self, batch: TokenBatch, token_scale: Tensor, **_: object) -> RuleTerms:
-            never = torch.zeros_like(batch.mask)
-            loss = -ratio_from_log(batch.log_ratio) * batch.advantages * token_scale
-            return RuleTerms(loss=loss, frozen_low=never, frozen_high=never)
-
-    return Scaled
 
 
 @pytest.fixture
 def scaled_rule():
     """The extra `token_scale` and the rule `test_scaled`, registered for one test and removed after it."""
-    register_extra(
-        Extra(
-            name="token_scale",
-            meaning="[B, T] float: a weight per token",
-            from_trainer=scale_from_trainer,
-            from_verl=Unavailable(REASON),
-            fixture=lambda like, generator: 1 + torch.rand(like.shape, generator=generator, dtype=like.dtype),
-        )
-    )
-    try:
-        register(scaled_rule_class())
-        yield build_rule("test_scaled")
-    finally:
-        RULES.pop("test_scaled", None)
-        EXTRAS.pop("token_scale")
+    with toy_rules.scaled_rule() as rule:
+        yield rule
 
 
 def batch(seed: int = 0):
@@ -135,6 +97,53 @@ def test_a_missing_extra_is_named_by_the_call(scaled_rule):
     logp, old, advantages, mask = batch()
     with pytest.raises(ValueError, match=r"'test_scaled' needs the extra 'token_scale' \(\[B, T\] float: a weight"):
         scaled_rule(logp, old, advantages, mask)
+
+
+def test_a_missing_extra_is_named_on_the_trainer_path(scaled_rule):
+    """`grpo_loss` (the TRL and Unsloth paths) goes through the same `apply` as a call, so it refuses alike."""
+    logp, old, advantages, mask = batch()
+    settings = LossSettings(max_completion_length=5)
+    with pytest.raises(ValueError, match=r"'test_scaled' needs the extra 'token_scale' \(\[B, T\] float: a weight"):
+        grpo_loss(scaled_rule, logp, old, advantages, mask, settings)
+    with pytest.raises(ValueError, match="needs the extra 'token_scale'"):
+        grpo_loss(scaled_rule, logp, old, advantages, mask, settings, extras={"token_scale": None})
+
+
+def test_the_trainer_path_equals_a_call_and_compiles_in_one_graph(scaled_rule):
+    """`grpo_loss` masks the rule's loss exactly as a call does, and the extras check adds no graph break: the
+    whole loss traces under `torch.compile(fullgraph=True)`."""
+    logp, old, advantages, mask = batch(2)
+    extras = fixture_extras(scaled_rule.needs, logp, seed=3)
+    settings = LossSettings(loss_agg="token_mean")
+    want = scaled_rule(logp, old, advantages, mask, **extras).loss
+    result = grpo_loss(scaled_rule, logp, old, advantages, mask, settings, extras=extras)
+    torch.testing.assert_close(result.terms.loss * mask, want)
+    torch.testing.assert_close(result.loss, want.sum() / mask.sum())
+
+    def loss(logp, old, advantages, mask, token_scale):
+        return grpo_loss(scaled_rule, logp, old, advantages, mask, settings, extras={"token_scale": token_scale}).loss
+
+    compiled = torch.compile(loss, fullgraph=True, backend="eager")
+    torch.testing.assert_close(compiled(logp, old, advantages, mask, extras["token_scale"]), result.loss)
+
+
+def test_a_sequence_level_extra_reaches_the_loss_on_the_trainer_path():
+    """A `[B, 1]` extra from the trainer's provider goes through `grpo_loss` as it is: each sequence's tokens are
+    weighed by its value, in loss and gradient, and padding stays 0."""
+    logp, old, advantages, mask = batch(4)
+    with toy_rules.scaled_rule(per_sequence=True) as rule:
+        extras = Trainer(rule).rule_extras(None, None, None, 5, logp, has_old=True)
+        scale = extras["sequence_scale"]
+        assert scale.shape == (3, 1) and (scale > 1).all() and scale.unique().numel() == 3
+        leaf = logp.clone().requires_grad_()
+        result = grpo_loss(rule, leaf, old, advantages, mask, LossSettings(loss_agg="token_mean"), extras=extras)
+        (grad,) = torch.autograd.grad(result.loss, leaf)
+    plain_leaf = logp.clone().requires_grad_()
+    plain = build_rule("no_clip")(plain_leaf, old, advantages, mask).loss
+    (plain_grad,) = torch.autograd.grad(plain.sum() / mask.sum(), plain_leaf)
+    torch.testing.assert_close(result.loss, (plain * scale).sum() / mask.sum())
+    torch.testing.assert_close(grad, plain_grad * scale)
+    assert (grad[~mask] == 0).all()
 
 
 def test_a_rule_needing_an_unregistered_extra_is_refused_at_registration():

@@ -84,10 +84,10 @@ def test_rollout_mismatch_of_known_log_probs():
 def test_each_process_draws_its_own_clip_cov_keys_and_one_process_draws_as_before():
     import hashlib
 
-    from atr_grpo.training.rule_trainer import rule_generator
+    from atr_grpo.rule_random import micro_batch_stream
 
     draw = lambda generator: torch.randint(0, 2**31 - 1, (4,), generator=generator).tolist()  # noqa: E731
     legacy = hashlib.sha256(b"7:3:1").digest()
     expected = torch.Generator().manual_seed(int.from_bytes(legacy[:8], "little") & ((1 << 63) - 1))
-    assert draw(rule_generator(7, 3, 1)) == draw(rule_generator(7, 3, 1, 0)) == draw(expected)
-    assert draw(rule_generator(7, 3, 1, 1)) != draw(rule_generator(7, 3, 1, 0))
+    assert draw(micro_batch_stream(7, 3, 1)) == draw(micro_batch_stream(7, 3, 1, 0)) == draw(expected)
+    assert draw(micro_batch_stream(7, 3, 1, 1)) != draw(micro_batch_stream(7, 3, 1, 0))

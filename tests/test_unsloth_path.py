@@ -17,6 +17,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+import toy_rules
 from conftest import rules_of_each_kind, slow_beyond
 
 from atr_grpo.clipping import RULES, build_rule
@@ -24,9 +25,11 @@ from atr_grpo.clipping.extras import EXTRAS, TrainerBatch, trainer_extras
 from atr_grpo.errors import ConfigError
 from atr_grpo.losses import LossSettings, aggregate
 from atr_grpo.rollout_correction import RolloutCorrection
-from atr_grpo.training.rule_trainer import RuleTrainerMixin, rule_generator
+from atr_grpo.rule_random import micro_batch_stream
+from atr_grpo.training.rule_trainer import RuleTrainerMixin
 from atr_grpo.training.unsloth_loss import (
     compact_valid,
+    decode_extras,
     encode_extras,
     expand_compact,
     install_rule,
@@ -124,7 +127,7 @@ def trainer_side(rule, full_kl, micro_step: int = MICRO_STEP):
     batch = TrainerBatch(
         like=full_kl,
         on_policy=False,
-        random=lambda: rule_generator(0, 3, micro_step),
+        random=lambda: micro_batch_stream(0, 3, micro_step),
         model=None,
         old_weights=None,
         input_ids=None,
@@ -167,6 +170,20 @@ def test_compact_layout_round_trip():
     compact = compact_valid(full_kl, mask)
     assert torch.equal(expand_compact(compact, packed_mask), packed)
     assert torch.equal(expand_compact(compact, mask), full_kl * mask)
+
+
+def test_per_sequence_and_scalar_extras_travel_as_they_are():
+    """A `[B, T]` extra is compacted and comes back in the packed layout; a `[B, 1]` one (per sequence) and a 0-d
+    one come back unchanged: repacking moves tokens within a row, never rows."""
+    _, _, _, mask, full_kl = random_batch(1)
+    per_sequence = torch.arange(1.0, mask.shape[0] + 1).unsqueeze(1)
+    seed = torch.tensor(5)
+    kwargs = encode_extras({"full_kl": full_kl, "sequence_scale": per_sequence, "key_seed": seed}, mask)
+    packed, packed_mask = left_packed(full_kl, mask, pad=4)
+    decoded = decode_extras({**kwargs, "unrelated": torch.ones(1)}, packed_mask.bool())
+    assert set(decoded) == {"full_kl", "sequence_scale", "key_seed"}
+    assert torch.equal(decoded["full_kl"], packed)
+    assert decoded["sequence_scale"] is per_sequence and decoded["key_seed"] is seed
 
 
 @pytest.mark.parametrize("name", slow_beyond(sorted(RULES), rules_of_each_kind()))
@@ -302,6 +319,28 @@ def test_accumulated_loss_wrapper_adds_extras_and_logs_rule_metrics(zoo, monkeyp
     assert want_metrics["clip/frac"] > 0  # the planted batch does exercise the rule
 
 
+def test_a_sequence_level_extra_reaches_the_compiled_loss(zoo, monkeypatch):
+    """A rule with a `[B, 1]` extra: the wrapper passes it through zoo's repacking into the compiled loss, which
+    gives the TRL path's loss, gradient and metrics; each sequence is weighed by its own value."""
+    logp, old, advantages, mask, full_kl = random_batch(9)
+    fake = zoo_like_accumulated_loss(zoo, logp)
+    monkeypatch.setitem(zoo.__dict__, "grpo_accumulated_loss", fake)
+    with toy_rules.scaled_rule(per_sequence=True) as rule:
+        want_loss, want_grad, want_metrics = trl_path(rule, logp, old, advantages, mask, full_kl)
+        scale = trainer_side(rule, full_kl)["sequence_scale"]
+        trainer = FakeTrainer(rule, full_kl)
+        with installed(zoo.__dict__, rule):
+            outputs = call_accumulated_loss(zoo, trainer, mask, advantages, old)
+    assert scale.shape == (mask.shape[0], 1) and scale.unique().numel() == mask.shape[0]
+    plain_loss, plain_grad, _ = trl_path(build_rule("no_clip"), logp, old, advantages, mask, full_kl)
+    torch.testing.assert_close(want_grad, plain_grad * scale)  # the law of the toy rule, on the TRL path
+    torch.testing.assert_close(outputs[0], want_loss, rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(fake.grad, left_packed(want_grad, mask, 3)[0], rtol=1e-5, atol=1e-8)
+    logged = trainer._step_stats.reduce()
+    for key, value in want_metrics.items():
+        assert logged[key] == pytest.approx(value, rel=1e-5, abs=1e-7), key
+
+
 def test_on_policy_runs_keep_w_equal_to_1_as_on_the_trl_path(zoo, monkeypatch):
     """rollout=on_policy with vLLM rollouts: Unsloth needs TRL's correction on, so TRL recomputes π_old in a
     separate pass (here: π_θ plus noise of 1e-3). The installed loss ignores that copy: loss, gradient and metrics
@@ -410,6 +449,29 @@ def test_the_compiled_loss_weighs_with_the_correction_from_zoos_sampling_log_pro
     torch.testing.assert_close(outputs[4], left_packed(weight, mask, pad)[0])
     torch.testing.assert_close(outputs[3], left_packed((old - sampling).abs() * mask, mask, pad)[0])
     assert ((weight != 1) & mask.bool()).any()  # the weight does act on this batch
+
+
+def test_a_rule_owning_the_correction_gets_zoos_sampling_log_probs(zoo):
+    """A rule that owns the rollout correction (toy TIS, no correction of ours) receives the sampling log-ratio from
+    zoo's `sampling_per_token_logps` inside the compiled loss: the loss and gradient of the reference rule under our
+    TIS, and `flat_is_ratio` is 1 (no ρ of ours)."""
+    logp, old, advantages, mask, full_kl = random_batch(13)
+    sampling = old + 0.3 * torch.randn(old.shape, generator=torch.Generator().manual_seed(14))
+    tis = RolloutCorrection("tis", "token", None, toy_rules.OWNED_TIS_MAX)
+    weight = tis.weight(old, sampling, mask) * mask
+    leaf = logp.clone().requires_grad_()
+    want = aggregate(build_rule("no_clip")(leaf, old, advantages, mask).loss * weight, mask, "dr_grpo", MAX_LEN) / GA
+    (want_grad,) = torch.autograd.grad(want, leaf)
+    pad = 3
+    packed_logp, packed_mask = left_packed(logp, mask, pad)
+    packed_old, packed_sampling = (left_packed(value, mask, pad)[0] for value in (old, sampling))
+    with toy_rules.registered(toy_rules.OwnedTIS) as rule, installed(zoo.__dict__, rule):
+        kwargs = unsloth_kwargs(rule, full_kl, mask)
+        outputs, grad = efficient_grpo(zoo, packed_logp, packed_old, advantages, packed_mask, kwargs, packed_sampling)
+    torch.testing.assert_close(outputs[0], want, rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(grad, left_packed(want_grad, mask, pad)[0], rtol=1e-5, atol=1e-8)
+    torch.testing.assert_close(outputs[4], packed_mask.float())
+    assert ((weight != 1) & mask.bool()).any()  # the rule's own correction does act on this batch
 
 
 def test_the_wrapper_feeds_the_delta_in_force_and_the_engines_log_probs_and_logs_both(zoo, monkeypatch):

@@ -99,15 +99,19 @@ def test_only_rules_needing_an_extra_verl_cannot_supply_are_refused():
     assert "clip_cov" not in refused and "full_kl" in refused
 
 
-def test_key_generator_depends_on_seed_and_rank_only():
-    """Same (seed, rank) -> the same stream; another seed or rank -> another stream."""
+def test_process_stream_depends_on_seed_and_rank_only():
+    """Same (seed, rank) -> the same stream; another seed or rank -> another stream; the draws are those of the
+    plugin's own generator before the trainer and verl shared one factory (`rule_random`)."""
+    import hashlib
 
     def draws(generator):
         return [int(v) for v in torch.randint(0, 2**31 - 1, (4,), generator=generator)]
 
-    assert draws(plugin.key_generator(3, 0)) == draws(plugin.key_generator(3, 0))
-    assert draws(plugin.key_generator(3, 0)) != draws(plugin.key_generator(4, 0))
-    assert draws(plugin.key_generator(3, 0)) != draws(plugin.key_generator(3, 1))
+    legacy = torch.Generator().manual_seed(int.from_bytes(hashlib.sha256(b"3:0").digest()[:4], "little"))
+    assert draws(plugin.process_stream(3, 0)) == draws(legacy)
+    assert draws(plugin.process_stream(3, 0)) == draws(plugin.process_stream(3, 0))
+    assert draws(plugin.process_stream(3, 0)) != draws(plugin.process_stream(4, 0))
+    assert draws(plugin.process_stream(3, 0)) != draws(plugin.process_stream(3, 1))
 
 
 def test_verl_aggregations_map_onto_ours():

@@ -131,7 +131,7 @@ def test_clip_cov_draws_its_keys_from_the_seeded_stream():
     advanced by every call."""
     inputs = verl_check.random_inputs()
     rule = build_rule("clip_cov", **CLIP_COV)
-    stream = plugin.key_generator(7, rank=0)
+    stream = plugin.process_stream(7, rank=0)
     for _ in range(2):  # the second call draws the next keys of the same stream
         ours = aggregate(
             rule(inputs.logp, inputs.old_logp, inputs.advantages, inputs.mask, key_seed=key_seed_from(stream)).loss,

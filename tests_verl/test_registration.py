@@ -48,3 +48,16 @@ def test_plugins_disabled_means_no_atr_grpo_loss():
     assert not loaded
     assert not {name for name in names if name.startswith("atr_grpo.")}
     assert "vanilla" in names
+
+
+def test_the_reserved_parameter_names_cover_verls_policy_loss_config():
+    """`register` refuses these names on any machine (tests/test_param_names.py); here they are checked against the
+    installed verl's class, which the plugin adds one field per parameter name to."""
+    import dataclasses
+
+    from verl.workers.config import PolicyLossConfig
+
+    from atr_grpo.clipping.param_names import VERL_POLICY_LOSS_NAMES
+
+    names = {f.name for f in dataclasses.fields(PolicyLossConfig)} | set(dir(PolicyLossConfig))
+    assert {name for name in names if not name.startswith("_")} <= set(VERL_POLICY_LOSS_NAMES)

@@ -2,9 +2,11 @@
 
 A rule is a small class whose `terms` method is a pure tensor function of per-token inputs: no
 `.item()`, no Python branching on tensor values, so that the same code runs in eager mode (the TRL
-path) and inside unsloth_zoo's `torch.compile(fullgraph=True)` loss (the Unsloth path). Calling the
-rule (`rule(logp, old_logp, advantages, mask)`) validates the inputs, runs `terms` and turns the
-result into the `ClipOutput` of the public contract: a `[B, T]` per-token loss and float metrics.
+path) and inside unsloth_zoo's `torch.compile(fullgraph=True)` loss (the Unsloth path). Every caller
+goes through one method, `rule.apply(batch, **extras)`: it checks the extras, runs `terms` and masks the
+loss. `losses.grpo_loss` (both trainer paths) calls it on a `make_batch`; calling the rule
+(`rule(logp, old_logp, advantages, mask)`, the verl plugin and the tests) does the same and adds the
+float metrics of the public `ClipOutput`.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import torch
 from torch import Tensor
 
 from atr_grpo.clipping.extras import check_needs, describe
+from atr_grpo.clipping.param_names import param_name_problem
 
 # exp(±20) ≈ 4.9e8 / 2.1e-9. Ratios are evaluated at the clamped log-ratio, but the clamp is a
 # straight-through one (see `ratio_from_log`), so a token far outside keeps a gradient of bounded size.
@@ -32,6 +35,9 @@ SEMANTICS = ("min", "mask")
 #   covariance  a selection of tokens by their advantage/log-prob covariance, over the whole batch
 #   soft        a smooth gate instead of a hard constraint
 FAMILIES = ("reference", "ratio", "divergence", "covariance", "soft")
+
+# the input a rule with `owns_correction` receives: log π_old − log π_sampler `[B, T]` (rollout_correction.py)
+SAMPLING_LOG_RATIO = "sampling_log_ratio"
 
 # the values of π_old(y_t|s_t) at which per-token bounds are printed
 SAMPLE_OLD_PROBS = (0.9, 0.5, 0.1, 0.01)
@@ -51,6 +57,15 @@ class Param:
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def value_type(param: Param) -> type:
+    """The type of the parameter's values: float for a number whose check accepts a float, even with an int default
+    (so a config may set `clipping.c=10.5`; an integer parameter's check refuses floats), else its default's type."""
+    default = param.default
+    if default is None or (_is_number(default) and param.check(float(default))):
+        return float
+    return type(default)
 
 
 def positive(name: str, default: float, doc: str = "") -> Param:
@@ -212,6 +227,14 @@ class ClipRule:
     # the aggregation the rule's source defines its objective with (one of losses.AGGREGATIONS; "seq_mean" for the
     # sequence-level rules), None for token-level rules: `loss_agg=native` uses it (losses.resolve_aggregation)
     native_aggregation: ClassVar[str | None] = None
+    # True when the rule applies the rollout correction itself (as TRL's VESPO does): `apply` then needs the input
+    # SAMPLING_LOG_RATIO, and `losses.grpo_loss` multiplies no ρ on top. Both trainer paths give it (vLLM rollouts
+    # only); the verl plugin refuses such a rule (verl hands a policy loss its own ρ, not the engine's log-probs)
+    owns_correction: ClassVar[bool] = False
+    # True when the rule computes a statistic over the whole batch it is given (Clip-Cov, KL-Cov: centred covariances
+    # and a token quota), so that a sequence's loss depends on the other sequences. That batch is one micro-batch on
+    # one process on the TRL, Unsloth and verl paths, never an optimizer step's batch nor all processes' together
+    batch_statistic: ClassVar[bool] = False
     summary: ClassVar[str] = ""  # one line: the constraint or loss (docs/framework.md, `python -m atr_grpo.clipping`)
     source: ClassVar[str] = ""  # the paper (and equation) the rule comes from
 
@@ -223,7 +246,7 @@ class ClipRule:
                 raise ValueError(f"clipping rule {self.name!r} has no parameter {key!r}; allowed: {allowed}")
         for param in self.params:
             value = values.get(param.name, param.default)
-            if isinstance(value, int) and not isinstance(value, bool) and isinstance(param.default, float):
+            if _is_number(value) and value_type(param) is float:
                 value = float(value)
             if not param.check(value):
                 raise ValueError(
@@ -276,13 +299,26 @@ class ClipRule:
                 raise ValueError(
                     f"clipping rule {self.name!r} needs the extra {describe(need)}; pass {need}=... in the call"
                 )
+        if self.owns_correction and extras.get(SAMPLING_LOG_RATIO) is None:
+            raise ValueError(
+                f"clipping rule {self.name!r} owns the rollout correction and needs {SAMPLING_LOG_RATIO!r} ([B, T] "
+                f"float: log π_old − log π_sampler per token); pass {SAMPLING_LOG_RATIO}=... in the call "
+                "(losses.grpo_loss makes it from sampling_logp)"
+            )
+
+    def apply(self, batch: TokenBatch, **extras: Any) -> tuple[Tensor, RuleTerms]:
+        """The one way into a rule: the per-token loss `[B, T]`, 0 off the mask, and the terms it came from.
+
+        A missing extra raises the named message. The check looks only at which extras are present, never at
+        their values, so `apply` stays pure tensor code (it runs inside a fullgraph compile)."""
+        self.check_extras(extras)
+        terms = self.terms(batch, **extras)
+        return torch.where(batch.mask, terms.loss, 0.0), terms
 
     def __call__(self, logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, **extras: Any) -> ClipOutput:
         """Per-token loss `[B, T]` (gradient to `logp` only) and metrics over valid tokens."""
-        self.check_extras(extras)
         batch = make_batch(logp, old_logp, advantages, mask)
-        terms = self.terms(batch, **extras)
-        loss = torch.where(batch.mask, terms.loss, 0.0)
+        loss, terms = self.apply(batch, **extras)
         return ClipOutput(loss=loss, metrics=rule_metrics(batch, terms))
 
 
@@ -297,6 +333,14 @@ def register(cls: type[ClipRule]) -> type[ClipRule]:
     if getattr(cls, "family", None) not in FAMILIES:
         raise ValueError(f"clipping rule {cls.name!r}: family must be one of {', '.join(FAMILIES)}")
     check_needs(cls.name, cls.needs)
+    attributes = {attribute for attribute in dir(cls) if not attribute.startswith("__")}
+    names = [param.name for param in cls.params]
+    for name in names:
+        problem = param_name_problem(cls.name, name, attributes)
+        if problem is not None:
+            raise ValueError(problem)
+        if names.count(name) > 1:
+            raise ValueError(f"clipping rule {cls.name!r}: parameter {name!r} is declared twice")
     RULES[cls.name] = cls
     return cls
 

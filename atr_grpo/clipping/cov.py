@@ -150,6 +150,7 @@ class ClipCov(ClipRangeRule):
     name = "clip_cov"
     family = "covariance"
     acts_on_policy = True  # the covariance selection is detached whatever w is
+    batch_statistic = True  # the covariance's means and the quota are over the micro-batch
     needs = ("key_seed",)
     params = (
         fraction("eps_low", 1.0, "lower clip range (Clip-Cov recipe: 1.0)"),
@@ -194,6 +195,7 @@ class KLCov(ClipRule):
 
     name = "kl_cov"
     family = "covariance"
+    batch_statistic = True  # the covariance's means and the quota are over the micro-batch
     params = (
         fraction("ratio", 2e-3, "fraction k of tokens penalised (KL-Cov 7B recipe: 0.2%)"),
         positive("coef", 1.0, "penalty coefficient β (recipe 1)"),

@@ -26,7 +26,6 @@ from atr_grpo.clipping.base import (
     RuleTerms,
     TokenBatch,
     choice,
-    format_interval,
     positive,
     register,
 )
@@ -67,11 +66,12 @@ class DivergenceRule(ClipRule):
         return terms
 
     def bounds_text(self) -> str:
-        bounds = self.ratio_bounds()
-        if bounds is None:
+        """The base text (one interval, or per-token bounds at sample values of π_old), after 'δ = … ⇔'."""
+        text = super().bounds_text()
+        if not text:
             return ""
         reading = "" if self.semantics == "min" else " (mask semantics: frozen outside whatever the sign of A)"
-        return f"δ = {self.delta:g} ⇔ {format_interval(*bounds)}{reading}"
+        return f"δ = {self.delta:g} ⇔ {text}{reading}"
 
 
 @register

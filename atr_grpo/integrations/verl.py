@@ -23,7 +23,8 @@ token sum runs with a warning (`check_aggregation`). A rule's extras come from t
 which says how verl provides each or why it cannot: Clip-Cov's `key_seed` is drawn from a per-process
 torch.Generator seeded from `actor.data_loader_seed` and the data-parallel rank, advanced by every call; `full_kl`
 needs π_old's whole next-token distribution, which verl's policy-loss API does not carry, so `atr_grpo.full_kl` is
-refused.
+refused. A rule that owns the rollout correction (`ClipRule.owns_correction`) is refused too: verl hands a policy
+loss its own correction weights, not the rollout engine's log-probs the rule needs.
 
 Without verl the module still imports (the main environment has none); what needs verl raises an ImportError
 that says how to get it.
@@ -32,7 +33,6 @@ that says how to get it.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import importlib.util
 import warnings
 from collections.abc import Callable
@@ -44,6 +44,7 @@ from torch import Tensor
 from atr_grpo.clipping import RULES, ClipRule, build_rule
 from atr_grpo.clipping.extras import VerlCall, verl_extras, verl_refusals
 from atr_grpo.losses import length_weighting
+from atr_grpo.rule_random import process_stream
 
 LOSS_PREFIX = "atr_grpo."
 ACTOR_KEY = "actor_rollout_ref.actor"
@@ -95,15 +96,27 @@ def set_params(policy_loss: Any) -> dict[str, Any]:
     return {name: value for name, value in values.items() if value is not None}
 
 
+# why a rule that owns the rollout correction (`ClipRule.owns_correction`) cannot run under verl
+OWNED_CORRECTION_REASON = (
+    "it applies the rollout correction itself, from the rollout engine's log-probs, and verl hands a policy loss "
+    "only its own correction weights (rollout_is_weights)"
+)
+
+
 def refusal(rule: type[ClipRule]) -> str | None:
-    """Why a rule cannot run as a verl policy loss (an extra verl cannot supply), or None."""
+    """Why a rule cannot run as a verl policy loss (an extra verl cannot supply, or a correction of its own), or
+    None."""
     missing = verl_refusals(rule.needs)
-    if not missing:
+    if missing:
+        what = "; ".join(f"{need!r}: {reason}" for need, reason in missing.items())
+        why = f"needs the extra {what}"
+    elif rule.owns_correction:
+        why = OWNED_CORRECTION_REASON
+    else:
         return None
-    what = "; ".join(f"{need!r}: {reason}" for need, reason in missing.items())
     return (
         f"{POLICY_LOSS_KEY}.loss_mode={loss_mode_of(rule.name)!r} is not available under verl: clipping rule "
-        f"{rule.name!r} needs the extra {what}; use it through `python -m atr_grpo.train` instead"
+        f"{rule.name!r} {why}; use it through `python -m atr_grpo.train` instead"
     )
 
 
@@ -170,15 +183,6 @@ def _rank() -> int:
     return distributed.get_rank() if distributed.is_available() and distributed.is_initialized() else 0
 
 
-def key_generator(seed: int, rank: int) -> torch.Generator:
-    """The random stream of a randomised rule (Clip-Cov) under verl: one per (seed, data-parallel rank).
-
-    (seed, rank) is hashed to 32 bits because torch's CPU generator keeps only the low 32 bits of its seed.
-    """
-    digest = hashlib.sha256(f"{seed}:{rank}".encode()).digest()
-    return torch.Generator().manual_seed(int.from_bytes(digest[:4], "little"))
-
-
 def reset_key_generators() -> None:
     """Start every rule's random stream again from its seed (as a fresh process would)."""
     _GENERATORS.clear()
@@ -187,7 +191,7 @@ def reset_key_generators() -> None:
 def rule_stream(rule: ClipRule, config: Any) -> torch.Generator:
     """The rule's random stream in this process (made on first use), advanced by each draw."""
     if rule.name not in _GENERATORS:
-        _GENERATORS[rule.name] = key_generator(int(getattr(config, "data_loader_seed", 0)), _rank())
+        _GENERATORS[rule.name] = process_stream(int(getattr(config, "data_loader_seed", 0)), _rank())
     return _GENERATORS[rule.name]
 
 

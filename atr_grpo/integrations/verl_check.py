@@ -144,7 +144,7 @@ def gaps(rule_name: str, loss_agg_mode: str, seed: int = 0) -> Gaps:
     verl_loss, _ = verl_actor_loss(config, inputs)
     (verl_grad,) = torch.autograd.grad(verl_loss, inputs.logp)
     rule = build_rule(rule_name)
-    stream = plugin.key_generator(seed, rank=0)  # a fresh stream of what verl's call drew from
+    stream = plugin.process_stream(seed, rank=0)  # a fresh stream of what verl's call drew from
     extras = verl_extras(rule.needs, VerlCall(like=inputs.logp, random=lambda: stream))
     ours = reference_loss(rule_name, loss_agg_mode, inputs, extras)
     (our_grad,) = torch.autograd.grad(ours, inputs.logp)

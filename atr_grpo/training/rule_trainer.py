@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -30,6 +29,7 @@ from atr_grpo.clipping.vocab_kl import adapter_snapshot
 from atr_grpo.config import TrainConfig
 from atr_grpo.distributed import process_batch, world_size
 from atr_grpo.losses import GRPOLoss, LossSettings, resolve_aggregation
+from atr_grpo.rule_random import micro_batch_stream
 from atr_grpo.training import checkpoints
 from atr_grpo.training.step_stats import StepStats, rollout_mismatch
 from atr_grpo.training.truncated import TruncationMixin
@@ -37,7 +37,6 @@ from atr_grpo.truncation import Truncation
 
 log = logging.getLogger(__name__)
 
-# A token whose ratio π_trainer/π_rollout leaves [1 - band, 1 + band] counts as mismatched
 # the δ in force after a checkpoint's step, in the checkpoint's folder
 DELTA_STATE_FILE = "delta_control.json"
 
@@ -170,14 +169,6 @@ def grpo_arg_values(cfg: TrainConfig, output_dir: str | Path, rollout_engine: st
     )
 
 
-def rule_generator(seed: int, global_step: int, micro_step: int, process: int = 0) -> torch.Generator:
-    """A generator for randomised rules (Clip-Cov) that depends only on (seed, position in training, process),
-    so a resumed run draws exactly what an uninterrupted one would, and each process draws its own keys."""
-    tag = f"{seed}:{global_step}:{micro_step}" + (f":{process}" if process else "")  # one process: as before
-    digest = hashlib.sha256(tag.encode()).digest()
-    return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") & ((1 << 63) - 1))
-
-
 class GRPOTrainerHost(Protocol):
     """What `RuleTrainerMixin` uses of the `GRPOTrainer` it is mixed into (TRL's, or Unsloth's generated one).
 
@@ -253,7 +244,7 @@ class RuleTrainerMixin(TruncationMixin, _Host):
             batch = TrainerBatch(
                 like=like,
                 on_policy=not has_old,
-                random=lambda: rule_generator(self.args.seed, self.state.global_step, self._micro_step(), process),
+                random=lambda: micro_batch_stream(self.args.seed, self.state.global_step, self._micro_step(), process),
                 model=self.accelerator.unwrap_model(model),
                 old_weights=self._old_adapter,
                 input_ids=input_ids,
@@ -288,13 +279,21 @@ class RuleTrainerMixin(TruncationMixin, _Host):
         self._step_stats.add(metrics, count)
 
     def check_sampling_logp(self, sampling_logp: Tensor | None) -> None:
-        """A rollout correction without the engine's log-probs is an error, never a silent no-op."""
+        """A rollout correction (ours, or the rule's own) without the engine's log-probs is an error, never a silent
+        no-op."""
+        if sampling_logp is not None or not self.model.training:
+            return
         correction = self.loss_settings.correction
-        if correction.active and sampling_logp is None and self.model.training:
-            raise RuntimeError(
-                f"rollout.correction={correction.kind}, but this batch carries no log-probs from the rollout "
-                "engine (rollout.engine must be vllm, and the engine must return the sampled tokens' log-probs)"
-            )
+        if correction.active:
+            setting = f"rollout.correction={correction.kind}"
+        elif self.rule.owns_correction:
+            setting = f"clipping.name={self.rule.name} (a rule that owns the rollout correction)"
+        else:
+            return
+        raise RuntimeError(
+            f"{setting}, but this batch carries no log-probs from the rollout engine (rollout.engine must be "
+            "vllm, and the engine must return the sampled tokens' log-probs)"
+        )
 
     # ------------------------------------------------------------------------------ adaptive δ
     def train(self, resume_from_checkpoint: str | bool | None = None, *args: Any, **kwargs: Any) -> Any:

@@ -32,7 +32,9 @@ from atr_grpo.clipping import ClipRule
 from atr_grpo.clipping.base import LOG_RATIO_LIMIT
 from atr_grpo.losses import LossSettings, grpo_loss
 
-# the rule's extras travel through zoo's loss kwargs under this prefix (zoo passes unknown kwargs on)
+# the rule's extras travel through zoo's loss kwargs (zoo passes unknown kwargs on): per-token `[B, T]` extras
+# compacted under the first prefix, every other extra (per-sequence `[B, 1]`, 0-d seeds and δ) as it is under the second
+TOKEN_EXTRA_PREFIX = "atr_token_extra__"
 EXTRA_PREFIX = "atr_extra__"
 # the loss globals of Unsloth's generated trainer module that `install_rule` replaces
 LOSS_GLOBALS = ("grpo_compute_loss", "grpo_accumulated_loss", "UnslothEfficientGRPO")
@@ -66,19 +68,27 @@ def expand_compact(compact: Tensor, mask: Tensor) -> Tensor:
 
 
 def encode_extras(extras: dict[str, Tensor], mask: Tensor) -> dict[str, Tensor]:
-    """The rule's extras as loss kwargs: per-token `[B, T]` tensors compacted, others (seeds) as they are."""
-    return {
-        EXTRA_PREFIX + name: compact_valid(value.float(), mask) if value.dim() == 2 else value
-        for name, value in extras.items()
-    }
+    """The rule's extras as loss kwargs: per-token tensors (the shape of `mask`, `[B, T]`) compacted, the others
+    (per-sequence `[B, 1]`, 0-d seeds) as they are: repacking moves tokens within a row, never rows."""
+    encoded = {}
+    for name, value in extras.items():
+        if value.shape == mask.shape:
+            encoded[TOKEN_EXTRA_PREFIX + name] = compact_valid(value.float(), mask)
+        else:
+            encoded[EXTRA_PREFIX + name] = value
+    return encoded
 
 
 def decode_extras(kwargs: dict[str, Any], mask: Tensor) -> dict[str, Tensor]:
     """Inverse of `encode_extras`, into the layout of `mask` (zoo's left-packed one); pure tensor code."""
     out = {}
     for key, value in kwargs.items():
-        if key.startswith(EXTRA_PREFIX) and value is not None:
-            out[key[len(EXTRA_PREFIX) :]] = expand_compact(value, mask) if value.dim() == 2 else value
+        if value is None:
+            continue
+        if key.startswith(TOKEN_EXTRA_PREFIX):
+            out[key[len(TOKEN_EXTRA_PREFIX) :]] = expand_compact(value, mask)
+        elif key.startswith(EXTRA_PREFIX):
+            out[key[len(EXTRA_PREFIX) :]] = value
     return out
 
 
