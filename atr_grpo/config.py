@@ -76,24 +76,11 @@ class ClippingConfig:
         return {param.name: getattr(self, param.name) for param in DELTA_CONTROL_PARAMS}
 
 
-def reserved_parameter_names(rule_name: str) -> set[str]:
-    """The names a rule's parameter cannot have: the schema's own keys and methods, and for a rule with a threshold δ
-    the keys of adaptive δ."""
-    own = {attribute for attribute in dir(ClippingConfig) if not attribute.startswith("_")}
-    return own | ({param.name for param in DELTA_CONTROL_PARAMS} if takes_delta(rule_name) else set())
-
-
 def _clipping_schema(rule_name: str) -> type:
     """`Clipping_<rule>`: the rule's parameters with their source defaults (and adaptive δ's keys for a δ-rule), a
-    module attribute so it pickles. A rule parameter named like a key or method of the schema is refused."""
+    module attribute so it pickles. `register` has refused a parameter named like one of the schema's keys
+    (`clipping/param_names.py`)."""
     params = RULES[rule_name].params + (DELTA_CONTROL_PARAMS if takes_delta(rule_name) else ())
-    reserved = sorted(reserved_parameter_names(rule_name))
-    clash = [param.name for param in RULES[rule_name].params if param.name in reserved]
-    if clash:
-        raise ValueError(
-            f"clipping rule {rule_name!r}: the parameter name {clash[0]!r} is reserved (reserved: "
-            f"{', '.join(reserved)}); rename it (docs/rules.md#reserved-names)"
-        )
     fields = [
         (param.name, float | None if param.default is None else value_type(param), field(default=param.default))
         for param in params

@@ -4,12 +4,10 @@ misspelled key in its files or a misspelled option is named as typed, and `--cfg
 
 import subprocess
 import sys
-from unittest.mock import patch
 
 import pytest
 from conftest import REPO, compose, train_config
 
-from atr_grpo.clipping import RULES
 from atr_grpo.config_hydra import config_from_yaml, config_to_yaml, to_object
 from atr_grpo.errors import ConfigError
 from atr_grpo.hydra_app import check_sweep
@@ -215,29 +213,3 @@ def test_the_train_entry_point_refuses_a_rule_file_without_its_schema_line(tmp_p
     )
     refused_naming(result, f"{folder / 'clipping' / 'mine.yaml'}: a rule's config file", SCHEMA_LINE)
     assert result.stdout == "" and not run_dir.exists()
-
-
-def test_a_rule_parameter_named_like_a_key_of_the_schema_is_refused_by_name():
-    """A parameter `params` would hide the schema's own method, one named `delta_min` on a δ-rule would be a second
-    field of that name: both are refused when the schema is built, naming the rule, the parameter and the rest."""
-    from atr_grpo.clipping import ClipRule, RuleTerms, register
-    from atr_grpo.clipping.base import positive
-    from atr_grpo.clipping.kl import DivergenceRule
-    from atr_grpo.config import _clipping_schema
-
-    class ParamsRule(ClipRule):
-        name, family, params = "params_rule", "reference", (positive("params", 1.0),)
-
-        def terms(self, batch, **_):
-            return RuleTerms(-batch.advantages, batch.mask & False, batch.mask & False)
-
-    class BoundedDelta(DivergenceRule):
-        name, params = "bounded_delta", (positive("delta", 0.07), positive("delta_min", 0.01))
-
-    with patch.dict(RULES):
-        for rule, clash in ((ParamsRule, "params"), (BoundedDelta, "delta_min")):
-            register(rule)
-            with pytest.raises(ValueError) as err:
-                _clipping_schema(rule.name)
-            assert str(err.value).startswith(f"clipping rule {rule.name!r}: the parameter name {clash!r} is reserved")
-        assert "delta_schedule" in str(err.value) and "schema_rule" in str(err.value)

@@ -29,11 +29,11 @@ VERL_POLICY_LOSS_NAMES = (
     "keys",
     "values",
 )
-# `config.ClippingConfig` (`rule`: the name of the rule whose schema a config is) and the adaptive-δ keys
+# `config.ClippingConfig` (`schema_rule`: the name of the rule whose schema a config is) and the adaptive-δ keys
 # (`adaptive_delta.DELTA_CONTROL_PARAMS`)
 CLIPPING_CONFIG_NAMES = (
     "name",
-    "rule",
+    "schema_rule",
     "params",
     "delta_control_settings",
     "delta_schedule",
