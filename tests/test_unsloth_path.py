@@ -20,10 +20,10 @@ import torch
 from conftest import rules_of_each_kind, slow_beyond
 
 from atr_grpo.clipping import RULES, build_rule
-from atr_grpo.clipping.extras import EXTRAS, TrainerBatch, trainer_extras
 from atr_grpo.errors import ConfigError
 from atr_grpo.losses import LossSettings, aggregate
 from atr_grpo.rollout_correction import RolloutCorrection
+from atr_grpo.training.extras import TRAINER_PROVIDERS, TrainerBatch, trainer_extras
 from atr_grpo.training.rule_trainer import RuleTrainerMixin, rule_generator
 from atr_grpo.training.unsloth_loss import (
     compact_valid,
@@ -116,11 +116,11 @@ def left_packed(values: torch.Tensor, mask: torch.Tensor, pad: int) -> tuple[tor
 def with_batch_values(extras, rule, full_kl):
     """The extras computed from π_old's weights (full_kl's vocabulary pass, tested in test_full_kl) replaced by the
     batch's per-token values: the trainers here have no model."""
-    return {**extras, **{name: full_kl for name in rule.needs if EXTRAS[name].old_weights}}
+    return {**extras, **{name: full_kl for name in rule.needs if TRAINER_PROVIDERS[name].old_weights}}
 
 
 def trainer_side(rule, full_kl, micro_step: int = MICRO_STEP):
-    """The rule's extras as the trainer provides them at seed 0, optimizer step 3, `micro_step` (`clipping.extras`)."""
+    """The rule's extras as the trainer provides them at seed 0, optimizer step 3, `micro_step` (`training.extras`)."""
     batch = TrainerBatch(
         like=full_kl,
         on_policy=False,
