@@ -416,7 +416,7 @@ def test_the_wrapper_feeds_the_delta_in_force_and_the_engines_log_probs_and_logs
     """On the Unsloth path the trainer's δ (here 0.02, the rule built at 0.07) reaches the compiled loss through the
     wrapper's extras, and the engine's log-probs reach the correction: the loss is the TRL path's for ATR(0.02)
     weighed by ρ, and clip/delta and rollout/weight_* are logged from the tensors the compiled loss saw."""
-    from atr_grpo.clipping.adaptive_delta import DeltaControl
+    from atr_grpo.training.delta_control import DeltaControl
 
     correction = RolloutCorrection("tis", "token", None, 1.2)
     settings = LossSettings(loss_agg="dr_grpo", max_completion_length=MAX_LEN, correction=correction)

@@ -24,11 +24,12 @@ from transformers import TrainerCallback, TrainerState
 
 from atr_grpo import rundir
 from atr_grpo.clipping import ClipRule
-from atr_grpo.clipping.adaptive_delta import DeltaControl, takes_delta
+from atr_grpo.clipping.adaptive_delta import takes_delta
 from atr_grpo.config import TrainConfig
 from atr_grpo.distributed import process_batch, world_size
 from atr_grpo.losses import GRPOLoss, LossSettings, resolve_aggregation
 from atr_grpo.training import checkpoints
+from atr_grpo.training.delta_control import DeltaControl
 from atr_grpo.training.extras import TrainerBatch, keeps_old_weights, trainer_extras
 from atr_grpo.training.step_stats import StepStats, rollout_mismatch
 from atr_grpo.training.truncated import TruncationMixin
