@@ -10,6 +10,7 @@ import argparse
 import sys
 
 from atr_grpo.clipping.listing import rule_listing, rule_table
+from atr_grpo.plugins import load_rule_plugins
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -17,6 +18,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("rules", nargs="*", help="rules to list (default: all)")
     parser.add_argument("--markdown", action="store_true", help="print the rule table of docs/framework.md")
     opts = parser.parse_args(argv)
+    load_rule_plugins()
     if opts.markdown:
         print(rule_table())
         return 0
