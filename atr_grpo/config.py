@@ -25,6 +25,7 @@ from atr_grpo.config_checks import check, check_vllm_temperature, require_exists
 from atr_grpo.config_inputs import DataConfig, ModelConfig, PromptConfig, SFTConfig
 from atr_grpo.config_training import EvalConfig, LoggerConfig, RolloutConfig, TrainerConfig
 from atr_grpo.errors import ConfigError
+from atr_grpo.plugins import load_rule_plugins
 
 
 def unknown_key_message(full_key: str, schema: type, source: Any = None) -> str:
@@ -93,6 +94,7 @@ def _clipping_schema(rule_name: str) -> type:
     return cls
 
 
+load_rule_plugins()  # the rules of installed packages get a schema too
 CLIPPING_SCHEMAS: dict[str, type] = {name: _clipping_schema(name) for name in sorted(RULES)}
 
 # where a key belongs when it is not a key of the section it was given in

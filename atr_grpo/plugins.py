@@ -9,9 +9,12 @@ registers it (`@register` from `atr_grpo.clipping`, `register_benchmark` from `a
     [project.entry-points."atr_grpo.benchmarks"]
     math500 = "my_package.math500"
 
-The registries import these modules when they are first imported themselves (`atr_grpo.clipping`,
-`atr_grpo.benchmarks`), so a package's names exist before `config` checks `clipping.name` or `eval.benchmarks`
-against the registries. The entry point's name is a label for messages; the module decides what it registers.
+Rules load where a user's rule name is looked up: `load_rule_plugins` is called by the config layer (before it
+makes each rule's schema), by `python -m atr_grpo.clipping` and by the verl plugin. Importing `atr_grpo.clipping`
+loads nothing: it stays pure tensor code with the built-in rules. Benchmarks load when `atr_grpo.benchmarks` is
+first imported, before `config` checks `eval.benchmarks`. The entry point's name is a label for messages; the
+module decides what it registers.
+
 An entry point whose module fails to import stops the program with `PluginError`, naming the entry point and its
 distribution: a rule or benchmark that silently went missing would change what a run measures.
 """
@@ -52,3 +55,9 @@ def load_entry_points(group: str) -> list[str]:
             ) from err
         loaded.append(entry_point.name)
     return loaded
+
+
+def load_rule_plugins() -> list[str]:
+    """Register the rules installed packages declare (`RULE_GROUP`); returns their entry points' names. Call it
+    before a user's rule name is looked up in `atr_grpo.clipping.RULES`."""
+    return load_entry_points(RULE_GROUP)

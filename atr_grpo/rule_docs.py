@@ -19,6 +19,7 @@ from pathlib import Path
 
 from atr_grpo.clipping.adaptive_delta import DELTA_CONTROL_PARAMS, takes_delta
 from atr_grpo.clipping.base import RULES, ClipRule, build_rule
+from atr_grpo.plugins import load_rule_plugins
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # the repository root, which holds atr_grpo/
 
@@ -153,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--markdown", action="store_true", help="print the rule table of docs/framework.md")
     parser.add_argument("--write", metavar="PAGE", type=Path, help="rewrite the rule table of PAGE between its markers")
     opts = parser.parse_args(argv)
+    load_rule_plugins()  # the listing shows installed rules too (the table shows the package's own)
     try:
         if opts.write is not None:
             changed = write_rule_table(opts.write)

@@ -23,6 +23,7 @@ import torch
 from atr_grpo.clipping import RULES, build_rule
 from atr_grpo.clipping.extras import fixture_extras
 from atr_grpo.losses import aggregate
+from atr_grpo.plugins import load_rule_plugins
 
 # The cost target of each family, as a multiple of `clip`'s time (None: reported as measured). Every family not
 # listed is a handful of elementwise ops on the ratio, with the 1.10× target; the covariance rules also compute
@@ -70,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(opts.threads)
 
     inputs = make_inputs(opts.batch, opts.steps)
+    load_rule_plugins()  # installed packages' rules are timed too
     rules = {name: build_rule(name) for name in sorted(RULES)}
     extras = {name: fixture_extras(rule.needs, inputs["old"], seed=1) for name, rule in rules.items()}
     for name, rule in rules.items():  # warm-up: allocator, first-call overheads

@@ -97,18 +97,70 @@ def slow_beyond(values, fast):
     return [pytest.param(value, marks=() if value in fast else pytest.mark.slow) for value in values]
 
 
-def rules_of_each_kind():
-    """The rules that reach a loss differently: the first of each family, and every rule with extras or its own
-    aggregation (and ATR, the paper's rule)."""
+# the class attributes of ClipRule that describe a rule; every other one is a trait (needs, acts_on_policy, ...)
+DESCRIPTIVE_ATTRIBUTES = ("name", "family", "params", "summary", "source")
+
+
+def set_traits(rule_class) -> list[str]:
+    """The traits a rule sets away from ClipRule's defaults: extras, its own aggregation, acting on-policy, and any
+    trait ClipRule gains later (each changes how a rule reaches a loss)."""
+    from atr_grpo.clipping import ClipRule
+
+    traits = [name for name in ClipRule.__annotations__ if name not in DESCRIPTIVE_ATTRIBUTES]
+    return [name for name in traits if getattr(rule_class, name) != getattr(ClipRule, name)]
+
+
+def couples_tokens(rule_class) -> bool:
+    """Whether a token's gradient depends on another token's log-prob (a sequence or batch statistic), whatever the
+    rule declares. In a small batch, one token at a time is moved far outside every trust region (log w = ±8, which
+    also puts it first in a covariance ranking), and every other token's gradient is compared, to the bit."""
+    import torch
+
+    from atr_grpo.clipping.extras import fixture_extras
+
+    g = torch.Generator().manual_seed(0)
+    old = -torch.rand(4, 8, generator=g, dtype=torch.float64) * 4 - 0.1
+    logp = old + 0.05 * torch.randn(4, 8, generator=g, dtype=torch.float64)
+    advantages, mask = torch.tensor([2.0, -1.5, 1.0, -0.5], dtype=torch.float64), torch.ones(4, 8, dtype=torch.bool)
+    rule = rule_class()
+    extras = fixture_extras(rule.needs, logp, seed=0)
+
+    def gradient(values):
+        leaf = values.clone().requires_grad_()
+        rule(leaf, old, advantages, mask, **extras).loss.sum().backward()
+        return leaf.grad
+
+    unmoved = gradient(logp)
+    for row, column, step in [(0, 0, 8.0), (1, 3, -8.0), (2, 5, 8.0), (3, 7, -8.0)]:
+        moved = logp.clone()
+        moved[row, column] += step
+        others = torch.ones_like(mask)
+        others[row, column] = False
+        if not torch.equal(unmoved[others], gradient(moved)[others]):
+            return True
+    return False
+
+
+def rules_at_risk() -> set[str]:
+    """The rules whose way into a loss can break the compiled Unsloth loss: every rule with a trait set
+    (`set_traits`) or whose tokens are coupled (`couples_tokens`: a per-sequence or batch statistic)."""
     from atr_grpo.clipping import RULES
 
-    kinds = {"atr"}
-    families = set()
+    return {name for name, rule in RULES.items() if set_traits(rule) or couples_tokens(rule)}
+
+
+def rules_of_each_kind() -> set[str]:
+    """The rules the fast suite runs through the compiled loss, chosen by behaviour, not by name: ATR (the paper's
+    rule), every rule at risk (`rules_at_risk`), and one rule of each family that has a rule with no risk (the first
+    by name: which one is tested does not depend on what it does)."""
+    from atr_grpo.clipping import RULES
+
+    at_risk = rules_at_risk()
+    plain = {}
     for name, rule in sorted(RULES.items()):
-        if rule.family not in families or rule.needs or rule.native_aggregation:
-            kinds.add(name)
-            families.add(rule.family)
-    return kinds
+        if name not in at_risk:
+            plain.setdefault(rule.family, name)
+    return {"atr"} | at_risk | set(plain.values())
 
 
 def compose(overrides: list[str] | None = None, config_name: str = "train", **kwargs):

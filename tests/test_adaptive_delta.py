@@ -14,14 +14,9 @@ from conftest import train_config
 from test_clipping_math import extras_for, loss_and_grad
 
 from atr_grpo.clipping import build_rule
-from atr_grpo.clipping.adaptive_delta import (
-    ERROR_CLIP,
-    DeltaControl,
-    controlled_delta,
-    delta_rules,
-    scheduled_delta,
-)
+from atr_grpo.clipping.adaptive_delta import ERROR_CLIP, controlled_delta, delta_rules, scheduled_delta
 from atr_grpo.losses import LossSettings
+from atr_grpo.training.delta_control import DeltaControl
 from atr_grpo.training.rule_trainer import DELTA_STATE_FILE, DeltaStep, RuleTrainerMixin, delta_control
 
 TARGET = 0.01
@@ -261,7 +256,7 @@ def test_a_non_finite_kl3_is_left_out_of_the_update_and_said_so(caplog):
     control = controller(delta_rate=1.0)
     control.observe(math.nan, tokens=100)
     control.observe(2 * TARGET, tokens=100)
-    with caplog.at_level("WARNING", logger="atr_grpo.clipping.adaptive_delta"):
+    with caplog.at_level("WARNING", logger="atr_grpo.training.delta_control"):
         control.end_step(2)
     assert control.delta == pytest.approx(0.07 * math.exp(-ERROR_CLIP), rel=1e-12)
     assert "step 2: 1 micro-batches with a non-finite kl/kl3_mean" in caplog.text

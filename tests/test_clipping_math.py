@@ -24,8 +24,9 @@ from atr_grpo.clipping import (
     make_batch,
 )
 from atr_grpo.clipping.cov import hash_ranks, hashed_keys, lowest_ranked
-from atr_grpo.clipping.extras import TrainerBatch, fixture_extras, key_seed_from, trainer_extras
+from atr_grpo.clipping.extras import fixture_extras, key_seed_from
 from atr_grpo.clipping.ratio import ppo_clip_terms
+from atr_grpo.training.extras import TrainerBatch, trainer_extras
 
 DELTAS = [0.01, 0.03, 0.05, 0.07, 0.09, 0.2, 0.5, 1.0]
 ALL_RULES = sorted(RULES)

@@ -1,4 +1,4 @@
-"""The full-vocabulary KL of the `full_kl` rule (`clipping.vocab_kl.chunked_kl`): the chunked online log-sum-exp is
+"""The full-vocabulary KL of the `full_kl` rule (`training.vocab_kl.chunked_kl`): the chunked online log-sum-exp is
 the exact KL, and it is computed from float32 logits whatever the model's dtype."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from atr_grpo.clipping.vocab_kl import chunked_kl
+from atr_grpo.training.vocab_kl import chunked_kl
 
 VOCAB, WIDTH, TOKENS = 1000, 64, 24
 

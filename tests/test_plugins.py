@@ -1,8 +1,8 @@
 """Rules and benchmarks from other packages (`atr_grpo.plugins`): a distribution that declares an entry point is
-read by the registries before any name is validated, and one whose module fails to import stops the program with
-the entry point and the distribution named. The distributions are written by the tests (a module and its
-`.dist-info`, as pip would leave them) and put on the path of this process or of a child process: nothing is
-installed."""
+read before any name is validated (rules by the config layer, the listing and the verl plugin, benchmarks by their
+registry), and one whose module fails to import stops the program with the entry point and the distribution named.
+The distributions are written by the tests (a module and its `.dist-info`, as pip would leave them) and put on the
+path of this process or of a child process: nothing is installed."""
 
 from __future__ import annotations
 
@@ -25,11 +25,11 @@ from test_results_tables import make_run
 from atr_grpo import rundir
 from atr_grpo.benchmarks import BENCHMARKS, BenchmarkError
 from atr_grpo.clipping import RULES, build_rule
+from atr_grpo.clipping.__main__ import main as clipping_main
 from atr_grpo.errors import ConfigError
 from atr_grpo.evaluation.benchmarks import load_benchmark
-from atr_grpo.plugins import BENCHMARK_GROUP, RULE_GROUP, PluginError, load_entry_points
+from atr_grpo.plugins import BENCHMARK_GROUP, RULE_GROUP, PluginError, load_entry_points, load_rule_plugins
 from atr_grpo.results import main as results_main
-from atr_grpo.rule_docs import rule_listing
 
 # a benchmark in one module: its source, answer format, size, column heading and place (between AIME2024 and 2025)
 MATH500_MODULE = """
@@ -144,8 +144,8 @@ def test_a_benchmark_module_makes_its_name_selectable_and_its_column_in_table2(s
 
 
 def test_a_rule_module_registers_its_rule_and_the_listing_names_its_module(site):
-    """In this process: the entry point's module registers the rule, which builds, computes its loss and metrics,
-    and appears in `python -m atr_grpo.clipping`'s listing under its own module name."""
+    """In this process: `python -m atr_grpo.clipping` loads the entry point's module, which registers the rule; the
+    listing names it under its own module name, and the rule builds and computes its loss and metrics."""
     write_distribution(
         site,
         "dummy-rule",
@@ -153,8 +153,11 @@ def test_a_rule_module_registers_its_rule_and_the_listing_names_its_module(site)
         {"dummy_rule_pkg/__init__.py": DUMMY_RULE_MODULE},
     )
     with patch.dict(RULES):
-        assert "dummy_log_clip" in load_entry_points(RULE_GROUP)
-        listing = rule_listing(["dummy_log_clip"])
+        assert "dummy_log_clip" not in RULES  # importing atr_grpo.clipping read no entry points
+        with contextlib.redirect_stdout(io.StringIO()) as printed:
+            assert clipping_main(["dummy_log_clip"]) == 0
+        assert "dummy_log_clip" in RULES and "dummy_log_clip" in load_rule_plugins()
+        listing = printed.getvalue()
         assert listing.splitlines()[:2] == ["dummy_log_clip  (dummy_rule_pkg, family ratio)", "  |log w| <= eps"]
         assert "eps = 0.05  a finite number > 0; the bound on |log w|" in listing
         # log w = 0 and 0.2 on two tokens with A > 0: with eps = 0.1 the second is outside and its gradient frozen
@@ -186,8 +189,9 @@ def test_a_plugin_that_fails_to_import_is_named_with_its_distribution(site, modu
 @pytest.mark.slow
 @pytest.mark.parametrize("group", [RULE_GROUP, BENCHMARK_GROUP])
 def test_the_entry_points_stop_a_child_process_before_validation(tmp_path, group):
-    """The registries read the entry points when they are imported, so a broken one stops `python -m
-    atr_grpo.train` before the config is even composed, with its message last."""
+    """The config layer (rules) and the benchmark registry read the entry points when they are imported, so a broken
+    one stops `python -m atr_grpo.train` before the config is even composed, with its message last. Importing the
+    rules' registry alone reads none."""
     site = tmp_path / "site"
     write_distribution(
         site,
@@ -207,6 +211,10 @@ def test_the_entry_points_stop_a_child_process_before_validation(tmp_path, group
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("atr_grpo.plugins.PluginError: cannot load the entry point broken = 'broken_plugin'")
     assert f"(group {group}) of the distribution broken-plugin 0.1: ImportError: no such thing" in last
+    if group == RULE_GROUP:
+        command = [sys.executable, "-c", "from atr_grpo.clipping import RULES; assert 'atr' in RULES"]
+        clipping = subprocess.run(command, env=child_env(site), capture_output=True, text=True, timeout=300)
+        assert clipping.returncode == 0, clipping.stderr[-2000:]
 
 
 @pytest.mark.slow

@@ -1,7 +1,7 @@
-"""The extras registry (`clipping.extras`): an extra is declared once, and the trainer, the verl plugin, the fixtures
-and the rules' registration all go through that declaration. A dummy extra and a dummy rule that needs it, registered
-inside the test only, reach the rule's loss from the trainer's provider and from the fixture, and verl refuses the
-rule with the extra's reason."""
+"""The extras registry (`clipping.extras`, and the trainer's providers in `training.extras`): an extra is declared
+once, and the trainer, the verl plugin, the fixtures and the rules' registration all go through that declaration. A
+dummy extra and a dummy rule that needs it, registered inside the test only, reach the rule's loss from the trainer's
+provider and from the fixture, and verl refuses the rule with the extra's reason."""
 
 from __future__ import annotations
 
@@ -13,16 +13,15 @@ from toy_rules import REASON
 from atr_grpo.clipping import RULES, ClipRule, build_rule, register
 from atr_grpo.clipping.extras import (
     EXTRAS,
-    TrainerBatch,
     VerlCall,
     check_needs,
     fixture_extras,
     register_extra,
-    trainer_extras,
     verl_extras,
 )
 from atr_grpo.integrations import verl as plugin
 from atr_grpo.losses import LossSettings, grpo_loss
+from atr_grpo.training.extras import TRAINER_PROVIDERS, TrainerBatch, register_trainer_extra, trainer_extras
 from atr_grpo.training.rule_trainer import RuleTrainerMixin
 
 
@@ -164,6 +163,27 @@ def test_a_rule_needing_an_unregistered_extra_is_refused_at_registration():
 def test_an_extra_is_registered_once():
     with pytest.raises(ValueError, match="extra 'key_seed' is registered twice"):
         register_extra(EXTRAS["key_seed"])
+    with pytest.raises(ValueError, match="provider of the extra 'key_seed' is registered twice"):
+        register_trainer_extra("key_seed", TRAINER_PROVIDERS["key_seed"].compute)
+
+
+def test_the_trainer_provides_every_registered_extra():
+    assert set(TRAINER_PROVIDERS) == set(EXTRAS)
+
+
+def test_an_extra_without_a_trainer_provider_is_named_at_the_first_rollout(scaled_rule):
+    """A rule whose extra has no trainer provider: the rollout (which asks whether π_old's weights must be kept) and
+    the micro-batch's extras name the extra and how to provide it."""
+    trainer = Trainer(scaled_rule)
+    provider = TRAINER_PROVIDERS.pop("token_scale")
+    message = r"cannot provide the extra 'token_scale' \(\[B, T\] float: a weight per token\).*register_trainer_extra"
+    try:
+        with pytest.raises(ValueError, match=message):
+            trainer._generate_and_score_completions(None)
+        with pytest.raises(ValueError, match=message):
+            trainer.rule_extras(None, None, None, 5, torch.zeros(3, 5), has_old=True)
+    finally:
+        TRAINER_PROVIDERS["token_scale"] = provider
 
 
 def test_clip_cov_gets_the_same_key_seed_from_the_trainer_verl_and_the_fixture_given_one_stream():

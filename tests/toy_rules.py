@@ -15,7 +15,8 @@ import torch
 from torch import Tensor
 
 from atr_grpo.clipping import RULES, ClipRule, RuleTerms, TokenBatch, build_rule, ratio_from_log, register
-from atr_grpo.clipping.extras import EXTRAS, Extra, TrainerBatch, Unavailable, register_extra
+from atr_grpo.clipping.extras import EXTRAS, Extra, Unavailable, register_extra
+from atr_grpo.training.extras import TRAINER_PROVIDERS, TrainerBatch, register_trainer_extra
 
 REASON = "a per-token temperature that verl's policy-loss API does not pass"
 
@@ -24,8 +25,8 @@ def scale_shape(like: Tensor, per_sequence: bool) -> tuple[int, ...]:
     return (like.shape[0], 1) if per_sequence else tuple(like.shape)
 
 
-def scale_extra(per_sequence: bool) -> Extra:
-    """`token_scale` `[B, T]` or `sequence_scale` `[B, 1]`: 1 + a uniform draw off-policy, 1 on-policy."""
+def scale_from_trainer(per_sequence: bool):
+    """The trainer's value of the scale: 1 + a uniform draw from the micro-batch's stream off-policy, 1 on-policy."""
 
     def from_trainer(batch: TrainerBatch) -> Tensor:
         shape = scale_shape(batch.like, per_sequence)
@@ -33,13 +34,18 @@ def scale_extra(per_sequence: bool) -> Extra:
             return torch.ones(shape, dtype=batch.like.dtype)
         return 1 + torch.rand(shape, generator=batch.random())
 
+    return from_trainer
+
+
+def scale_extra(per_sequence: bool) -> Extra:
+    """`token_scale` `[B, T]` or `sequence_scale` `[B, 1]` (its trainer side: `scale_from_trainer`)."""
+
     def fixture(like: Tensor, generator: torch.Generator) -> Tensor:
         return 1 + torch.rand(scale_shape(like, per_sequence), generator=generator, dtype=like.dtype)
 
     return Extra(
         name="sequence_scale" if per_sequence else "token_scale",
         meaning="[B, 1] float: a weight per sequence" if per_sequence else "[B, T] float: a weight per token",
-        from_trainer=from_trainer,
         from_verl=Unavailable(REASON),
         fixture=fixture,
     )
@@ -64,13 +70,16 @@ def scaled_rule_class(per_sequence: bool) -> type[ClipRule]:
 
 
 @contextmanager
-def registered(rule_class: type[ClipRule], *extras: Extra) -> Iterator[ClipRule]:
-    """The extras and the rule, registered for the block (built at its defaults); the registries as before after."""
+def registered(rule_class: type[ClipRule], *extras: Extra, providers: dict | None = None) -> Iterator[ClipRule]:
+    """The extras (with the trainer's `providers` of them, by name) and the rule, registered for the block (built at
+    its defaults); the registries as before after."""
     added: list[str] = []
     try:
         for extra in extras:
             register_extra(extra)
             added.append(extra.name)
+            if providers and extra.name in providers:
+                register_trainer_extra(extra.name, providers[extra.name])
         register(rule_class)
         try:
             yield build_rule(rule_class.name)
@@ -79,10 +88,12 @@ def registered(rule_class: type[ClipRule], *extras: Extra) -> Iterator[ClipRule]
     finally:
         for name in added:
             del EXTRAS[name]
+            TRAINER_PROVIDERS.pop(name, None)
 
 
 def scaled_rule(per_sequence: bool = False):  # a context manager: `with scaled_rule(True) as rule:`
-    return registered(scaled_rule_class(per_sequence), scale_extra(per_sequence))
+    extra = scale_extra(per_sequence)
+    return registered(scaled_rule_class(per_sequence), extra, providers={extra.name: scale_from_trainer(per_sequence)})
 
 
 # the truncation bound of the toy rule that owns the correction (the C_max of the TIS it reproduces)

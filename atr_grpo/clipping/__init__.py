@@ -6,8 +6,9 @@
     kl3_ratio_bounds(0.07)                             # (0.6710, 1.4222)
 
 Rules live one family per module. Importing this package imports every module in it (a new module needs no
-edit here), which registers every rule, then the modules other installed packages declare under the entry-point
-group `atr_grpo.rules` (`atr_grpo.plugins`); `python -m atr_grpo.clipping` lists them all.
+edit here), which registers every built-in rule. The rules other installed packages declare under the entry-point
+group `atr_grpo.rules` are registered by `atr_grpo.plugins.load_rule_plugins`, which the config layer, the verl
+plugin and `python -m atr_grpo.clipping` (the listing) call: importing this package reads no entry points.
 """
 
 import importlib
@@ -33,7 +34,6 @@ from atr_grpo.clipping.bounds import describe_bounds, divergence_ratio_interval,
 from atr_grpo.clipping.dcpo import dcpo_ratio_bounds
 from atr_grpo.clipping.general import general_operator
 from atr_grpo.clipping.kl import k3
-from atr_grpo.plugins import RULE_GROUP, load_entry_points
 
 __all__ = [
     "LOG_RATIO_LIMIT",
@@ -62,4 +62,3 @@ __all__ = [
 for _module in pkgutil.iter_modules(__path__):
     if not _module.name.startswith("_"):  # not __main__ (the listing)
         importlib.import_module(f"{__name__}.{_module.name}")
-load_entry_points(RULE_GROUP)

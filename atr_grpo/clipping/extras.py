@@ -2,13 +2,16 @@
 
 A rule names the extras it needs (`needs = ("full_kl",)`) and receives each as a keyword argument of that name.
 Each name is one `Extra`, which says
-- `from_trainer`: how our trainer provides it for a micro-batch, from a `TrainerBatch` (`training.rule_trainer`);
 - `from_verl`: how the verl plugin provides it from what verl hands a policy loss (a `VerlCall`), or, as
   `Unavailable`, why it cannot: the plugin then refuses every rule that needs it, with that reason;
 - `fixture`: a valid value for a batch shaped like a given `[B, T]` tensor (tests, `scripts/bench_loss.py`).
 
+How our trainer provides an extra may run the model (π_old's full-vocabulary KL does), so that side lives in
+`training.extras` (`register_trainer_extra`), not here: this package stays pure tensor code.
+
 `register` (the rules' decorator) refuses a rule that needs an unregistered extra. A new extra is one
-`register_extra(Extra(...))` below, the rule that names it, and a test: nothing else dispatches on its name.
+`register_extra(Extra(...))` below, its trainer provider, the rule that names it, and a test: nothing else
+dispatches on its name.
 """
 
 from __future__ import annotations
@@ -19,25 +22,6 @@ from typing import Any
 
 import torch
 from torch import Tensor
-
-from atr_grpo.clipping.vocab_kl import full_vocab_kl
-
-
-@dataclass(frozen=True)
-class TrainerBatch:
-    """What our trainer knows when it computes a micro-batch's loss (T = the completion tokens)."""
-
-    like: Tensor  # [B, T] in the layout (and on the device) of the rule's inputs
-    on_policy: bool  # no π_old log-probs for this update: π_old = π_θ
-    # the micro-batch's own random stream, a function of (seed, optimizer step, micro-batch, process) only: a
-    # resumed run draws what an uninterrupted one would
-    random: Callable[[], torch.Generator]
-    model: Any  # π_θ (unwrapped)
-    old_weights: dict[str, Tensor] | None  # π_old's trainable weights, kept at rollout when an extra asks for them
-    input_ids: Tensor  # [B, prompt + T]
-    attention_mask: Tensor  # [B, prompt + T]
-    logits_to_keep: int  # T
-    temperature: float  # the sampling temperature the log-probs are computed at
 
 
 @dataclass(frozen=True)
@@ -61,10 +45,8 @@ class Unavailable:
 class Extra:
     name: str  # the keyword the rule receives
     meaning: str  # what the value is, with its shape
-    from_trainer: Callable[[TrainerBatch], Any]
     from_verl: Callable[[VerlCall], Any] | Unavailable
     fixture: Callable[[Tensor, torch.Generator], Any]  # (like [B, T] float, a seeded generator) → a valid value
-    old_weights: bool = False  # `from_trainer` reads π_old's weights: the trainer keeps them at each rollout
 
 
 EXTRAS: dict[str, Extra] = {}
@@ -91,16 +73,6 @@ def describe(name: str) -> str:
     """'name' (what it is), for error messages."""
     extra = EXTRAS.get(name)
     return f"{name!r}" if extra is None else f"{name!r} ({extra.meaning})"
-
-
-def trainer_extras(needs: Iterable[str], batch: TrainerBatch) -> dict[str, Any]:
-    """The extras `needs` names, as our trainer provides them for `batch`."""
-    return {name: EXTRAS[name].from_trainer(batch) for name in needs}
-
-
-def keeps_old_weights(needs: Iterable[str]) -> bool:
-    """Whether the trainer must keep π_old's weights at each rollout for these extras."""
-    return any(EXTRAS[name].old_weights for name in needs)
 
 
 def verl_refusals(needs: Iterable[str]) -> dict[str, str]:
@@ -137,31 +109,18 @@ register_extra(
     Extra(
         name="key_seed",
         meaning="0-d int64 tensor: the seed of a randomised rule's per-token keys",
-        from_trainer=lambda batch: key_seed_from(batch.random()),
         from_verl=lambda call: key_seed_from(call.random()),
         fixture=lambda like, generator: key_seed_from(generator),
     )
 )
 
-
-def full_kl_from_trainer(batch: TrainerBatch) -> Tensor:
-    """The exact KL from π_old's kept weights; 0 on-policy (π_old = π_θ)."""
-    if batch.on_policy or batch.old_weights is None:
-        return torch.zeros_like(batch.like, dtype=torch.float32)
-    return full_vocab_kl(
-        batch.model, batch.old_weights, batch.input_ids, batch.attention_mask, batch.logits_to_keep, batch.temperature
-    )
-
-
 register_extra(
     Extra(
         name="full_kl",
         meaning="[B, T] float: KL(π_old(·|s_t) ‖ π_θ(·|s_t)) over the whole vocabulary at each completion token",
-        from_trainer=full_kl_from_trainer,
         from_verl=Unavailable(
             "π_old's full next-token distribution (verl passes the old log-probs of the sampled tokens only)"
         ),
         fixture=lambda like, generator: torch.rand(like.shape, generator=generator, dtype=like.dtype) * 0.2,
-        old_weights=True,
     )
 )

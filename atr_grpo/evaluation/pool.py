@@ -120,58 +120,79 @@ def run_with_deadline(
     """
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
-    ctx = _context()
-    results: list[Any] = [None] * len(jobs)
-    size = chunk_size(len(jobs), workers)
-    pending = deque(range(len(jobs)))
-    pool = [_Worker(ctx, fn) for _ in range(min(workers, len(jobs)))]
-
-    def feed(worker: _Worker) -> None:
-        if pending and not worker.in_flight:
-            worker.submit([pending.popleft() for _ in range(min(size, len(pending)))], jobs)
-
-    def finish(index: int, value: Any) -> None:
-        results[index] = value
-        if progress is not None:
-            progress.update(1)
-
-    def replace(worker: _Worker, reason: str) -> _Worker:
-        """Kill `worker`: its current job fails with `reason`, the rest of its chunk is queued again."""
-        failed, _ = worker.running()
-        worker.kill()
-        pending.extendleft(reversed([i for i in worker.in_flight if i != failed]))
-        finish(failed, on_failure(jobs[failed], reason))
-        fresh = _Worker(ctx, fn)
-        pool[pool.index(worker)] = fresh
-        return fresh
-
+    run = _Run(fn, jobs, workers, on_failure, progress)
     try:
-        for worker in pool:
-            feed(worker)
-        while any(w.in_flight for w in pool):
-            busy = [w for w in pool if w.in_flight]
+        for worker in run.pool:
+            run.feed(worker)
+        while any(w.in_flight for w in run.pool):
+            busy = [w for w in run.pool if w.in_flight]
             next_deadline = min(w.running()[1] + deadline_s for w in busy)
             ready = wait([w.conn for w in busy], timeout=max(0.0, next_deadline - time.monotonic()))
             for worker in busy:
                 if worker.conn in ready:
-                    try:
-                        replies = worker.conn.recv()
-                    except (EOFError, OSError):  # the worker died (segfault, out of memory)
-                        feed(replace(worker, "crash"))
-                        continue
-                    for index, ok, value in replies:
-                        if not ok:
-                            raise RuntimeError(f"job {index} failed in a worker: {value}")
-                        finish(index, value)
-                    worker.in_flight = []
-                    feed(worker)
+                    run.receive(worker)
                 elif time.monotonic() - worker.running()[1] > deadline_s:
                     log.warning("a job passed its %.1f s deadline; killing its worker", deadline_s)
-                    feed(replace(worker, "timeout"))
+                    run.feed(run.replace(worker, "timeout"))
     finally:
-        for worker in pool:
+        run.close()
+    return run.results
+
+
+class _Run:
+    """One `run_with_deadline` call's workers, its queue of job indices and its results."""
+
+    def __init__(
+        self,
+        fn: Callable[[Any], Any],
+        jobs: Sequence[Any],
+        workers: int,
+        on_failure: Callable[[Any, str], Any],
+        progress: Progress | None,
+    ) -> None:
+        self.fn, self.jobs, self.on_failure, self.progress = fn, jobs, on_failure, progress
+        self.ctx = _context()
+        self.results: list[Any] = [None] * len(jobs)
+        self.size = chunk_size(len(jobs), workers)
+        self.pending = deque(range(len(jobs)))
+        self.pool = [_Worker(self.ctx, fn) for _ in range(min(workers, len(jobs)))]
+
+    def feed(self, worker: _Worker) -> None:
+        if self.pending and not worker.in_flight:
+            worker.submit([self.pending.popleft() for _ in range(min(self.size, len(self.pending)))], self.jobs)
+
+    def finish(self, index: int, value: Any) -> None:
+        self.results[index] = value
+        if self.progress is not None:
+            self.progress.update(1)
+
+    def receive(self, worker: _Worker) -> None:
+        """The answer of a worker whose pipe is ready: its chunk's results, or its death (a crash)."""
+        try:
+            replies = worker.conn.recv()
+        except (EOFError, OSError):  # the worker died (segfault, out of memory)
+            self.feed(self.replace(worker, "crash"))
+            return
+        for index, ok, value in replies:
+            if not ok:
+                raise RuntimeError(f"job {index} failed in a worker: {value}")
+            self.finish(index, value)
+        worker.in_flight = []
+        self.feed(worker)
+
+    def replace(self, worker: _Worker, reason: str) -> _Worker:
+        """Kill `worker`: its current job fails with `reason`, the rest of its chunk is queued again."""
+        failed, _ = worker.running()
+        worker.kill()
+        self.pending.extendleft(reversed([i for i in worker.in_flight if i != failed]))
+        self.finish(failed, self.on_failure(self.jobs[failed], reason))
+        fresh = _Worker(self.ctx, self.fn)
+        self.pool[self.pool.index(worker)] = fresh
+        return fresh
+
+    def close(self) -> None:
+        for worker in self.pool:
             if worker.in_flight:
                 worker.kill()
             else:
                 worker.stop()
-    return results

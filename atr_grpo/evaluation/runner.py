@@ -18,9 +18,9 @@ from typing import Any
 
 from atr_grpo import rundir
 from atr_grpo.data.prompts import DEFAULT_SYSTEM_PROMPT, prompt_fingerprint, render_prompt
-from atr_grpo.evaluation.backends import Generator
-from atr_grpo.evaluation.benchmarks import Benchmark
-from atr_grpo.evaluation.grader import DEFAULT_TIMEOUT, STATUSES, grade_samples, status_counts
+from atr_grpo.evaluation.backends import Generator, Sample
+from atr_grpo.evaluation.benchmarks import Benchmark, Problem
+from atr_grpo.evaluation.grader import DEFAULT_TIMEOUT, STATUSES, GradeResult, grade_samples, status_counts
 from atr_grpo.evaluation.metrics import average, summarize
 from atr_grpo.evaluation.outputs import move_aside, read_summary, sample_file, write_samples
 from atr_grpo.evaluation.sampling import SamplingConfig
@@ -66,8 +66,27 @@ def evaluate_benchmark(
         results = grade_samples(
             jobs, workers=grader_workers, timeout=grader_timeout, progress=bar, credit_inside_think=credit_inside_think
         )
-    grades = iter(results)
+    records, matrix = sample_records(problems, samples, results)
+    summary = {
+        "num_problems": len(problems),
+        "n": sampling.n,
+        **summarize(matrix),
+        "status_counts": status_counts(results),
+        "mean_num_tokens": sum(r["num_tokens"] for r in records) / len(records),
+        **_provenance(generator, tokenizer, benchmark, sampling, system_prompt, enable_thinking, credit_inside_think),
+        "generate_s": round(generated - started, 2),
+        "grade_s": round(time.time() - generated, 2),
+        "time_s": round(time.time() - started, 2),
+    }
+    return records, summary
 
+
+def sample_records(
+    problems: Sequence[Problem], samples: Sequence[Sequence[Sample]], results: Sequence[GradeResult]
+) -> tuple[list[dict[str, Any]], list[list[bool]]]:
+    """(the per-sample file's records, the [problem][sample] correctness matrix), from each problem's samples and
+    their grades in the same order."""
+    grades = iter(results)
     records, matrix = [], []
     for problem, row in zip(problems, samples):
         verdicts = []
@@ -88,13 +107,21 @@ def evaluate_benchmark(
                 }
             )
         matrix.append(verdicts)
-    counts = status_counts(results)
-    summary = {
-        "num_problems": len(problems),
-        "n": sampling.n,
-        **summarize(matrix),
-        "status_counts": counts,
-        "mean_num_tokens": sum(r["num_tokens"] for r in records) / len(records),
+    return records, matrix
+
+
+def _provenance(
+    generator: Generator,
+    tokenizer: Any,
+    benchmark: Benchmark,
+    sampling: SamplingConfig,
+    system_prompt: str,
+    enable_thinking: bool,
+    credit_inside_think: bool,
+) -> dict[str, Any]:
+    """What the summary line records of how the samples were made and graded: the benchmark's content, the prompt,
+    the sampling settings, the backend and the grader."""
+    return {
         "content_hash": benchmark.content_hash,
         "source": benchmark.source,
         "prompt_hash": prompt_fingerprint(tokenizer, system_prompt, enable_thinking),
@@ -107,11 +134,7 @@ def evaluate_benchmark(
         "backend": getattr(generator, "name", type(generator).__name__),
         "grader": _grader_version(),
         "credit_inside_think": credit_inside_think,
-        "generate_s": round(generated - started, 2),
-        "grade_s": round(time.time() - generated, 2),
-        "time_s": round(time.time() - started, 2),
     }
-    return records, summary
 
 
 def run_evaluation(
@@ -137,11 +160,7 @@ def run_evaluation(
     A (step, benchmark) already in eval/summary.jsonl is not evaluated again (its recorded values are
     returned) unless `force`. `metadata` (e.g. the model and adapter) is added to each summary line.
     """
-    if not 1 <= k <= sampling.n:
-        raise ValueError(f"k={k} must be in 1..n={sampling.n}: Pass@K needs at least K samples per problem")
-    names = [b.name for b in benchmarks]
-    if len(set(names)) != len(names):
-        raise ValueError(f"benchmark names repeat: {names}")
+    _check_request(benchmarks, sampling, k)
     done = read_summary(run_dir)
     rows: dict[str, dict[str, Any]] = {}
     for benchmark in benchmarks:
@@ -169,12 +188,25 @@ def run_evaluation(
         row = {"step": step, "benchmark": benchmark.name, **summary, **(metadata or {})}
         write_samples(path, records)
         rundir.append_jsonl(rundir.summary_path(run_dir), row)  # the commit record, written last
-        mean, passed = row[f"mean@{k}"], row[f"pass@{k}"]
-        counts = ", ".join(f"{status} {n}" for status, n in row["status_counts"].items())
-        message = "step %d, %s: mean@%d %.4f, pass@%d %.4f; samples: %s (%.0f s)"
-        log.info(message, step, benchmark.name, k, mean, k, passed, counts, row["time_s"])
+        _log_result(step, benchmark.name, row, k)
         rows[benchmark.name] = row
     return flat_metrics(rows, k)
+
+
+def _check_request(benchmarks: Sequence[Benchmark], sampling: SamplingConfig, k: int) -> None:
+    if not 1 <= k <= sampling.n:
+        raise ValueError(f"k={k} must be in 1..n={sampling.n}: Pass@K needs at least K samples per problem")
+    names = [b.name for b in benchmarks]
+    if len(set(names)) != len(names):
+        raise ValueError(f"benchmark names repeat: {names}")
+
+
+def _log_result(step: int, name: str, row: dict[str, Any], k: int) -> None:
+    """One line per evaluated benchmark: its Mean@K, Pass@K, sample statuses and time."""
+    mean, passed = row[f"mean@{k}"], row[f"pass@{k}"]
+    counts = ", ".join(f"{status} {n}" for status, n in row["status_counts"].items())
+    message = "step %d, %s: mean@%d %.4f, pass@%d %.4f; samples: %s (%.0f s)"
+    log.info(message, step, name, k, mean, k, passed, counts, row["time_s"])
 
 
 def flat_metrics(rows: dict[str, dict[str, Any]], k: int) -> dict[str, float]:

@@ -44,6 +44,7 @@ from torch import Tensor
 from atr_grpo.clipping import RULES, ClipRule, build_rule
 from atr_grpo.clipping.extras import VerlCall, verl_extras, verl_refusals
 from atr_grpo.losses import length_weighting
+from atr_grpo.plugins import load_rule_plugins
 from atr_grpo.rule_random import process_stream
 
 LOSS_PREFIX = "atr_grpo."
@@ -296,6 +297,7 @@ if verl_available():
     from verl.trainer.ppo.core_algos import agg_loss, register_policy_loss
     from verl.workers.config import ActorConfig, PolicyLossConfig
 
+    load_rule_plugins()  # the rules of installed packages are verl losses too
     ATRPolicyLossConfig = build_config_class(PolicyLossConfig)
     register_policy_losses()
 else:

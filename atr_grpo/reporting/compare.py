@@ -94,6 +94,25 @@ def compare_methods(
 ) -> list[Row]:
     """Every (experiment, model, benchmark or Average, metric) comparison of A with B in `runs`, at `endpoint`
     (`final` or `auc`; `step` reads one evaluation step instead)."""
+    _check_request(method_a, method_b, metrics, step, endpoint)
+    rows = []
+    for (experiment, model), methods in _paired_groups(runs, method_a, method_b).items():
+        configured = list(dict.fromkeys(b for r in methods[method_a] + methods[method_b] for b in r.benchmarks))
+        keys = _cell_keys(configured, benchmarks, f"{experiment}/{model}")
+        k = methods[method_a][0].k
+        for metric in metrics or [f"mean@{k}", f"pass@{k}"]:
+            for key in keys:
+                try:
+                    rows.append(
+                        _compare_cell(methods, method_a, method_b, metric, key, configured, resampling, endpoint, step)
+                    )
+                except cells.ScoreError as err:
+                    raise CompareError(f"{experiment}/{model}, {key} {metric}: {err}") from None
+    return rows
+
+
+def _check_request(method_a: str, method_b: str, metrics: list[str] | None, step: int | None, endpoint: str) -> None:
+    """Refuse a comparison that cannot mean anything, naming the option."""
     if method_a == method_b:
         raise CompareError(f"compare needs two different methods, got {method_a!r} twice")
     if endpoint not in cells.ENDPOINTS:
@@ -103,6 +122,11 @@ def compare_methods(
     for metric in metrics or []:
         if not METRIC_PATTERN.match(metric):
             raise CompareError(f"--metric {metric!r}: expected mean@K or pass@K (e.g. mean@8)")
+
+
+def _paired_groups(runs: list[Run], method_a: str, method_b: str) -> dict[tuple[str, str], dict[str, list[Run]]]:
+    """{(experiment, model): {method: runs}} for each experiment and model with runs of both A and B (repeats
+    dropped), in order; CompareError when a method has no runs or the two never meet."""
     kept, _ = drop_repeats(runs)
     for method in (method_a, method_b):
         if not any(r.method == method for r in kept):
@@ -117,45 +141,41 @@ def compare_methods(
             f"{method_a} and {method_b} never share an experiment and model: {method_a} in "
             f"{', '.join(where[method_a])}; {method_b} in {', '.join(where[method_b])}"
         )
-    rows = []
-    for (experiment, model), methods in pairs.items():
-        runs_a, runs_b = methods[method_a], methods[method_b]
-        configured = list(dict.fromkeys(b for r in runs_a + runs_b for b in r.benchmarks))
-        unknown = [b for b in benchmarks or [] if b not in configured and b != AVERAGE]
-        if unknown:
-            raise CompareError(
-                f"--benchmark {', '.join(unknown)}: {experiment}/{model} evaluates "
-                f"{', '.join(configured)} (and {AVERAGE})"
-            )
-        keys = configured + [AVERAGE] * (len(configured) > 1)
-        keys = [k for k in keys if benchmarks is None or k in benchmarks]
-        k = runs_a[0].k
-        for metric in metrics or [f"mean@{k}", f"pass@{k}"]:
-            for key in keys:
-                try:
-                    a = cells.cell_scores(runs_a, metric, key, configured, endpoint, step)
-                    b = cells.cell_scores(runs_b, metric, key, configured, endpoint, step)
-                    label = cells.comparison_key(experiment, model, method_a, method_b, metric, key, endpoint)
-                    difference = cells.compare(a, b, resampling, label, (method_a, method_b))
-                    holm = holm_against(
-                        method_b,
-                        method_a,
-                        methods,
-                        difference.p_value,
-                        metric,
-                        key,
-                        configured,
-                        resampling,
-                        endpoint,
-                        step,
-                    )
-                except cells.ScoreError as err:
-                    raise CompareError(f"{experiment}/{model}, {key} {metric}: {err}") from None
-                mean_a, mean_b = (100 * float(stats.estimate(s.arrays())) for s in (a, b))
-                rows.append(
-                    Row(experiment, model, key, metric, mean_a, mean_b, difference, a.steps, b.steps, *holm, a.endpoint)
-                )
-    return rows
+    return pairs
+
+
+def _cell_keys(configured: list[str], benchmarks: list[str] | None, where: str) -> list[str]:
+    """The benchmarks compared (and their Average, when there are several), as `--benchmark` selects them."""
+    unknown = [b for b in benchmarks or [] if b not in configured and b != AVERAGE]
+    if unknown:
+        listed = ", ".join(configured)
+        raise CompareError(f"--benchmark {', '.join(unknown)}: {where} evaluates {listed} (and {AVERAGE})")
+    keys = configured + [AVERAGE] * (len(configured) > 1)
+    return [k for k in keys if benchmarks is None or k in benchmarks]
+
+
+def _compare_cell(
+    methods: dict[str, list[Run]],
+    method_a: str,
+    method_b: str,
+    metric: str,
+    key: str,
+    configured: list[str],
+    resampling: stats.Resampling,
+    endpoint: str,
+    step: int | None,
+) -> Row:
+    """A against B on one benchmark (or the Average) and metric, with its Holm adjustment (`holm_against`)."""
+    runs_a, runs_b = methods[method_a], methods[method_b]
+    experiment, model = runs_a[0].experiment, runs_a[0].model
+    a = cells.cell_scores(runs_a, metric, key, configured, endpoint, step)
+    b = cells.cell_scores(runs_b, metric, key, configured, endpoint, step)
+    label = cells.comparison_key(experiment, model, method_a, method_b, metric, key, endpoint)
+    difference = cells.compare(a, b, resampling, label, (method_a, method_b))
+    p_value = difference.p_value
+    holm = holm_against(method_b, method_a, methods, p_value, metric, key, configured, resampling, endpoint, step)
+    mean_a, mean_b = (100 * float(stats.estimate(s.arrays())) for s in (a, b))
+    return Row(experiment, model, key, metric, mean_a, mean_b, difference, a.steps, b.steps, *holm, a.endpoint)
 
 
 def seed_design_note(n_seeds: list[int], resampling: stats.Resampling, alpha: float) -> str:
@@ -175,55 +195,84 @@ def seed_design_note(n_seeds: list[int], resampling: stats.Resampling, alpha: fl
 def format_rows(rows: list[Row], method_a: str, method_b: str, resampling: stats.Resampling) -> str:
     """Markdown: two tables per (experiment, model), the seed-level test and the robust summaries, then how the
     numbers were computed."""
-    level, alpha = f"{100 * resampling.confidence:g}%", 1 - resampling.confidence
     lines = []
     for experiment, model in dict.fromkeys((r.experiment, r.model) for r in rows):
         block = [r for r in rows if (r.experiment, r.model) == (experiment, model)]
-        seeds = ", ".join(map(str, block[0].difference.seeds))
-        steps = sorted({s for r in block for read in r.steps_a + r.steps_b for s in read})
-        auc = block[0].endpoint == "auc"
-        lines += [
-            f"## {method_a} − {method_b}: {experiment}, {model} (seeds {seeds}; "
-            f"{'AUC: each run’s mean over its evaluation steps' if auc else 'evaluation steps'} "
-            f"{', '.join(map(str, steps))})",
-            "",
-            f"| benchmark | metric | {method_a} | {method_b} | difference | per seed | {level} CI (t, seeds) "
-            "| p (seeds) | smallest p | p (Holm) | † | p (paired t) | MDE (80%) |",
-            "|---|---|---:|---:|---:|---|---|---:|---:|---:|:-:|---:|---:|",
-        ]
-        for r in block:
-            d = r.difference
-            cells_ = seed_level_cells(d, r.p_holm, alpha)
-            lines.append(f"| {r.benchmark} | {r.metric} | {r.mean_a:.2f} | {r.mean_b:.2f} | {' | '.join(cells_)} |")
-        lines += [
-            "",
-            f"| benchmark | metric | IQM {method_a} | IQM {method_b} | P({method_a} > {method_b}) "
-            f"| {level} CI | p (problems; these runs only) | problems |",
-            "|---|---|---:|---:|---:|---|---:|---:|",
-        ]
-        for r in block:
-            d = r.difference
-            lines.append(
-                f"| {r.benchmark} | {r.metric} | {d.iqm_a:.2f} | {d.iqm_b:.2f} | {d.improvement:.2f} "
-                f"| [{d.improvement_low:.2f}, {d.improvement_high:.2f}] "
-                f"| {stats.format_p(d.p_problems, d.p_problems_floor)} | {d.problems} |"
-            )
-        if any(r.steps_a != r.steps_b for r in block):
-            lines.append(
-                f"\nsteps differ between the paired runs: {method_a} {_reads(block[0].steps_a)}, {method_b} "
-                f"{_reads(block[0].steps_b)}"
-            )
-        family = sorted({m for r in block for m in r.family})
-        lines += [
-            "",
-            f"Holm family: {len(family)} method(s) compared with {method_b} in each benchmark × metric "
-            f"column: {', '.join(family)}.",
-        ]
-        left_out = sorted({m for r in block for m in r.left_out})
-        if left_out:
-            lines.append(f"Left out of the family (cannot be paired with {method_b}): {'; '.join(left_out)}.")
-        lines.append(f"Seeds: {seed_design_note([len(r.difference.seeds) for r in block], resampling, alpha)}.")
-        lines.append("")
+        lines += _seed_table(block, method_a, method_b, resampling)
+        lines += _robust_table(block, method_a, method_b, resampling)
+        lines += _block_notes(block, method_a, method_b, resampling)
+    lines += _method_notes(rows, resampling)
+    return "\n".join(lines) + "\n"
+
+
+def _seed_table(block: list[Row], method_a: str, method_b: str, resampling: stats.Resampling) -> list[str]:
+    """One (experiment, model)'s heading and its seed-level table."""
+    level, alpha = f"{100 * resampling.confidence:g}%", 1 - resampling.confidence
+    experiment, model = block[0].experiment, block[0].model
+    seeds = ", ".join(map(str, block[0].difference.seeds))
+    steps = sorted({s for r in block for read in r.steps_a + r.steps_b for s in read})
+    auc = block[0].endpoint == "auc"
+    lines = [
+        f"## {method_a} − {method_b}: {experiment}, {model} (seeds {seeds}; "
+        f"{'AUC: each run’s mean over its evaluation steps' if auc else 'evaluation steps'} "
+        f"{', '.join(map(str, steps))})",
+        "",
+        f"| benchmark | metric | {method_a} | {method_b} | difference | per seed | {level} CI (t, seeds) "
+        "| p (seeds) | smallest p | p (Holm) | † | p (paired t) | MDE (80%) |",
+        "|---|---|---:|---:|---:|---|---|---:|---:|---:|:-:|---:|---:|",
+    ]
+    for r in block:
+        cells_ = seed_level_cells(r.difference, r.p_holm, alpha)
+        lines.append(f"| {r.benchmark} | {r.metric} | {r.mean_a:.2f} | {r.mean_b:.2f} | {' | '.join(cells_)} |")
+    return lines
+
+
+def _robust_table(block: list[Row], method_a: str, method_b: str, resampling: stats.Resampling) -> list[str]:
+    """One (experiment, model)'s robust summaries: IQMs, P(A > B), the problem-level test."""
+    level = f"{100 * resampling.confidence:g}%"
+    lines = [
+        "",
+        f"| benchmark | metric | IQM {method_a} | IQM {method_b} | P({method_a} > {method_b}) "
+        f"| {level} CI | p (problems; these runs only) | problems |",
+        "|---|---|---:|---:|---:|---|---:|---:|",
+    ]
+    for r in block:
+        d = r.difference
+        lines.append(
+            f"| {r.benchmark} | {r.metric} | {d.iqm_a:.2f} | {d.iqm_b:.2f} | {d.improvement:.2f} "
+            f"| [{d.improvement_low:.2f}, {d.improvement_high:.2f}] "
+            f"| {stats.format_p(d.p_problems, d.p_problems_floor)} | {d.problems} |"
+        )
+    return lines
+
+
+def _block_notes(block: list[Row], method_a: str, method_b: str, resampling: stats.Resampling) -> list[str]:
+    """Under one (experiment, model)'s tables: steps that differ, the Holm family and who is left out, the seeds."""
+    alpha = 1 - resampling.confidence
+    lines = []
+    if any(r.steps_a != r.steps_b for r in block):
+        lines.append(
+            f"\nsteps differ between the paired runs: {method_a} {_reads(block[0].steps_a)}, {method_b} "
+            f"{_reads(block[0].steps_b)}"
+        )
+    family = sorted({m for r in block for m in r.family})
+    lines += [
+        "",
+        f"Holm family: {len(family)} method(s) compared with {method_b} in each benchmark × metric "
+        f"column: {', '.join(family)}.",
+    ]
+    left_out = sorted({m for r in block for m in r.left_out})
+    if left_out:
+        lines.append(f"Left out of the family (cannot be paired with {method_b}): {'; '.join(left_out)}.")
+    lines.append(f"Seeds: {seed_design_note([len(r.difference.seeds) for r in block], resampling, alpha)}.")
+    lines.append("")
+    return lines
+
+
+def _method_notes(rows: list[Row], resampling: stats.Resampling) -> list[str]:
+    """How the numbers were computed (and what AUC means, when a row is one)."""
+    alpha = 1 - resampling.confidence
+    lines = []
     if any(r.endpoint == "auc" for r in rows):
         lines += [
             "AUC: a run's value is the mean of its evaluations after step 0 (each problem's score averaged over "
@@ -245,7 +294,7 @@ def format_rows(rows: list[Row], method_a: str, method_b: str, resampling: stats
         f"difference averaged over the seeds, {resampling.resamples:,} flips): whether these runs differ "
         f"beyond evaluation noise, not whether the methods do; '< x' means no flip was as extreme."
     ]
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def _reads(steps: list[tuple[int, ...]]) -> str:

@@ -26,6 +26,7 @@ matplotlib.use("Agg")  # files only: no display on clusters or in tests
 import matplotlib.pyplot as plt  # noqa: E402
 
 from atr_grpo.clipping import RULES, build_rule, kl3_ratio_bounds  # noqa: E402
+from atr_grpo.plugins import load_rule_plugins  # noqa: E402
 from atr_grpo.reporting.runs import AVERAGE, Run  # noqa: E402
 from atr_grpo.reporting.tables import PAPER_DIR, Table  # noqa: E402
 from atr_grpo.reporting.writers import claim_outputs  # noqa: E402
@@ -62,7 +63,9 @@ def moving_average(values: list[float], window: int, steps: list[int] | None = N
 
 
 def rule_intervals() -> list[tuple[str, float, float]]:
-    """(rule, low, high): the ratio interval of every registered rule that has one for all tokens, at its defaults."""
+    """(rule, low, high): the ratio interval of every registered rule that has one for all tokens, at its defaults
+    (installed packages' rules included)."""
+    load_rule_plugins()
     rows = []
     for name in sorted(RULES):
         bounds = build_rule(name).ratio_bounds()
@@ -72,7 +75,9 @@ def rule_intervals() -> list[tuple[str, float, float]]:
 
 
 def rule_old_prob_bounds(old_probs: list[float]) -> dict[str, tuple[list[float], list[float]]]:
-    """{rule: (lows, highs)} at `old_probs` for every registered rule whose interval depends on π_old."""
+    """{rule: (lows, highs)} at `old_probs` for every registered rule whose interval depends on π_old (installed
+    packages' rules included)."""
+    load_rule_plugins()
     curves = {}
     for name in sorted(RULES):
         bounds = build_rule(name).old_prob_bounds(torch.tensor(old_probs, dtype=torch.float64))

@@ -186,6 +186,45 @@ def regrade_run(
     return [report[b] for b in sorted(report)]
 
 
+@dataclass
+class Regraded:
+    """One evaluation's samples regraded: what the new verdict file holds and what changed."""
+
+    records: list[dict[str, Any]]  # the verdict file's lines
+    changed_lines: list[dict[str, Any]]  # one per sample whose status (or verdict) changed
+    matrix: list[list[bool]]  # [problem][sample] correct
+    changed: int  # verdicts changed
+    status_changed: int
+
+
+def _regrade_samples(
+    step: int, bench: str, before_rows: list[dict[str, Any]], after: list[grader.GradeResult]
+) -> Regraded:
+    """Compare each sample's recorded grade with its new one."""
+    records, changed_lines, by_problem = [], [], defaultdict(dict)
+    n_changed = n_status = 0
+    for before, result in zip(before_rows, after):
+        records.append(_record(before, result))
+        by_problem[str(before["problem_id"])][int(before["sample"])] = result.correct
+        verdict, status = _changes(before, result)
+        n_changed, n_status = n_changed + verdict, n_status + status
+        if status:
+            changed_lines.append(
+                {
+                    "step": step,
+                    "benchmark": bench,
+                    "problem_id": before["problem_id"],
+                    "sample": before["sample"],
+                    "gold": before.get("gold"),
+                    "verdict_changed": verdict,
+                    "before": {k: before.get(k) for k in ("status", "correct", "extracted")},
+                    "after": {k: _record(before, result)[k] for k in ("status", "correct", "extracted")},
+                }
+            )
+    matrix = [[row[i] for i in sorted(row)] for row in by_problem.values()]
+    return Regraded(records, changed_lines, matrix, n_changed, n_status)
+
+
 def _write_evaluation(
     run_dir: Path,
     tag: str,
@@ -200,35 +239,17 @@ def _write_evaluation(
     credit_inside_think: bool,
 ) -> None:
     """The verdict file, the changes and, last, the summary line of one regraded evaluation."""
-    records, changed_lines, by_problem = [], [], defaultdict(dict)
-    n_changed = n_status = 0
-    for before, result in zip(before_rows, after):
-        records.append(_record(before, result))
-        by_problem[str(before["problem_id"])][int(before["sample"])] = result.correct
-        verdict, status = _changes(before, result)
-        n_changed, n_status = n_changed + verdict, n_status + status
-        if status:
-            line = {
-                "step": step,
-                "benchmark": bench,
-                "problem_id": before["problem_id"],
-                "sample": before["sample"],
-                "gold": before.get("gold"),
-                "verdict_changed": verdict,
-                "before": {k: before.get(k) for k in ("status", "correct", "extracted")},
-                "after": {k: _record(before, result)[k] for k in ("status", "correct", "extracted")},
-            }
-            changed_lines.append(line)
-            if verdict and len(changes.examples) < examples:
-                changes.examples.append(line)
+    regraded = _regrade_samples(step, bench, before_rows, after)
+    verdicts_changed = [line for line in regraded.changed_lines if line["verdict_changed"]]
+    changes.examples += verdicts_changed[: max(examples - len(changes.examples), 0)]
     path = verdict_file(run_dir, tag, step, bench)
     original = read_summary(run_dir, whole=True).get((step, bench), {})
     if path.exists():  # graded from a per-sample file replaced since, or left by an interrupted regrade
         move_aside(path, "replaced" if (step, bench) in _regraded(run_dir, tag) else "interrupted")
-    write_samples(path, records)
-    if changed_lines:
-        rundir.append_jsonl(regrade_dir(run_dir, tag) / CHANGES_FILE, changed_lines)
-    matrix = [[row[i] for i in sorted(row)] for row in by_problem.values()]
+    write_samples(path, regraded.records)
+    if regraded.changed_lines:
+        rundir.append_jsonl(regrade_dir(run_dir, tag) / CHANGES_FILE, regraded.changed_lines)
+    matrix = regraded.matrix
     line = {
         "step": step,
         "benchmark": bench,
@@ -237,8 +258,8 @@ def _write_evaluation(
         **(summarize(matrix) if matrix else {}),
         "status_counts": grader.status_counts(after),
         "samples": len(after),
-        "changed": n_changed,
-        "status_changed": n_status,
+        "changed": regraded.changed,
+        "status_changed": regraded.status_changed,
         "grader": tag,
         "grader_before": original.get("grader"),
         "credit_inside_think": credit_inside_think,
@@ -250,8 +271,8 @@ def _write_evaluation(
     rundir.append_jsonl(summary_path(run_dir, tag), line)
     changes.steps.append(step)
     changes.samples += len(after)
-    changes.changed += n_changed
-    changes.status_changed += n_status
+    changes.changed += regraded.changed
+    changes.status_changed += regraded.status_changed
 
 
 def format_changes(found: Sequence[BenchmarkChanges]) -> list[str]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import csv
 import math
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -133,7 +134,22 @@ def table2(runs: list[Run], resampling: stats.Resampling | None = None, alpha: f
         "exist); average = mean of the benchmarks at each step, so its best is the best step's average; "
         "seeds of one method are averaged per step"
     ]
-    rows = []
+    rows, base_notes = _base_rows(groups, metrics, benches)
+    notes += base_notes
+    rows += _final_and_best_rows(groups, metrics, benches)
+    resampling = resampling or stats.Resampling()
+    notes += add_uncertainty(rows, "final", _table2_scores(groups, benches), resampling, alpha, missing)
+    columns = ["model", "method", "benchmark", "metric", "final", "best", *UNCERTAINTY_COLUMNS]
+    formats = dict.fromkeys(P_COLUMNS, P_FORMAT)
+    return Table("table2", columns, sort_rows(rows, "table2"), missing, notes, formats, alpha)
+
+
+def _base_rows(
+    groups: dict[tuple[str, str], list[Run]], metrics: list[str], benches: list[str]
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """The `base` rows of each model without base runs: the step-0 evaluation (before any GRPO update), averaged
+    over the runs that have one; and a note per model that gets them."""
+    rows, notes = [], []
     for model in sorted({m for m, _ in groups}):
         if (model, BASE) in groups:
             continue
@@ -155,6 +171,14 @@ def table2(runs: list[Run], resampling: stats.Resampling | None = None, alpha: f
         if any(r["model"] == model for r in rows):
             n_runs = sum(1 for r in starts if 0 in r.eval_steps)
             notes.append(f"{model}: base = the step-0 evaluation (before any GRPO update), mean of {n_runs} run(s)")
+    return rows, notes
+
+
+def _final_and_best_rows(
+    groups: dict[tuple[str, str], list[Run]], metrics: list[str], benches: list[str]
+) -> list[dict[str, Any]]:
+    """Each model × method's final and best value on each benchmark, over the seed means per step."""
+    rows = []
     for (model, method), group in groups.items():
         for metric in metrics:
             table = _seed_mean_table(group, metric)
@@ -171,6 +195,14 @@ def table2(runs: list[Run], resampling: stats.Resampling | None = None, alpha: f
                             "best": two_decimals(pair[1]),
                         }
                     )
+    return rows
+
+
+def _table2_scores(
+    groups: dict[tuple[str, str], list[Run]], benches: list[str]
+) -> Callable[[str, str, str, str], cells.Scores]:
+    """The per-sample scores behind a table-2 cell: the step whose seed mean is the final value, or step 0 for the
+    base rows made from the methods' runs."""
     starts_of = {
         m: [
             r
@@ -189,11 +221,7 @@ def table2(runs: list[Run], resampling: stats.Resampling | None = None, alpha: f
         step = final_step(_seed_mean_table(group, metric), bench)  # the step whose seed mean is the final
         return cells.cell_scores(group, metric, bench, benches[:-1], step=step)
 
-    resampling = resampling or stats.Resampling()
-    notes += add_uncertainty(rows, "final", scores_of, resampling, alpha, missing)
-    columns = ["model", "method", "benchmark", "metric", "final", "best", *UNCERTAINTY_COLUMNS]
-    formats = dict.fromkeys(P_COLUMNS, P_FORMAT)
-    return Table("table2", columns, sort_rows(rows, "table2"), missing, notes, formats, alpha)
+    return scores_of
 
 
 def _seed_rows(model: str, method: str, group: list[Run], metrics: list[str], benches: list[str], ddof: int) -> list:

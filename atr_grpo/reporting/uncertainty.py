@@ -33,6 +33,8 @@ UNCERTAINTY_COLUMNS = [
 ]
 P_COLUMNS = ["p_seeds_vs_clip", "p_min_vs_clip", "p_holm_vs_clip", "p_problems_vs_clip"]
 P_FORMAT = ".4g"
+# a cell's scores by (model, method, metric, benchmark), or why they cannot be read
+ScoresOrReason = Callable[[str, str, str, str], "cells.Scores | str"]
 
 
 def add_uncertainty(
@@ -47,6 +49,27 @@ def add_uncertainty(
     in row["difference"]; Holm within each model × benchmark × metric column, as `compare M clip`); cells whose
     per-sample files are missing or disagree with the summaries get nan, and the reason goes to `missing`.
     Returns the notes that state the methods."""
+    get = _memoised(scores_of)
+    reasons: set[str] = set()
+    families: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
+    methods = {(r["model"], r["method"]) for r in rows}
+    seed_counts = []
+    for row in rows:
+        row.update(dict.fromkeys(UNCERTAINTY_COLUMNS, math.nan))
+        scores = _add_interval(row, value, get, resampling, reasons)
+        if scores is None or row["method"] in (BASE, BASELINE) or (row["model"], BASELINE) not in methods:
+            continue
+        diff = _add_comparison(row, scores, get, resampling, reasons)
+        if diff is not None:
+            seed_counts.append(len(diff.seeds))
+            families[(row["model"], row["benchmark"], row["metric"])].append(row)
+    _add_holm(families)
+    missing += sorted(reasons)
+    return uncertainty_notes(value, resampling, alpha, seed_counts)
+
+
+def _memoised(scores_of: Callable[[str, str, str, str], cells.Scores]) -> ScoresOrReason:
+    """`scores_of`, each cell read once; a cell that cannot be read gives the reason instead of its scores."""
     found: dict[tuple[str, str, str, str], cells.Scores | str] = {}
 
     def get(model: str, method: str, metric: str, bench: str) -> cells.Scores | str:
@@ -58,56 +81,71 @@ def add_uncertainty(
                 found[key] = str(err)
         return found[key]
 
-    reasons: set[str] = set()
-    families: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
-    methods = {(r["model"], r["method"]) for r in rows}
-    seed_counts = []
-    for row in rows:
-        row.update(dict.fromkeys(UNCERTAINTY_COLUMNS, math.nan))
-        where = (row["model"], row["method"], row["metric"], row["benchmark"])
-        scores = get(*where)
-        if isinstance(scores, str):
-            reasons.add(f"{scores}: no interval or test for the cells that need it")
-            continue
-        label = "interval|" + "|".join(where) + ("" if scores.endpoint == "final" else f"|{scores.endpoint}")
-        estimate, low, high = cells.cell_interval(scores, resampling, label)
-        if abs(estimate - row[value]) > 0.0051:  # the table's value is rounded to 2 decimals
-            reasons.add(
-                f"{' '.join(where)}: the per-sample files give {estimate:.2f}, the summaries "
-                f"{row[value]:.2f}: no interval or test"
-            )
-            continue
-        row["ci_low"], row["ci_high"] = two_decimals(low), two_decimals(high)
-        if row["method"] in (BASE, BASELINE) or (row["model"], BASELINE) not in methods:
-            continue
-        baseline = get(row["model"], BASELINE, row["metric"], row["benchmark"])
-        if isinstance(baseline, str):
-            continue  # its reason is reported with the baseline's own row
-        key = cells.comparison_key(
-            scores.experiment, row["model"], scores.method, BASELINE, row["metric"], row["benchmark"], scores.endpoint
+    return get
+
+
+def _add_interval(
+    row: dict[str, Any], value: str, get: ScoresOrReason, resampling: stats.Resampling, reasons: set[str]
+) -> cells.Scores | None:
+    """The row's bootstrap interval (`ci_low`, `ci_high`) and its scores; None, with the reason, when its
+    per-sample files are missing or disagree with the summaries."""
+    where = (row["model"], row["method"], row["metric"], row["benchmark"])
+    scores = get(*where)
+    if isinstance(scores, str):
+        reasons.add(f"{scores}: no interval or test for the cells that need it")
+        return None
+    label = "interval|" + "|".join(where) + ("" if scores.endpoint == "final" else f"|{scores.endpoint}")
+    estimate, low, high = cells.cell_interval(scores, resampling, label)
+    if abs(estimate - row[value]) > 0.0051:  # the table's value is rounded to 2 decimals
+        reasons.add(
+            f"{' '.join(where)}: the per-sample files give {estimate:.2f}, the summaries "
+            f"{row[value]:.2f}: no interval or test"
         )
-        try:
-            diff = cells.compare(scores, baseline, resampling, key, (row["method"], BASELINE))
-        except cells.ScoreError as err:
-            reasons.add(f"{row['model']} {row['method']} vs {BASELINE}: {err}: no test")
-            continue
-        row["difference"] = diff
-        row["diff_vs_clip"], row["diff_ci_low"], row["diff_ci_high"] = (
-            two_decimals(diff.difference),
-            two_decimals(diff.ci_low),
-            two_decimals(diff.ci_high),
-        )
-        row["p_seeds_vs_clip"], row["p_min_vs_clip"] = diff.p_value, diff.p_floor
-        row["mde_vs_clip"], row["p_problems_vs_clip"] = two_decimals(diff.mde), diff.p_problems
-        row["runs_identity"] = tuple(scores.runs)
-        seed_counts.append(len(diff.seeds))
-        families[(row["model"], row["benchmark"], row["metric"])].append(row)
-    for family in families.values():  # a row that repeats another's runs (clip-tuned) is one member, not two
+        return None
+    row["ci_low"], row["ci_high"] = two_decimals(low), two_decimals(high)
+    return scores
+
+
+def _add_comparison(
+    row: dict[str, Any], scores: cells.Scores, get: ScoresOrReason, resampling: stats.Resampling, reasons: set[str]
+) -> cells.Difference | None:
+    """The row's seed-level comparison with BASELINE in its `*_vs_clip` columns; None when there is none (the
+    baseline's missing files are reported with its own row, a failed comparison here)."""
+    baseline = get(row["model"], BASELINE, row["metric"], row["benchmark"])
+    if isinstance(baseline, str):
+        return None
+    key = cells.comparison_key(
+        scores.experiment, row["model"], scores.method, BASELINE, row["metric"], row["benchmark"], scores.endpoint
+    )
+    try:
+        diff = cells.compare(scores, baseline, resampling, key, (row["method"], BASELINE))
+    except cells.ScoreError as err:
+        reasons.add(f"{row['model']} {row['method']} vs {BASELINE}: {err}: no test")
+        return None
+    row["difference"] = diff
+    row["diff_vs_clip"], row["diff_ci_low"], row["diff_ci_high"] = (
+        two_decimals(diff.difference),
+        two_decimals(diff.ci_low),
+        two_decimals(diff.ci_high),
+    )
+    row["p_seeds_vs_clip"], row["p_min_vs_clip"] = diff.p_value, diff.p_floor
+    row["mde_vs_clip"], row["p_problems_vs_clip"] = two_decimals(diff.mde), diff.p_problems
+    row["runs_identity"] = tuple(scores.runs)
+    return diff
+
+
+def _add_holm(families: dict[tuple[str, str, str], list[dict[str, Any]]]) -> None:
+    """`p_holm_vs_clip`: Holm's adjustment within each model × benchmark × metric column. A row that repeats
+    another's runs (clip-tuned) is one member, not two."""
+    for family in families.values():
         members = {r["runs_identity"]: r["p_seeds_vs_clip"] for r in family}
         adjusted = dict(zip(members, stats.holm(list(members.values()))))
         for row in family:
             row["p_holm_vs_clip"] = adjusted[row.pop("runs_identity")]
-    missing += sorted(reasons)
+
+
+def uncertainty_notes(value: str, resampling: stats.Resampling, alpha: float, seed_counts: list[int]) -> list[str]:
+    """The notes under a table that state how its intervals and † were computed."""
     design = compare.seed_design_note(seed_counts, resampling, alpha) if seed_counts else "no paired seeds"
     return [
         f"[low, high]: {resampling.describe()}; for the {value} value ("

@@ -276,6 +276,22 @@ def run_training(cfg: TrainConfig, config_yaml: str, callbacks: Sequence[Any] = 
     return state.run_dir
 
 
+def _record_start(cfg: TrainConfig, state: RunState, adapter: Path | None) -> None:
+    """What the main process writes before GRPO starts: the start point (the SFT adapter), and, on a resume, the
+    metric lines of the steps it will redo set aside."""
+    from atr_grpo.provenance import record_start_point, start_point
+    from atr_grpo.training.run_logger import truncate_metrics
+
+    warning = record_start_point(state.run_dir, start_point(cfg, adapter))
+    if warning:
+        _warn(warning)
+    # a run killed before its first (complete) checkpoint starts again from step 0
+    last_step = 0 if state.resume_from is None else int(state.resume_from.name.split("-")[-1])
+    moved = truncate_metrics(state.run_dir, last_step)
+    if state.resume_from is not None or moved:
+        log.info("resuming from %s (%d metric lines set aside)", state.resume_from or "step 0", moved)
+
+
 def train_grpo(cfg: TrainConfig, state: RunState, decision: Decision, callbacks: Sequence[Any] = ()) -> None:
     """The GRPO stage of a prepared run directory (preflight done) on `decision`'s backends: SFT adapter, trainer,
     training, DONE."""
@@ -287,7 +303,7 @@ def train_grpo(cfg: TrainConfig, state: RunState, decision: Decision, callbacks:
     from atr_grpo.console import GRPO_SHOWN
     from atr_grpo.training.evaluations import build_eval_callback, save_trainable
     from atr_grpo.training.progress import attach_progress
-    from atr_grpo.training.run_logger import MetricsCallback, RunLogger, truncate_metrics
+    from atr_grpo.training.run_logger import MetricsCallback, RunLogger
     from atr_grpo.training.sft import ensure_sft_adapter
 
     rule = build_rule(cfg.clipping.name, **cfg.clipping.params())
@@ -301,16 +317,7 @@ def train_grpo(cfg: TrainConfig, state: RunState, decision: Decision, callbacks:
     adapter = distributed.main_first(lambda: ensure_sft_adapter(cfg)) if cfg.sft.enabled else None
     main = distributed.is_main()  # the one process that writes run files
     if main:
-        from atr_grpo.provenance import record_start_point, start_point
-
-        warning = record_start_point(state.run_dir, start_point(cfg, adapter))
-        if warning:
-            _warn(warning)
-    if main:  # a run killed before its first (complete) checkpoint starts again from step 0
-        last_step = 0 if state.resume_from is None else int(state.resume_from.name.split("-")[-1])
-        moved = truncate_metrics(state.run_dir, last_step)
-        if state.resume_from is not None or moved:
-            log.info("resuming from %s (%d metric lines set aside)", state.resume_from or "step 0", moved)
+        _record_start(cfg, state, adapter)
     logger = RunLogger(cfg, state.run_dir) if main else None
     try:
         if backend == "unsloth":

@@ -2,7 +2,7 @@
 
 - `grpo_arg_values`: TRL's config values from ours; everything that changes the loss or the sampler is set
   explicitly, never left to a library default.
-- `RuleTrainerMixin`: the rule and its `LossSettings`, the rule's extras for a micro-batch (as `clipping.extras`
+- `RuleTrainerMixin`: the rule and its `LossSettings`, the rule's extras for a micro-batch (as `training.extras`
   provides them from a `TrainerBatch`; the δ in force), and one `record_loss` that turns a
   micro-batch's `GRPOLoss` into the step's metrics: the rule's `clip/*` (with `clip/delta` for a δ-rule),
   `ratio/*`, `kl/*`, the entropy, and under `rollout/` the rollout-engine mismatch and the correction's weights.
@@ -23,16 +23,17 @@ from transformers import TrainerCallback, TrainerState
 
 from atr_grpo import rundir
 from atr_grpo.clipping import ClipRule
-from atr_grpo.clipping.adaptive_delta import DeltaControl, takes_delta
-from atr_grpo.clipping.extras import TrainerBatch, keeps_old_weights, trainer_extras
-from atr_grpo.clipping.vocab_kl import adapter_snapshot
+from atr_grpo.clipping.adaptive_delta import takes_delta
 from atr_grpo.config import TrainConfig
 from atr_grpo.distributed import process_batch, world_size
 from atr_grpo.losses import GRPOLoss, LossSettings, resolve_aggregation
 from atr_grpo.rule_random import micro_batch_stream
 from atr_grpo.training import checkpoints
+from atr_grpo.training.delta_control import DeltaControl
+from atr_grpo.training.extras import TrainerBatch, keeps_old_weights, trainer_extras
 from atr_grpo.training.step_stats import StepStats, rollout_mismatch
 from atr_grpo.training.truncated import TruncationMixin
+from atr_grpo.training.vocab_kl import adapter_snapshot
 from atr_grpo.truncation import Truncation
 
 log = logging.getLogger(__name__)
@@ -234,7 +235,7 @@ class RuleTrainerMixin(TruncationMixin, _Host):
         like: Tensor,
         has_old: bool,
     ) -> dict[str, Tensor]:
-        """The δ in force (δ-rules) and the rule's declared extras (`clipping.extras`), in the layout of `like`
+        """The δ in force (δ-rules) and the rule's declared extras (`training.extras`), in the layout of `like`
         (`[B, logits_to_keep]`)."""
         extras: dict[str, Tensor] = {}
         if self.delta_control is not None:  # a tensor: a new value does not recompile Unsloth's compiled loss

@@ -16,10 +16,10 @@ import torch
 from trl import GRPOConfig, GRPOTrainer
 
 from atr_grpo.clipping import ClipRule
-from atr_grpo.clipping.adaptive_delta import DeltaControl
 from atr_grpo.compat import install_trl_logprob_fallback
 from atr_grpo.config import TrainConfig
 from atr_grpo.losses import LossSettings, grpo_loss
+from atr_grpo.training.delta_control import DeltaControl
 from atr_grpo.training.rule_trainer import RuleTrainerMixin, delta_control, grpo_arg_values, loss_settings
 from atr_grpo.training.weight_sync import adopt_exact_weight_sync
 from atr_grpo.truncation import Truncation

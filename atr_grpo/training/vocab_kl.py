@@ -1,5 +1,5 @@
 """Full-vocabulary KL(π_old(·|s_t) ‖ π_θ(·|s_t)) per completion token: the trainer's value of the extra `full_kl`
-(`extras`), which the `full_kl` rule needs.
+(`training.extras`), which the `full_kl` rule needs. It runs the model, so it lives here and not in `clipping/`.
 
 π_old is the policy that generated the rollout. Its whole distribution is recomputed from a snapshot of
 the LoRA weights taken at generation time (a few MB, swapped in for one no-grad forward), and the KL is
