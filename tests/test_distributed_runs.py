@@ -3,7 +3,7 @@ atr_grpo.train ...` and `accelerate launch --config_file examples/accelerate/cpu
 
 Three launches serve every test (each is a few seconds of training and half a minute of start-up on 2 cores):
   whole    torchrun, the command line, 4 steps with evaluation during training at steps 0, 2 and 4;
-  killed   torchrun, tests/distributed_probe.py (the same GRPO stage, plus probes), stopped after checkpoint 2;
+  killed   torchrun, tests/helpers/distributed_probe.py (the same GRPO stage, plus probes), stopped after checkpoint 2;
   resumed  accelerate launch, the command line again into the killed run's directory.
 All three use the same config (clip with ε = 0.05 and a large step, so that the off-policy step 2 clips tokens).
 """
@@ -42,7 +42,7 @@ ACCELERATE = [
     str(REPO / "examples" / "accelerate" / "cpu.yaml"),
 ]
 TRAIN = ["-m", "atr_grpo.train"]
-PROBE = [str(REPO / "tests" / "distributed_probe.py")]
+PROBE = [str(REPO / "tests" / "helpers" / "distributed_probe.py")]
 # values of a step that depend on the process's clock, not on what it computed
 TIMINGS = ("step_time",)
 
@@ -159,7 +159,7 @@ def test_the_other_processes_wait_for_an_sft_stage_longer_than_ddp_timeout(tmp_p
     """The first process's SFT stage (a download and 2 epochs of an 8B model) can outlast trainer.ddp_timeout, which
     bounds the group's collectives: the others wait for it in a group of their own, so a stage of 10 s under a
     5 s ddp_timeout still gives both processes the adapter (waiting in the run's group, they timed out)."""
-    program = [str(REPO / "tests" / "distributed_sft_wait.py"), str(tmp_path), "5", "10"]
+    program = [str(REPO / "tests" / "helpers" / "distributed_sft_wait.py"), str(tmp_path), "5", "10"]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     done = subprocess.run([*TORCHRUN, *program], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -8,9 +8,9 @@ import dataclasses
 
 import pytest
 import torch
+from helpers.toy_rules import registered
 from omegaconf import OmegaConf
 from omegaconf.errors import ValidationError
-from toy_rules import registered
 
 from atr_grpo.clipping import RULES, ClipRule, Param, RuleTerms, register
 from atr_grpo.clipping.base import number, positive, value_type

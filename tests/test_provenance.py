@@ -9,7 +9,7 @@ import io
 import json
 
 import pytest
-from sampled_runs import method_matrices, sampled_run
+from helpers.sampled_runs import method_matrices, sampled_run
 
 from atr_grpo import rundir
 from atr_grpo.provenance import START_KEY, check_start_points, record_start_point, weights_sha256

@@ -5,7 +5,7 @@ import gzip
 import io
 
 import pytest
-from sampled_runs import method_matrices, sampled_run
+from helpers.sampled_runs import method_matrices, sampled_run
 
 from atr_grpo.reporting.pack import PackError, pack_runs
 from atr_grpo.results import main

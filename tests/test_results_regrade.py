@@ -11,7 +11,7 @@ import io
 import json
 
 import pytest
-from sampled_runs import method_matrices, sampled_run
+from helpers.sampled_runs import method_matrices, sampled_run
 from test_results_tables import BENCHES, cell, read_csv
 
 from atr_grpo import rundir

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-import toy_rules
-from toy_rules import REASON
+from helpers import toy_rules
+from helpers.toy_rules import REASON
 
 from atr_grpo.clipping import RULES, ClipRule, build_rule, register
 from atr_grpo.clipping.extras import (

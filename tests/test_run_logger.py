@@ -5,7 +5,7 @@ from types import SimpleNamespace
 
 import pytest
 from conftest import train_config
-from wandb_offline_files import offline_runs
+from helpers.wandb_offline_files import offline_runs
 
 from atr_grpo import rundir
 from atr_grpo.evaluation.grader import STATUSES

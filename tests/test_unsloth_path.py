@@ -17,8 +17,8 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-import toy_rules
 from conftest import rules_at_risk, rules_of_each_kind, slow_beyond
+from helpers import toy_rules
 
 from atr_grpo.clipping import RULES, build_rule
 from atr_grpo.errors import ConfigError

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO
-from wandb_offline_files import offline_runs
+from helpers.wandb_offline_files import offline_runs
 
 from atr_grpo import rundir
 from atr_grpo.training.run_logger import WANDB_EVAL_FILE, WANDB_ID_FILE

@@ -1,7 +1,7 @@
 """Started by tests/test_distributed_runs.py under torchrun: a smoke run through `run_training` (the GRPO stage that
 `python -m atr_grpo.train` runs on each launched process), with probes the command line cannot add.
 
-    torchrun --standalone --nproc_per_node 2 tests/distributed_probe.py RECORD_DIR KILL_STEP [override ...]
+    torchrun --standalone --nproc_per_node 2 tests/helpers/distributed_probe.py RECORD_DIR KILL_STEP [override ...]
 
 First, inside the process group, every process asks for the SFT adapter of a small SFT config with a cache of its
 own (RECORD_DIR/sft), so that one of them trains it while the others wait: `sft.json` holds the path each got.

@@ -2,7 +2,7 @@
 stage asks for it (`distributed.main_first(lambda: ensure_sft_adapter(cfg))`), with an SFT stage that outlasts the
 group's trainer.ddp_timeout. The stage is stubbed: it sleeps, then leaves an adapter marker.
 
-    torchrun --standalone --nproc_per_node 2 tests/distributed_sft_wait.py RECORD_DIR DDP_TIMEOUT SFT_SECONDS
+    torchrun --standalone --nproc_per_node 2 tests/helpers/distributed_sft_wait.py RECORD_DIR DDP_TIMEOUT SFT_SECONDS
 
 Each process writes RECORD_DIR/rank<k>.json with the adapter path it got, after a last collective of the group.
 """
