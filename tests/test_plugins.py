@@ -10,17 +10,16 @@ import contextlib
 import io
 import json
 import math
-import os
 import subprocess
 import sys
-from pathlib import Path
 from unittest.mock import patch
 
 import pytest
 import torch
 from conftest import REPO, train_config
+from helpers.plugin_distributions import child_env, write_distribution
+from helpers.run_trees import make_run
 from omegaconf import OmegaConf
-from test_results_tables import make_run
 
 from atr_grpo import rundir
 from atr_grpo.benchmarks import BENCHMARKS, BenchmarkError
@@ -73,20 +72,6 @@ class DummyLogClip(ClipRule):
 '''
 
 
-def write_distribution(site: Path, dist: str, entry_points: dict[str, dict[str, str]], files: dict[str, str]) -> None:
-    """`files` and `<dist>-0.1.dist-info` (METADATA, entry_points.txt) in `site`, as pip would install them."""
-    for relative, text in files.items():
-        (site / relative).parent.mkdir(parents=True, exist_ok=True)
-        (site / relative).write_text(text)
-    info = site / f"{dist.replace('-', '_')}-0.1.dist-info"  # the folder name pip gives it
-    info.mkdir(parents=True)
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 0.1\n")
-    lines = [
-        f"[{group}]\n" + "".join(f"{k} = {v}\n" for k, v in names.items()) for group, names in entry_points.items()
-    ]
-    (info / "entry_points.txt").write_text("\n".join(lines))
-
-
 @pytest.fixture
 def site(tmp_path, monkeypatch):
     """A folder on this process's sys.path for the test; the modules imported from it are forgotten afterwards."""
@@ -97,11 +82,6 @@ def site(tmp_path, monkeypatch):
     for name, module in list(sys.modules.items()):
         if str(getattr(module, "__file__", None) or "").startswith(str(folder)):
             del sys.modules[name]
-
-
-def child_env(site: Path) -> dict[str, str]:
-    """This process's environment with `site` first on the child's PYTHONPATH."""
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))}
 
 
 def test_a_benchmark_module_makes_its_name_selectable_and_its_column_in_table2(site, tmp_path):

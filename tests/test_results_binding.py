@@ -8,8 +8,8 @@ import json
 import math
 
 import pytest
+from helpers.run_trees import read_csv
 from omegaconf import OmegaConf
-from test_results_tables import read_csv
 
 from atr_grpo.reporting.binding import binding_table
 from atr_grpo.reporting.runs import find_runs

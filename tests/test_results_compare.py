@@ -13,8 +13,8 @@ import math
 import shutil
 
 import pytest
+from helpers.run_trees import BENCHES, cell, read_csv
 from helpers.sampled_runs import PROBLEMS, SAMPLES, counts_matrix, method_matrices, sampled_run, write_sample_file
-from test_results_tables import BENCHES, cell, read_csv
 
 from atr_grpo.results import main
 

@@ -7,7 +7,7 @@ import json
 import math
 
 import pytest
-from test_results_tables import BENCHES, make_run
+from helpers.run_trees import BENCHES, make_run
 
 from atr_grpo.reporting.endpoints import bounds_table, endpoints_table
 from atr_grpo.reporting.runs import AVERAGE, find_runs

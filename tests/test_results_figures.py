@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from test_results_tables import BENCHES, evals_of, make_run, write_passk_run
+from helpers.run_trees import BENCHES, evals_of, make_run, write_passk_run
 
 from atr_grpo.clipping import kl3_ratio_bounds
 from atr_grpo.reporting import figures

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 
 import pytest
 from conftest import REPO
+from helpers.committed_results import files_under, kept_by_git, table_cells
 
 from atr_grpo import results
 
@@ -22,29 +22,13 @@ METHODS = ("clip", "clip_higher", "dual_clip", "dcpo", "clip_cov", "sapo", "atr"
 SEEDS = (0, 1, 2)
 
 
-def _files(folder):
-    return sorted(path.relative_to(folder).as_posix() for path in folder.rglob("*") if path.is_file())
-
-
-def _kept(folder):
-    """The files under `folder` that git keeps (tracked, or new and not ignored): a run's weights stay local."""
-    listing = subprocess.run(
-        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "--", "."],
-        cwd=folder,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return sorted(listing.stdout.split())
-
-
 def test_the_committed_runs_are_the_plans_runs_without_weights():
     names = sorted(path.name for path in RUNS.iterdir() if path.is_dir())
     expected = [f"mini__{m}__s{s}" for m in METHODS for s in SEEDS]
     expected += [f"mini__atr-delta{d}__s{s}" for d in ("0.05", "0.06", "0.08", "0.09") for s in SEEDS]
     assert names == sorted(expected)
     for run in names:
-        files = _kept(RUNS / run)
+        files = kept_by_git(RUNS / run)
         assert {"config.yaml", "env.json", "metrics.jsonl", "eval/summary.jsonl"} <= set(files), run
         steps = [json.loads(line)["step"] for line in (RUNS / run / "eval" / "summary.jsonl").open()]
         assert steps == [0, 48, 96, 144, 192], run
@@ -58,17 +42,13 @@ def test_the_committed_runs_are_the_plans_runs_without_weights():
 def test_the_committed_tables_rebuild_byte_for_byte(tmp_path):
     out = tmp_path / "tables"
     assert results.main(["all", "--runs", str(RUNS), "--experiment", "mini", "--out", str(out)]) == 0
-    committed = _files(MINI / "tables")
+    committed = files_under(MINI / "tables")
     assert {"table2.csv", "table2.md", "table3.csv", "seeds.csv", "seeds.md", "delta.csv", "clip_binding.csv"} <= set(
         committed
     )
-    assert _files(out) == committed
+    assert files_under(out) == committed
     for name in committed:
         assert (out / name).read_bytes() == (MINI / "tables" / name).read_bytes(), name
-
-
-def _cells(line):
-    return [cell.strip() for cell in line.strip("|").split("|")]
 
 
 def test_compare_pairs_atr_with_clip_on_the_committed_runs_as_the_seeds_table_does(capsys):
@@ -79,7 +59,7 @@ def test_compare_pairs_atr_with_clip_on_the_committed_runs_as_the_seeds_table_do
     )
     out = capsys.readouterr().out
     assert out.startswith("## atr − clip: mini, tiny (seeds 0, 1, 2; evaluation steps 192)")
-    seed_level, robust = [_cells(line) for line in out.splitlines() if line.startswith("| arithmetic | mean@8 |")]
+    seed_level, robust = [table_cells(line) for line in out.splitlines() if line.startswith("| arithmetic | mean@8 |")]
     atr, clip, difference = float(seed_level[2]), float(seed_level[3]), float(seed_level[4])
     per_seed = [float(x) for x in seed_level[5].split(",")]
     low, high = (float(x) for x in seed_level[6].strip("[]").split(","))
@@ -89,7 +69,7 @@ def test_compare_pairs_atr_with_clip_on_the_committed_runs_as_the_seeds_table_do
     assert float(seed_level[12]) > abs(difference)  # the MDE: 3 seeds cannot see a difference this small
     assert "Holm family: 10 method(s) compared with clip" in out
     (committed,) = [
-        _cells(line)
+        table_cells(line)
         for line in (MINI / "tables" / "seeds.md").read_text().splitlines()
         if line.startswith("| tiny | atr | arithmetic | mean@8 |")
     ]

@@ -17,7 +17,7 @@ import re
 
 import pytest
 from conftest import REPO
-from test_results_mini import _cells, _files, _kept
+from helpers.committed_results import files_under, kept_by_git, table_cells
 
 from atr_grpo import results
 from atr_grpo.reporting import stats
@@ -40,7 +40,7 @@ def test_the_committed_runs_are_the_plans_runs_from_one_start_point_without_weig
     assert names == sorted(f"power__{m}__s{s}" for m in METHODS for s in SEEDS)
     starts = set()
     for run in names:
-        files = _kept(RUNS / run)
+        files = kept_by_git(RUNS / run)
         assert {"config.yaml", "env.json", "metrics.jsonl", "eval/summary.jsonl"} <= set(files), run
         steps = [json.loads(line)["step"] for line in (RUNS / run / "eval" / "summary.jsonl").open()]
         assert steps == EVAL_STEPS, run
@@ -75,9 +75,9 @@ def test_the_experiment_meets_its_design():
 def test_the_committed_tables_rebuild_byte_for_byte(tmp_path):
     out = tmp_path / "tables"
     assert results.main(["all", "--runs", str(RUNS), "--experiment", "power", "--out", str(out)]) == 0
-    committed = _files(TABLES)
+    committed = files_under(TABLES)
     assert {"seeds.csv", "seeds_auc.csv", "seeds_auc.md", "endpoints.csv", "bounds.csv"} <= set(committed)
-    assert _files(out) == committed
+    assert files_under(out) == committed
     for name in committed:
         assert (out / name).read_bytes() == (TABLES / name).read_bytes(), name
 
@@ -88,9 +88,9 @@ def test_compare_prints_the_seeds_auc_tables_numbers(capsys):
     assert results.main([*argv, "--metric", "mean@8", "--benchmark", "arithmetic"]) == 0
     out = capsys.readouterr().out
     assert "(seeds 0, 1, 2, 3, 4, 5, 6, 7, 8, 9; AUC: each run’s mean over its evaluation steps 32, 64, 96, 128)" in out
-    seed_level, robust = (_cells(line) for line in out.splitlines() if line.startswith("| arithmetic | mean@8 |"))
+    seed_level, robust = (table_cells(line) for line in out.splitlines() if line.startswith("| arithmetic | mean@8 |"))
     (row,) = (
-        _cells(line)
+        table_cells(line)
         for line in (TABLES / "seeds_auc.md").read_text().splitlines()
         if line.startswith("| tiny | atr | arithmetic | mean@8 |")
     )

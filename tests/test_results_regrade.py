@@ -11,8 +11,8 @@ import io
 import json
 
 import pytest
+from helpers.run_trees import BENCHES, cell, read_csv
 from helpers.sampled_runs import method_matrices, sampled_run
-from test_results_tables import BENCHES, cell, read_csv
 
 from atr_grpo import rundir
 from atr_grpo.evaluation.outputs import read_summary

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 from conftest import train_config
+from helpers.scripted_generation import FakeTokenizer, ScriptedGenerator
 from omegaconf import OmegaConf
-from test_eval_runner import FakeTokenizer, ScriptedGenerator
 
 from atr_grpo import rundir
 from atr_grpo.config_hydra import config_from_yaml, config_to_yaml

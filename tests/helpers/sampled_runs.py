@@ -9,9 +9,8 @@ from __future__ import annotations
 import gzip
 import json
 
-from test_results_tables import BENCHES, make_run
-
 from atr_grpo.evaluation.metrics import summarize
+from helpers.run_trees import BENCHES, make_run
 
 PROBLEMS, SAMPLES = 30, 8
 
