@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from conftest import train_config
-from test_clipping_math import extras_for, loss_and_grad
+from helpers.rule_inputs import extras_for, loss_and_grad
 
 from atr_grpo.clipping import build_rule
 from atr_grpo.clipping.adaptive_delta import ERROR_CLIP, controlled_delta, delta_rules, scheduled_delta

@@ -10,9 +10,10 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from helpers.rule_checks import acts_at_its_declared_bounds, finite_on_extreme_inputs, reinforce_on_policy
+from helpers.rule_inputs import extras_for, loss_and_grad, planted_batch
 
 from atr_grpo.clipping import (
-    METRIC_KEYS,
     RULES,
     SAMPLE_OLD_PROBS,
     build_rule,
@@ -24,57 +25,13 @@ from atr_grpo.clipping import (
     make_batch,
 )
 from atr_grpo.clipping.cov import hash_ranks, hashed_keys, lowest_ranked
-from atr_grpo.clipping.extras import fixture_extras, key_seed_from
+from atr_grpo.clipping.extras import key_seed_from
 from atr_grpo.clipping.ratio import ppo_clip_terms
-from atr_grpo.training.extras import TrainerBatch, trainer_extras
 
 DELTAS = [0.01, 0.03, 0.05, 0.07, 0.09, 0.2, 0.5, 1.0]
 ALL_RULES = sorted(RULES)
 # every rule whose effect goes through the ratio w: on-policy (w ≡ 1) it must be plain REINFORCE
 RATIO_DRIVEN = sorted(name for name, rule in RULES.items() if not rule.acts_on_policy)
-
-
-# ---------------------------------------------------------------------------------------------- inputs
-def planted_batch(seed: int = 0, batch: int = 6, steps: int = 40, dtype=torch.float64):
-    """Random log-probs with planted extremes: ratios far outside every interval, both advantage signs,
-    zero advantages, masked tokens (including a fully masked row)."""
-    g = torch.Generator().manual_seed(seed)
-    old = -torch.rand(batch, steps, generator=g, dtype=dtype) * 4 - 0.01
-    log_ratio = torch.randn(batch, steps, generator=g, dtype=dtype) * 0.4
-    log_ratio[:, :4] = torch.tensor([3.0, -3.0, 0.3, -0.45], dtype=dtype)  # planted: far out, just out
-    logp = old + log_ratio
-    advantages = torch.randn(batch, generator=g, dtype=dtype)
-    advantages[0], advantages[1] = 0.0, -1.5
-    mask = torch.rand(batch, steps, generator=g) > 0.2
-    mask[2] = False
-    return logp, old, advantages, mask
-
-
-def extras_for(rule, logp):
-    return fixture_extras(rule.needs, logp, seed=7)
-
-
-def on_policy_extras(rule, logp):
-    """The rule's extras as the trainer provides them on-policy (π_old = π_θ: e.g. the full KL is 0)."""
-    batch = TrainerBatch(
-        like=logp,
-        on_policy=True,
-        random=lambda: torch.Generator().manual_seed(7),
-        model=None,
-        old_weights=None,
-        input_ids=None,
-        attention_mask=None,
-        logits_to_keep=logp.shape[1],
-        temperature=1.0,
-    )
-    return trainer_extras(rule.needs, batch)
-
-
-def loss_and_grad(rule, logp, old, advantages, mask, **extras):
-    leaf = logp.clone().requires_grad_()
-    out = rule(leaf, old, advantages, mask, **extras)
-    out.loss.sum().backward()
-    return out, leaf.grad
 
 
 # ------------------------------------------------------------------------------------------- bounds
@@ -128,25 +85,6 @@ def test_dcpo_bounds_reproduce_its_table():
     assert low[2].item() == pytest.approx(0.5) and high[2].item() == pytest.approx(10.0)  # floor 0.5, cap c
 
 
-def probe_interval(rule, low, high, old_prob):
-    """One-token rows probing just inside / just outside each finite side of [low, high], on the side the
-    advantage pushes (A < 0 below, A > 0 above), at π_old = `old_prob`: (rows, True where outside)."""
-    probes = []
-    if low > 0:
-        probes += [(low * 0.999, -1.0, True), (low * 1.001, -1.0, False)]
-    if math.isfinite(high) and high * 1.001 < 1 / old_prob:  # π_θ ≤ 1 caps w at 1/π_old
-        probes += [(high * 1.001, 1.0, True), (high * 0.999, 1.0, False)]
-    if not probes:
-        return torch.zeros(0, dtype=torch.bool), torch.zeros(0, dtype=torch.bool)
-    ratios, advantages, outside = (torch.tensor(column, dtype=torch.float64) for column in zip(*probes))
-    old = torch.full((len(probes), 1), math.log(old_prob), dtype=torch.float64)
-    logp = old + torch.log(ratios)[:, None]
-    mask = torch.ones_like(logp, dtype=torch.bool)
-    _, grad = loss_and_grad(rule, logp, old, advantages * 0.5, mask, **extras_for(rule, logp))
-    followed = torch.isclose(grad[:, 0].double(), -ratios * advantages * 0.5, rtol=1e-4, atol=0)
-    return followed, outside.bool()
-
-
 def declares_bounds(name: str) -> bool:
     rule = build_rule(name)
     return rule.ratio_bounds() is not None or rule.old_prob_bounds(torch.tensor([0.5], dtype=torch.float64)) is not None
@@ -154,21 +92,7 @@ def declares_bounds(name: str) -> bool:
 
 @pytest.mark.parametrize("name", [name for name in ALL_RULES if declares_bounds(name)])
 def test_the_declared_bounds_are_where_the_rule_stops_following_w(name):
-    """`ratio_bounds()` / `old_prob_bounds(π_old)` say where the rule acts: a token just inside keeps the plain
-    gradient −w·A, a token just outside (on the side its advantage pushes) does not (frozen or truncated weight)."""
-    rule = build_rule(name)
-    bounds = rule.ratio_bounds()
-    cases = [] if bounds is None else [(*bounds, 0.01)]
-    for q in SAMPLE_OLD_PROBS:
-        per_token = rule.old_prob_bounds(torch.tensor([q], dtype=torch.float64))
-        if per_token is not None:
-            cases.append((float(per_token[0]), float(per_token[1]), q))
-    probed = 0
-    for low, high, q in cases:
-        followed, outside = probe_interval(rule, low, high, q)
-        assert torch.equal(followed, ~outside), (low, high, q, followed)
-        probed += len(followed)
-    assert probed >= 2
+    acts_at_its_declared_bounds(name)
 
 
 # ------------------------------------------------------------------------------------ equivalences
@@ -221,13 +145,7 @@ def test_rpg_clip_has_the_gradient_of_dual_clip():
 
 @pytest.mark.parametrize("name", RATIO_DRIVEN)
 def test_on_policy_every_ratio_rule_is_reinforce(name):
-    """With old = logp.detach() (w ≡ 1) the gradient is −A on every valid token, for every rule that does not
-    declare `acts_on_policy`."""
-    logp, _, advantages, mask = planted_batch(5)
-    rule = build_rule(name)
-    extras = on_policy_extras(rule, logp)
-    _, grad = loss_and_grad(rule, logp, logp.detach(), advantages, mask, **extras)
-    torch.testing.assert_close(grad, torch.where(mask, -advantages[:, None].expand_as(logp), 0.0))
+    reinforce_on_policy(name)
 
 
 def test_clip_cov_acts_on_policy():
@@ -509,25 +427,7 @@ def test_clip_frac_counts_only_the_active_side():
 @pytest.mark.parametrize("name", ALL_RULES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_extreme_inputs_give_finite_losses_and_gradients(name, dtype):
-    """±80 log-ratios, −inf log-probs under the mask, all-masked rows/batches, zero advantages: never NaN."""
-    rule = build_rule(name)
-    logp, old, advantages, mask = planted_batch(11, dtype=torch.float32)
-    logp = logp.clone()
-    logp[:, 5] = old[:, 5] + 80.0
-    logp[:, 6] = old[:, 6] - 80.0
-    logp[~mask] = -math.inf
-    for adv, m in ((advantages, mask), (torch.zeros_like(advantages), mask), (advantages, torch.zeros_like(mask))):
-        extras = extras_for(rule, logp)
-        leaf = logp.to(dtype).clone().requires_grad_()
-        out = rule(leaf, old.to(dtype), adv.to(dtype), m, **extras)
-        out.loss.sum().backward()
-        assert out.loss.shape == logp.shape
-        assert torch.isfinite(out.loss).all() and torch.isfinite(leaf.grad).all()
-        assert set(METRIC_KEYS) <= set(out.metrics) and all(math.isfinite(v) for v in out.metrics.values())
-        assert (out.loss[~m] == 0).all() and (leaf.grad[~m] == 0).all()
-    assert (build_rule(name)(logp, old, advantages, torch.zeros_like(mask), **extras_for(rule, logp)).metrics)[
-        "ratio/mean"
-    ] == 1.0
+    finite_on_extreme_inputs(name, dtype)
 
 
 def test_gradient_reaches_logp_only():

@@ -11,37 +11,13 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from test_clipping_math import extras_for, loss_and_grad
+from helpers.rule_checks import independent_of_padding
+from helpers.rule_inputs import loss_and_grad, sequence_batch
 
 from atr_grpo.clipping import RULES, build_rule
 from atr_grpo.losses import aggregate
 
 # ---------------------------------------------------------------------------------------------- inputs
-
-
-def sequence_batch(seed: int = 0, batch: int = 8, steps: int = 12, spread: float = 0.02, dtype=torch.float64):
-    """Right-padded rows of lengths 1..steps (none empty), small log-ratios (sequence ratios near GSPO's tiny
-    band, some in, some out), a per-sequence advantage of either sign."""
-    g = torch.Generator().manual_seed(seed)
-    old = -torch.rand(batch, steps, generator=g, dtype=dtype) * 3 - 0.05
-    logp = old + torch.randn(batch, steps, generator=g, dtype=dtype) * spread
-    lengths = torch.randint(1, steps + 1, (batch,), generator=g)
-    mask = torch.arange(steps)[None, :] < lengths[:, None]
-    advantages = torch.randn(batch, generator=g, dtype=dtype)
-    return logp, old, advantages, mask
-
-
-def left_packed(values: torch.Tensor, mask: torch.Tensor, pad: int = 3):
-    """Each row's valid values moved behind a row-dependent left pad (Unsloth's layout), junk under the pad."""
-    batch, steps = values.shape
-    out = torch.full((batch, steps + pad), 7.0, dtype=values.dtype)
-    packed_mask = torch.zeros(batch, steps + pad, dtype=torch.bool)
-    for row in range(batch):
-        n = int(mask[row].sum())
-        start = steps + pad - n - (row % 3)
-        out[row, start : start + n] = values[row][mask[row]]
-        packed_mask[row, start : start + n] = True
-    return out, packed_mask
 
 
 def max_error(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -229,20 +205,7 @@ def test_one_wild_token_freezes_its_sequence_under_max_not_under_mean():
 # ------------------------------------------------------------------------------------ layout invariance
 @pytest.mark.parametrize("name", sorted(RULES))
 def test_every_rule_is_independent_of_the_padding_layout(name):
-    """Moving each row's valid tokens behind a left pad (Unsloth's layout, junk under the padding) moves the loss
-    and the gradient with the tokens and changes no metric: reductions over a sequence use the mask only."""
-    rule = build_rule(name)
-    logp, old, advantages, mask = sequence_batch(5, spread=0.3, dtype=torch.float32)
-    extras = extras_for(rule, logp)
-    want, want_grad = loss_and_grad(rule, logp, old, advantages, mask, **extras)
-    packed_logp, packed_mask = left_packed(logp, mask)
-    packed_old, _ = left_packed(old, mask)
-    extras = {name: left_packed(value, mask)[0] if value.dim() == 2 else value for name, value in extras.items()}
-    out, grad = loss_and_grad(rule, packed_logp, packed_old, advantages, packed_mask, **extras)
-    torch.testing.assert_close(out.loss[packed_mask], want.loss[mask], rtol=1e-6, atol=1e-7)
-    torch.testing.assert_close(grad[packed_mask], want_grad[mask], rtol=1e-6, atol=1e-7)
-    assert (grad[~packed_mask] == 0).all() and (out.loss[~packed_mask] == 0).all()
-    assert out.metrics == pytest.approx(want.metrics, rel=1e-5, abs=1e-7)
+    independent_of_padding(name)
 
 
 # ----------------------------------------------------------------------------------------------- CISPO

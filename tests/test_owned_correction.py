@@ -10,8 +10,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 from conftest import train_config
+from helpers.rule_inputs import MAX_LEN, engine_batch
 from helpers.toy_rules import OWNED_TIS_MAX, OwnedTIS, registered
-from test_rollout_correction import MAX_LEN, engine_batch
 
 from atr_grpo.clipping import RULES, build_rule
 from atr_grpo.errors import ConfigError

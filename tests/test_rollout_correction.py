@@ -4,63 +4,16 @@ and the configs that refuse a correction without rollout log-probs."""
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
 from conftest import train_config
-from test_clipping_math import extras_for
+from helpers.rule_checks import CORRECTIONS_UNDER_TEST, oracle_weight, weighted_by_each_correction
+from helpers.rule_inputs import MAX_LEN, engine_batch
 
 from atr_grpo.clipping import RULES, build_rule
 from atr_grpo.errors import ConfigError
-from atr_grpo.losses import LossSettings, aggregate, grpo_loss
+from atr_grpo.losses import LossSettings, grpo_loss
 from atr_grpo.rollout_correction import CORRECTIONS, LEVELS, RolloutCorrection
-
-MAX_LEN = 12
-# every kind at every level, with TRL's default C_max (3) and an IcePop-like band
-CORRECTIONS_UNDER_TEST = [
-    RolloutCorrection(kind, level, low, high)
-    for kind in ("tis", "mis")
-    for level in LEVELS
-    for low, high in ((None, 3.0), (0.5, 2.0))
-]
-
-
-def engine_batch(seed: int = 0, batch: int = 6, steps: int = MAX_LEN, gap: float = 0.4):
-    """π_old's log-probs, the engine's (off by N(0, gap²) per token, one NaN) and a right-padded mask."""
-    g = torch.Generator().manual_seed(seed)
-    old = -torch.rand(batch, steps, generator=g, dtype=torch.float64) * 3
-    sampling = old + torch.randn(batch, steps, generator=g, dtype=torch.float64) * gap
-    sampling[1, 0] = math.nan  # a token the engine gave no log-prob for
-    lengths = torch.randint(1, steps + 1, (batch,), generator=g)
-    mask = torch.arange(steps)[None, :] < lengths[:, None]
-    sampling[~mask] = 5.0  # junk under the padding must not matter
-    return old, sampling, mask
-
-
-def oracle_weight(correction: RolloutCorrection, old, sampling, mask) -> torch.Tensor:
-    """`[B, T]` in float64, written from TRL 1.15's `_generate_and_score_completions` (the ratio of exp((old −
-    sampling)·mask) with NaN → 0, summed per sequence for sequence modes, clamped or masked to [C_min, C_max]) and
-    verl 0.9.1's `compute_rollout_correction_weights` (the log-ratio clamped to ±20 before exp)."""
-    low = -math.inf if correction.low is None else correction.low
-    high = math.inf if correction.high is None else correction.high
-    out = torch.zeros_like(old)
-    for i in range(old.shape[0]):
-        diffs = [0.0 if math.isnan(d) else d for d in (old[i] - sampling[i]).tolist()]
-        valid = mask[i].tolist()
-        if correction.level == "sequence":
-            total = sum(d for d, v in zip(diffs, valid) if v)
-            ratios = [math.exp(max(-20.0, min(20.0, total)))] * len(diffs)
-        else:
-            ratios = [math.exp(max(-20.0, min(20.0, d))) for d in diffs]
-        for t, (ratio, v) in enumerate(zip(ratios, valid)):
-            if not v:
-                continue
-            if correction.kind == "tis":
-                out[i, t] = min(max(ratio, low), high)
-            else:
-                out[i, t] = ratio if low <= ratio <= high else 0.0
-    return out
 
 
 @pytest.mark.parametrize("correction", CORRECTIONS_UNDER_TEST, ids=repr)
@@ -109,27 +62,7 @@ def test_the_metrics_describe_the_weight_on_valid_tokens():
 @pytest.mark.parametrize("correction", CORRECTIONS_UNDER_TEST[:4], ids=repr)
 @pytest.mark.parametrize("name", sorted(RULES))
 def test_every_rule_with_every_correction_is_the_rules_loss_times_the_weight(name, correction):
-    """grpo_loss with a correction = aggregate(rule loss · ρ): the same in value and in gradient, for every rule."""
-    old, sampling, mask = engine_batch(seed=3)
-    old, sampling = old.float(), sampling.float()
-    g = torch.Generator().manual_seed(4)
-    logp = old + torch.randn(old.shape, generator=g) * 0.3
-    advantages = torch.randn(old.shape[0], generator=g)
-    rule = build_rule(name)
-    extras = extras_for(rule, logp)
-    weight = oracle_weight(correction, old.double(), sampling.double(), mask).float()
-
-    leaf = logp.clone().requires_grad_()
-    settings = LossSettings(max_completion_length=MAX_LEN, correction=correction)
-    got = grpo_loss(rule, leaf, old, advantages, mask, settings, sampling_logp=sampling, extras=extras).loss
-    (got_grad,) = torch.autograd.grad(got, leaf)
-
-    leaf = logp.clone().requires_grad_()
-    plain = rule(leaf, old, advantages, mask, **extras).loss
-    want = aggregate(plain * weight, mask, "dr_grpo", MAX_LEN)
-    (want_grad,) = torch.autograd.grad(want, leaf)
-    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-7)
-    torch.testing.assert_close(got_grad, want_grad, rtol=1e-5, atol=1e-8)
+    weighted_by_each_correction(name, correction)
 
 
 def test_a_correction_without_the_engines_log_probs_is_an_error():

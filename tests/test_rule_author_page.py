@@ -15,25 +15,17 @@ from unittest.mock import patch
 import pytest
 import torch
 from conftest import REPO
+from helpers.compiled_loss import compiled_equals_trl, compiled_left_packed, loaded_zoo
+from helpers.plugin_distributions import child_env, write_distribution
+from helpers.rule_checks import (
+    CORRECTIONS_UNDER_TEST,
+    acts_at_its_declared_bounds,
+    finite_on_extreme_inputs,
+    independent_of_padding,
+    reinforce_on_policy,
+    weighted_by_each_correction,
+)
 from omegaconf import OmegaConf
-from test_clipping_math import (
-    test_extreme_inputs_give_finite_losses_and_gradients as finite_on_extreme_inputs,
-)
-from test_clipping_math import (
-    test_on_policy_every_ratio_rule_is_reinforce as reinforce_on_policy,
-)
-from test_clipping_math import (
-    test_the_declared_bounds_are_where_the_rule_stops_following_w as acts_at_its_declared_bounds,
-)
-from test_clipping_rivals import test_every_rule_is_independent_of_the_padding_layout as independent_of_padding
-from test_plugins import child_env, write_distribution
-from test_rollout_correction import CORRECTIONS_UNDER_TEST
-from test_rollout_correction import (
-    test_every_rule_with_every_correction_is_the_rules_loss_times_the_weight as weighted_by_each_correction,
-)
-from test_unsloth_path import test_compiled_unsloth_loss_equals_trl_path as compiled_equals_trl
-from test_unsloth_path import test_left_packed_layout_gives_the_same_loss as compiled_left_packed
-from test_unsloth_path import zoo  # noqa: F401 (the fixture, requested by name below)
 
 from atr_grpo import rundir
 from atr_grpo.clipping import METRIC_KEYS, RULES, ClipRule
@@ -55,6 +47,13 @@ OVERRIDABLE = ("terms", "validate", "ratio_bounds", "old_prob_bounds", "bounds_t
 
 _BLOCK = re.compile(r"^```\w*\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 _FILE_LINE = re.compile(r"# (\S+\.(?:py|yaml))")
+
+
+@pytest.fixture(scope="module")
+def zoo():
+    """unsloth_zoo's loss module, for the test that runs the example rule inside the compiled loss."""
+    with loaded_zoo() as zoo_loss:
+        yield zoo_loss
 
 
 def page_files() -> dict[str, str]:
