@@ -128,7 +128,7 @@ def trainer_side(rule, full_kl, micro_step: int = MICRO_STEP):
 
 
 def trl_path(rule, logp, old, advantages, mask, full_kl, micro_step: int = MICRO_STEP):
-    """What RuleGRPOTrainer._compute_loss computes (tests/test_training_trl_path.py ties it to TRL's loss)."""
+    """What RuleGRPOTrainer._compute_loss computes (tests/training/test_training_trl_path.py ties it to TRL's loss)."""
     extras = trainer_side(rule, full_kl, micro_step)
     leaf = logp.clone().requires_grad_()
     out = rule(leaf, old, advantages, mask, **extras)

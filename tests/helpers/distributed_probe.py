@@ -1,5 +1,5 @@
-"""Started by tests/test_distributed_runs.py under torchrun: a smoke run through `run_training` (the GRPO stage that
-`python -m atr_grpo.train` runs on each launched process), with probes the command line cannot add.
+"""Started by tests/end_to_end/test_distributed_runs.py under torchrun: a smoke run through `run_training` (the GRPO
+stage that `python -m atr_grpo.train` runs on each launched process), with probes the command line cannot add.
 
     torchrun --standalone --nproc_per_node 2 tests/helpers/distributed_probe.py RECORD_DIR KILL_STEP [override ...]
 

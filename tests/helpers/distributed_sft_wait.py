@@ -1,6 +1,6 @@
-"""Started by tests/test_distributed_runs.py under torchrun: the SFT adapter of a launched run, asked for as the GRPO
-stage asks for it (`distributed.main_first(lambda: ensure_sft_adapter(cfg))`), with an SFT stage that outlasts the
-group's trainer.ddp_timeout. The stage is stubbed: it sleeps, then leaves an adapter marker.
+"""Started by tests/end_to_end/test_distributed_runs.py under torchrun: the SFT adapter of a launched run, asked for
+as the GRPO stage asks for it (`distributed.main_first(lambda: ensure_sft_adapter(cfg))`), with an SFT stage that
+outlasts the group's trainer.ddp_timeout. The stage is stubbed: it sleeps, then leaves an adapter marker.
 
     torchrun --standalone --nproc_per_node 2 tests/helpers/distributed_sft_wait.py RECORD_DIR DDP_TIMEOUT SFT_SECONDS
 

@@ -5,11 +5,11 @@ gradient, DCPO's table), every rule against an independent elementwise oracle, m
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
+from conftest import REPO
 from helpers.rule_checks import acts_at_its_declared_bounds, finite_on_extreme_inputs, reinforce_on_policy
 from helpers.rule_inputs import extras_for, loss_and_grad, planted_batch
 
@@ -453,7 +453,7 @@ def test_bad_shapes_are_named():
 def test_every_rule_has_exactly_one_config_and_every_config_a_rule():
     """Adding a rule is one class and one `conf/clipping/<name>.yaml`: the two sets are equal, and each YAML names
     its own rule (its schema and its `name`)."""
-    conf = Path(__file__).resolve().parents[1] / "conf" / "clipping"
+    conf = REPO / "conf" / "clipping"
     files = {path.stem: path for path in conf.iterdir()}
     assert all(path.suffix == ".yaml" for path in files.values())
     assert set(files) == set(RULES)

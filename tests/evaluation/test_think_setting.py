@@ -12,7 +12,7 @@ import pickle
 from pathlib import Path
 
 import pytest
-from conftest import train_config
+from conftest import REPO, train_config
 from helpers.scripted_generation import FakeTokenizer, ScriptedGenerator
 from omegaconf import OmegaConf
 
@@ -25,7 +25,7 @@ from atr_grpo.reporting import regrade
 from atr_grpo.results import main as results_main
 from atr_grpo.rewards import reward_function
 
-FIXTURES = Path(__file__).parent / "fixtures" / "eval"
+FIXTURES = REPO / "tests" / "fixtures" / "eval"
 INSIDE_ONLY = "<think>it is \\boxed{24}</think>So the answer is twenty-four."  # aime24 fixture problem 60: 24
 AFTER = "<think>maybe \\boxed{23}</think>The answer is \\boxed{24}."
 NEITHER = "<think>it is \\boxed{24}</think>The answer is \\boxed{23}."

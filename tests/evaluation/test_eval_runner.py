@@ -1,9 +1,9 @@
 """The evaluation runner with a scripted generator: contracts §3 files, metrics, the overwrite policy."""
 
 import json
-from pathlib import Path
 
 import pytest
+from conftest import REPO
 from helpers.scripted_generation import FakeTokenizer, ScriptedGenerator
 
 from atr_grpo import rundir
@@ -18,7 +18,7 @@ from atr_grpo.evaluation import (
 )
 from atr_grpo.evaluation.backends import check_samples
 
-FIXTURES = Path(__file__).parent / "fixtures" / "eval"
+FIXTURES = REPO / "tests" / "fixtures" / "eval"
 SAMPLE_FIELDS = {
     "problem_id",
     "sample",

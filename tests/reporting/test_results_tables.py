@@ -8,9 +8,9 @@ import contextlib
 import io
 import math
 from itertools import combinations
-from pathlib import Path
 
 import pytest
+from conftest import REPO
 from helpers.run_trees import BENCHES, cell, evals_of, make_run, read_csv, write_passk_run
 
 from atr_grpo.reporting import tables
@@ -29,7 +29,7 @@ UNCERTAINTY = [
     "mde_vs_clip",
     "p_problems_vs_clip",
 ]
-PAPER = Path(__file__).resolve().parents[1] / "results" / "paper"
+PAPER = REPO / "results" / "paper"
 
 
 def write_tree(root):

@@ -6,15 +6,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from conftest import REPO
 
 from atr_grpo.clipping import METRIC_KEYS
 from atr_grpo.reporting import wandb_report
 from atr_grpo.reporting.wandb_report import ReportError, build_report, panel_spec, save_report
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "wandb_report.py"
+SCRIPT = REPO / "scripts" / "wandb_report.py"
 
 
 def test_panels_show_figure_2_and_the_rule_metrics():

@@ -8,6 +8,7 @@ from pathlib import Path
 from unittest.mock import patch
 
 import pytest
+from conftest import REPO
 
 from atr_grpo.clipping import RULES, ClipRule, register
 from atr_grpo.rule_docs import (
@@ -20,8 +21,7 @@ from atr_grpo.rule_docs import (
     written_table,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 README_MAX_LINES = 150
 DEMO_SECTION_MAX_LINES = 15  # the README's account of `make demo`, blank lines included
 
@@ -77,7 +77,7 @@ def broken_links(page: Path) -> list[str]:
 
 def test_docs_exist_and_the_readme_is_a_front_door():
     assert len(PAGES) > 1, "docs/*.md is missing"
-    lines = (ROOT / "README.md").read_text().splitlines()
+    lines = (REPO / "README.md").read_text().splitlines()
     assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines; move detail to a page under docs/"
     for page in PAGES[1:]:  # every page is reachable from the README's map
         assert f"](docs/{page.name})" in "\n".join(lines), page.name
@@ -87,7 +87,7 @@ def test_docs_exist_and_the_readme_is_a_front_door():
     assert demo_lines <= DEMO_SECTION_MAX_LINES, f"the demo section has {demo_lines} lines; results go in docs/"
 
 
-@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(REPO)))
 def test_every_relative_link_resolves(page):
     assert broken_links(page) == []
 
@@ -113,7 +113,7 @@ def test_the_rule_table_is_the_registrys():
     atr_grpo.clipping --write docs/framework.md`): one row per rule of the package, with its summary, parameters,
     defaults, trust region and source. A rule without a row, or a row that no longer says what the code says,
     fails here."""
-    page = ROOT / "docs" / "framework.md"
+    page = REPO / "docs" / "framework.md"
     assert written_table(page.read_text(), str(page)) == rule_table(), (
         "docs/framework.md's rule table is not the registry's; run python -m atr_grpo.clipping --write "
         "docs/framework.md"
@@ -134,7 +134,7 @@ Unlisted.__module__ = "atr_grpo.clipping.unlisted"  # as if it were defined in t
 
 def test_the_table_check_fails_on_a_missing_or_stale_row():
     """What the check above compares: a rule registered without a row, or a row edited by hand, differs."""
-    text = (ROOT / "docs" / "framework.md").read_text()
+    text = (REPO / "docs" / "framework.md").read_text()
     edited = text.replace(
         "| `clip` | `ratio.py` | ratio | w ∈ [1−ε, 1+ε] |", "| `clip` | `ratio.py` | ratio | w ∈ [1−ε, 1] |"
     )

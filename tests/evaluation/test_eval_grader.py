@@ -4,9 +4,9 @@ the worker pool."""
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
+from conftest import REPO
 
 from atr_grpo import rundir
 from atr_grpo.data.arithmetic import OPERATIONS, make_splits
@@ -23,8 +23,8 @@ from atr_grpo.evaluation.gold import parse_gold
 from atr_grpo.evaluation.grader import GradingTimeout, status_counts, time_limit
 from atr_grpo.evaluation.pool import run_with_deadline
 
-FIXTURES = Path(__file__).parent / "fixtures" / "eval"
-MINI_RUNS = Path(__file__).parent.parent / "results" / "mini" / "runs"
+FIXTURES = REPO / "tests" / "fixtures" / "eval"
+MINI_RUNS = REPO / "results" / "mini" / "runs"
 
 # (completion, gold, expected verdict)
 GOLDEN = [

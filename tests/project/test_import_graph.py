@@ -13,9 +13,10 @@ import warnings
 from pathlib import Path
 
 import pytest
+from conftest import REPO
 
 PACKAGE = "atr_grpo"
-ROOT = Path(__file__).resolve().parent.parent / PACKAGE
+ROOT = REPO / PACKAGE
 UPPER_LAYERS = ("atr_grpo.training", "atr_grpo.evaluation", "atr_grpo.reporting")
 
 Edges = dict[str, dict[str, int]]  # module -> {imported module: line of the first such import}

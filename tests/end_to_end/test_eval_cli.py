@@ -3,15 +3,13 @@
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-from conftest import needs_vllm
+from conftest import REPO, needs_vllm
 
 from atr_grpo import rundir
 
-ROOT = Path(__file__).resolve().parent.parent
-FIXTURES = ROOT / "tests" / "fixtures" / "eval"
+FIXTURES = REPO / "tests" / "fixtures" / "eval"
 
 
 def overrides(out_dir, *extra):
@@ -43,7 +41,7 @@ def test_the_entry_point_evaluates_a_base_model(tmp_path):
         text=True,
         timeout=300,
         # one torch thread: the tiny model's matmuls are far slower with two threads on a busy 2-core machine
-        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "OMP_NUM_THREADS": "1"},
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "OMP_NUM_THREADS": "1"},
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Mean@2" in result.stdout and "average" in result.stdout
@@ -77,7 +75,7 @@ def test_an_adapter_is_evaluated_and_a_rerun_is_skipped(tmp_path, monkeypatch):
     register_configs()
     out_dir = tmp_path / "run"
     adapter = tmp_path / "adapter"
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         cfg = to_object(compose(config_name="evaluate", overrides=overrides(out_dir, f"adapter={adapter}", "step=3")))
     model, _ = load_model_and_tokenizer(cfg.model, for_training=True)  # a fresh LoRA adapter
     model.save_pretrained(str(adapter))
@@ -116,7 +114,7 @@ def test_the_vllm_backend_writes_what_the_hf_backend_writes(tmp_path, smoke_sft_
         out_dir = tmp_path / backend
         result = subprocess.run(
             [sys.executable, "-m", "atr_grpo.evaluate", *common, f"eval.backend={backend}", f"out_dir={out_dir}"],
-            cwd=ROOT,
+            cwd=REPO,
             env=env,
             capture_output=True,
             text=True,

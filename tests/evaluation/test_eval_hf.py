@@ -1,10 +1,8 @@
 """The transformers backend on a tiny random Qwen3 (built by the package, no downloads); the CPU end-to-end run."""
 
-from pathlib import Path
-
 import pytest
 import torch
-from conftest import random_tiny_model
+from conftest import REPO, random_tiny_model
 
 from atr_grpo import rundir
 from atr_grpo.data.prompts import render_prompt
@@ -17,7 +15,7 @@ from atr_grpo.evaluation import (
     summarize,
 )
 
-FIXTURES = Path(__file__).parent / "fixtures" / "eval"
+FIXTURES = REPO / "tests" / "fixtures" / "eval"
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -39,7 +39,7 @@ PAGE = REPO / "docs" / "rules.md"
 RULE_FILE, YAML_FILE, TEST_FILE = (
     "atr_grpo/clipping/log_clip.py",
     "conf/clipping/log_clip.yaml",
-    "tests/test_log_clip.py",
+    "tests/clipping/test_log_clip.py",
 )
 EXAMPLE = "log_clip"
 # the methods a rule may override, besides the class attributes ClipRule declares

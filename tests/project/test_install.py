@@ -10,8 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import REPO
 
 pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="reads the Makefile with make -n")
 
@@ -22,7 +21,7 @@ def pip_commands(tmp_path: Path, has_gpu: str) -> list[str]:
     venv = tmp_path / "venv"
     result = subprocess.run(
         ["make", "--no-print-directory", "-n", "-B", "install", f"VENV={venv}", f"HAS_GPU={has_gpu}"],
-        cwd=ROOT,
+        cwd=REPO,
         env=env,
         capture_output=True,
         text=True,

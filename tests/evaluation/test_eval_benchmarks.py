@@ -3,15 +3,15 @@
 import json
 import sys
 import types
-from pathlib import Path
 from unittest.mock import patch
 
 import pytest
+from conftest import REPO
 
 from atr_grpo.evaluation import BENCHMARKS, BenchmarkError, BenchmarkSpec, load_benchmark, register_benchmark
 from atr_grpo.evaluation.benchmarks import content_hash, normalize_gold
 
-FIXTURES = Path(__file__).parent / "fixtures" / "eval"
+FIXTURES = REPO / "tests" / "fixtures" / "eval"
 
 
 def test_specs_of_the_paper_benchmarks():
