@@ -9,17 +9,19 @@ from atr_grpo.clipping import RULES, ClipRule, RuleTerms, TokenBatch, ratio_from
 
 
 def test_files_go_longest_first_each_in_one_piece_and_a_file_never_timed_before_all():
-    nodeids = ["a.py::one", "a.py::two", "b.py::one", "c.py::one", "c.py::two", "d.py::one", "e.py::one"]
-    recorded = {"a.py::one": 1.0, "a.py::two": 2.0, "b.py::one": 10.0, "c.py::one": 4.0, "d.py::one": 0.5}
-    recorded["e.py::one"] = 3.0  # as long as a.py: the two keep their collection order
+    """A file is the path before `::` in a node id, its folder under tests/ included."""
+    a, b, c, d, e = "tests/x/a.py", "tests/y/b.py", "tests/x/c.py", "tests/y/d.py", "tests/z/e.py"
+    nodeids = [f"{a}::one", f"{a}::two", f"{b}::one", f"{c}::one", f"{c}::two", f"{d}::one", f"{e}::one"]
+    recorded = {f"{a}::one": 1.0, f"{a}::two": 2.0, f"{b}::one": 10.0, f"{c}::one": 4.0, f"{d}::one": 0.5}
+    recorded[f"{e}::one"] = 3.0  # as long as tests/x/a.py: the two keep their collection order
     assert longest_files_first(nodeids, recorded) == [
-        "c.py::one",  # c.py::two was never timed
-        "c.py::two",
-        "b.py::one",
-        "a.py::one",
-        "a.py::two",
-        "e.py::one",
-        "d.py::one",
+        f"{c}::one",  # c.py::two was never timed
+        f"{c}::two",
+        f"{b}::one",
+        f"{a}::one",
+        f"{a}::two",
+        f"{e}::one",
+        f"{d}::one",
     ]
 
 
