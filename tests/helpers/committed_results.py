@@ -1,0 +1,28 @@
+"""Reading the committed results (results/mini/, results/power/): the files of a folder, the ones git keeps, and
+the cells of a Markdown table's line."""
+
+from __future__ import annotations
+
+import subprocess
+
+
+def files_under(folder):
+    """Every file under `folder`, as sorted relative POSIX paths."""
+    return sorted(path.relative_to(folder).as_posix() for path in folder.rglob("*") if path.is_file())
+
+
+def kept_by_git(folder):
+    """The files under `folder` that git keeps (tracked, or new and not ignored): a run's weights stay local."""
+    listing = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "--", "."],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return sorted(listing.stdout.split())
+
+
+def table_cells(line):
+    """The stripped cells of one line of a Markdown table."""
+    return [cell.strip() for cell in line.strip("|").split("|")]
