@@ -21,9 +21,10 @@ import toy_rules
 from conftest import rules_at_risk, rules_of_each_kind, slow_beyond
 
 from atr_grpo.clipping import RULES, build_rule
+from atr_grpo.clipping.extras import SAMPLING_LOG_RATIO
 from atr_grpo.errors import ConfigError
 from atr_grpo.losses import LossSettings, aggregate
-from atr_grpo.rollout_correction import RolloutCorrection
+from atr_grpo.rollout_correction import RolloutCorrection, sampling_log_ratio
 from atr_grpo.rule_random import micro_batch_stream
 from atr_grpo.training.extras import TRAINER_PROVIDERS, TrainerBatch, trainer_extras
 from atr_grpo.training.rule_trainer import RuleTrainerMixin
@@ -138,9 +139,18 @@ def trainer_side(rule, full_kl, micro_step: int = MICRO_STEP):
     return with_batch_values(trainer_extras(rule.needs, batch), rule, full_kl)
 
 
-def trl_path(rule, logp, old, advantages, mask, full_kl, micro_step: int = MICRO_STEP):
+def engine_logp(rule, old, seed: int = 21):
+    """The rollout engine's log-probs for a rule that owns the rollout correction (which needs them), else None."""
+    if not rule.owns_correction:
+        return None
+    return old + 0.1 * torch.randn(old.shape, generator=torch.Generator().manual_seed(seed))
+
+
+def trl_path(rule, logp, old, advantages, mask, full_kl, micro_step: int = MICRO_STEP, sampling=None):
     """What RuleGRPOTrainer._compute_loss computes (tests/test_training_trl_path.py ties it to TRL's loss)."""
     extras = trainer_side(rule, full_kl, micro_step)
+    if sampling is not None:  # a rule that owns the correction: grpo_loss's input from the engine's log-probs
+        extras[SAMPLING_LOG_RATIO] = sampling_log_ratio(old, sampling, mask.bool())
     leaf = logp.clone().requires_grad_()
     out = rule(leaf, old, advantages, mask, **extras)
     loss = aggregate(out.loss, mask, "dr_grpo", MAX_LEN) / GA
@@ -193,10 +203,12 @@ def test_compiled_unsloth_loss_equals_trl_path(zoo, name):
 
     rule = build_rule(name)
     logp, old, advantages, mask, full_kl = random_batch(0)
-    want_loss, want_grad, _ = trl_path(rule, logp, old, advantages, mask, full_kl)
+    sampling = engine_logp(rule, old)
+    want_loss, want_grad, _ = trl_path(rule, logp, old, advantages, mask, full_kl, sampling=sampling)
     graphs = counters["stats"]["unique_graphs"]
     with installed(zoo.__dict__, rule):
-        outputs, grad = efficient_grpo(zoo, logp, old, advantages, mask, unsloth_kwargs(rule, full_kl, mask))
+        kwargs = unsloth_kwargs(rule, full_kl, mask)
+        outputs, grad = efficient_grpo(zoo, logp, old, advantages, mask, kwargs, sampling)
     assert counters["stats"]["unique_graphs"] > graphs, "the loss did not go through torch.compile"
     torch.testing.assert_close(outputs[0], want_loss, rtol=1e-5, atol=1e-7)
     torch.testing.assert_close(grad, want_grad, rtol=1e-5, atol=1e-8)
@@ -211,14 +223,15 @@ def test_left_packed_layout_gives_the_same_loss(zoo, name):
     """Unsloth left-packs padding; token selections (Clip-Cov's hashed keys, the full-KL extra) follow the tokens."""
     rule = build_rule(name)
     logp, old, advantages, mask, full_kl = random_batch(2)
-    want_loss, want_grad, _ = trl_path(rule, logp, old, advantages, mask, full_kl)
+    sampling = engine_logp(rule, old)
+    want_loss, want_grad, _ = trl_path(rule, logp, old, advantages, mask, full_kl, sampling=sampling)
     packed_logp, packed_mask = left_packed(logp, mask, pad=5)
     packed_old, _ = left_packed(old, mask, pad=5)
+    packed_sampling = None if sampling is None else left_packed(sampling, mask, pad=5)[0]
     packed_logp = packed_logp + (1 - packed_mask) * 7.0  # junk under padding must not matter
     with installed(zoo.__dict__, rule):
-        outputs, grad = efficient_grpo(
-            zoo, packed_logp, packed_old, advantages, packed_mask, unsloth_kwargs(rule, full_kl, mask)
-        )
+        kwargs = unsloth_kwargs(rule, full_kl, mask)
+        outputs, grad = efficient_grpo(zoo, packed_logp, packed_old, advantages, packed_mask, kwargs, packed_sampling)
     torch.testing.assert_close(outputs[0], want_loss, rtol=1e-5, atol=1e-7)
     grad_back, _ = left_packed(want_grad, mask, pad=5)
     torch.testing.assert_close(grad, grad_back, rtol=1e-5, atol=1e-8)
@@ -303,12 +316,13 @@ def test_accumulated_loss_wrapper_adds_extras_and_logs_rule_metrics(zoo, monkeyp
     tighter = {"delta": 0.02} if any(param.name == "delta" for param in RULES[name].params) else {}
     rule = build_rule(name, **tighter)
     logp, old, advantages, mask, full_kl = random_batch(3)
-    want_loss, want_grad, want_metrics = trl_path(rule, logp, old, advantages, mask, full_kl)
+    sampling = engine_logp(rule, old)
+    want_loss, want_grad, want_metrics = trl_path(rule, logp, old, advantages, mask, full_kl, sampling=sampling)
     fake = zoo_like_accumulated_loss(zoo, logp)
     monkeypatch.setitem(zoo.__dict__, "grpo_accumulated_loss", fake)
     trainer = FakeTrainer(rule, full_kl)
     with installed(zoo.__dict__, rule):
-        outputs = call_accumulated_loss(zoo, trainer, mask, advantages, old)
+        outputs = call_accumulated_loss(zoo, trainer, mask, advantages, old, sampling_per_token_logps=sampling)
     torch.testing.assert_close(outputs[0], want_loss, rtol=1e-5, atol=1e-7)
     grad_back, _ = left_packed(want_grad, mask, 3)
     torch.testing.assert_close(fake.grad, grad_back, rtol=1e-5, atol=1e-8)
@@ -316,9 +330,11 @@ def test_accumulated_loss_wrapper_adds_extras_and_logs_rule_metrics(zoo, monkeyp
     assert set(want_metrics) <= set(logged)
     for key, value in want_metrics.items():
         assert logged[key] == pytest.approx(value, rel=1e-5, abs=1e-7), key
-    # the planted batch does exercise the rule: it freezes tokens, or marks them in a metric of its own (KL-Cov)
+    # the planted batch does exercise the rule: it freezes tokens, or marks them in a metric of its own (KL-Cov), or
+    # a rule that never freezes a token weighs them by a measure of its own that moved off 0 and 1 (VESPO's φ)
     acted = [key for key in want_metrics if key.startswith("clip/frac") and want_metrics[key] > 0]
-    assert acted, want_metrics
+    weighed = [key for key in want_metrics if key.startswith(f"{name}/") and want_metrics[key] not in (0.0, 1.0)]
+    assert acted or weighed, want_metrics
 
 
 def test_a_sequence_level_extra_reaches_the_compiled_loss(zoo, monkeypatch):
