@@ -83,7 +83,7 @@ class VESPO(ClipRule):
         number("is_max", 3.0, "a finite number > 1", lambda v: v > 1, "upper bound of r (TRL clip_max: 3)"),
         number("is_min", 0.0, "a number in [0, 1)", lambda v: 0 <= v < 1, "lower bound of r; 0: none (TRL: None)"),
     )
-    summary = "−sg(φ(W_i))·A·log π, φ(W) = e^λ·W^k·e^(−λW) of the sequence weight W_i = Π_t π_θ/π_sampler"
+    summary = "−sg(φ(W_i))·A·log π, φ(W) = e^λ·W^k·e^(−λW), W_i = Π_t π_θ/π_sampler (owns the rollout correction)"
     source = 'VESPO (Shen et al. 2026, arXiv 2602.10693); TRL 1.15 `loss_type="vespo"` (defaults, conventions)'
 
     def terms(self, batch: TokenBatch, sampling_log_ratio: Tensor, **_: Any) -> RuleTerms:
