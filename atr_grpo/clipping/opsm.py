@@ -17,7 +17,6 @@ import torch
 
 from atr_grpo.clipping.base import ClipRule, RuleTerms, TokenBatch, format_interval, positive, register
 from atr_grpo.clipping.ratio import clip_range, ppo_clip_terms
-from atr_grpo.clipping.sequence import sequence_mean
 
 
 @register
@@ -38,7 +37,7 @@ class OPSM(ClipRule):
       ours under `token_mean`.
 
     `clip/frac` counts the tokens PPO's clip freezes and the tokens of dropped sequences; `opsm/masked` the latter
-    alone, `opsm/seq_kl` the mean of the sequences' divergence (per token).
+    alone.
     """
 
     name = "opsm"
@@ -51,13 +50,14 @@ class OPSM(ClipRule):
     source = "DeepSeek-V3.2 (DeepSeek-AI 2025) Eq. 9; TRL 1.15 `off_policy_mask_threshold`"
 
     def terms(self, batch: TokenBatch, **_: Any) -> RuleTerms:
-        seq_kl = sequence_mean(-batch.log_ratio.detach(), batch.mask)  # [B, 1]
-        dropped = (batch.advantages < 0) & (seq_kl > self.threshold)  # [B, T]
+        # mean_t log(π_old/π_θ) > δ  ⇔  Σ_t log(π_old/π_θ) > δ·|y_i| (log w is 0 off the mask; an empty row is kept)
+        drift = -batch.log_ratio.detach().sum(dim=-1, keepdim=True)  # [B, 1]
+        beyond = drift > self.threshold * batch.mask.sum(dim=-1, keepdim=True)
+        dropped = beyond & (batch.advantages < 0)  # [B, T]
         terms = ppo_clip_terms(batch, 1 - self.eps_low, 1 + self.eps_high)
         terms.loss = torch.where(dropped, 0.0, terms.loss)
         terms.frozen_other = dropped
         terms.extra["opsm/masked"] = dropped
-        terms.extra["opsm/seq_kl"] = seq_kl.expand_as(batch.logp)
         return terms
 
     def bounds_text(self) -> str:
