@@ -73,7 +73,10 @@ def main(argv: list[str] | None = None) -> int:
     inputs = make_inputs(opts.batch, opts.steps)
     load_rule_plugins()  # installed packages' rules are timed too
     rules = {name: build_rule(name) for name in sorted(RULES)}
-    extras = {name: fixture_extras(rule.needs, inputs["old"], seed=1) for name, rule in rules.items()}
+    extras = {
+        name: fixture_extras(rule.needs, inputs["old"], seed=1, owns_correction=rule.owns_correction)
+        for name, rule in rules.items()
+    }
     for name, rule in rules.items():  # warm-up: allocator, first-call overheads
         step(rule, inputs, opts.steps, extras[name])
     times: dict[str, list[float]] = {name: [] for name in rules}

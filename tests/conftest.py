@@ -123,7 +123,7 @@ def couples_tokens(rule_class) -> bool:
     logp = old + 0.05 * torch.randn(4, 8, generator=g, dtype=torch.float64)
     advantages, mask = torch.tensor([2.0, -1.5, 1.0, -0.5], dtype=torch.float64), torch.ones(4, 8, dtype=torch.bool)
     rule = rule_class()
-    extras = fixture_extras(rule.needs, logp, seed=0)
+    extras = fixture_extras(rule.needs, logp, seed=0, owns_correction=rule.owns_correction)
 
     def gradient(values):
         leaf = values.clone().requires_grad_()

@@ -19,7 +19,7 @@ from typing import Any, ClassVar, NamedTuple
 import torch
 from torch import Tensor
 
-from atr_grpo.clipping.extras import check_needs, describe
+from atr_grpo.clipping.extras import SAMPLING_LOG_RATIO, check_needs, describe
 from atr_grpo.clipping.param_names import param_name_problem
 
 # exp(±20) ≈ 4.9e8 / 2.1e-9. Ratios are evaluated at the clamped log-ratio, but the clamp is a
@@ -35,9 +35,6 @@ SEMANTICS = ("min", "mask")
 #   covariance  a selection of tokens by their advantage/log-prob covariance, over the whole batch
 #   soft        a smooth gate instead of a hard constraint
 FAMILIES = ("reference", "ratio", "divergence", "covariance", "soft")
-
-# the input a rule with `owns_correction` receives: log π_old − log π_sampler `[B, T]` (rollout_correction.py)
-SAMPLING_LOG_RATIO = "sampling_log_ratio"
 
 # the values of π_old(y_t|s_t) at which per-token bounds are printed
 SAMPLE_OLD_PROBS = (0.9, 0.5, 0.1, 0.01)

@@ -51,6 +51,10 @@ class Extra:
 
 EXTRAS: dict[str, Extra] = {}
 
+# the input a rule with `owns_correction` receives: log π_old − log π_sampler `[B, T]` (rollout_correction.py). It is
+# not an extra: `losses.grpo_loss` makes it from the engine's log-probs, and the verl plugin refuses such a rule
+SAMPLING_LOG_RATIO = "sampling_log_ratio"
+
 
 def register_extra(extra: Extra) -> Extra:
     if extra.name in EXTRAS:
@@ -92,10 +96,15 @@ def verl_extras(needs: Iterable[str], call: VerlCall) -> dict[str, Any]:
     return values
 
 
-def fixture_extras(needs: Iterable[str], like: Tensor, seed: int = 0) -> dict[str, Any]:
+def fixture_extras(needs: Iterable[str], like: Tensor, seed: int = 0, owns_correction: bool = False) -> dict[str, Any]:
     """Valid values of the extras `needs` names for a batch shaped like `like` (`[B, T]` float), each drawn from a
-    generator seeded with `seed`."""
-    return {name: EXTRAS[name].fixture(like, torch.Generator().manual_seed(seed)) for name in needs}
+    generator seeded with `seed`; with `owns_correction` (the rule's trait) also SAMPLING_LOG_RATIO, a sampler that
+    differs from π_old by |log r| of about 0.1 per token."""
+    values = {name: EXTRAS[name].fixture(like, torch.Generator().manual_seed(seed)) for name in needs}
+    if owns_correction:
+        generator = torch.Generator().manual_seed(seed)
+        values[SAMPLING_LOG_RATIO] = 0.1 * torch.randn(like.shape, generator=generator, dtype=like.dtype)
+    return values
 
 
 # ------------------------------------------------------------------------------------------- the extras

@@ -18,7 +18,9 @@ import pytest
 import torch
 
 from atr_grpo.clipping import build_rule
+from atr_grpo.clipping.extras import SAMPLING_LOG_RATIO
 from atr_grpo.losses import LossSettings, aggregate
+from atr_grpo.rollout_correction import sampling_log_ratio
 from atr_grpo.rule_random import micro_batch_stream
 from atr_grpo.training.extras import TRAINER_PROVIDERS, TrainerBatch, trainer_extras
 from atr_grpo.training.unsloth_loss import encode_extras, install_rule
@@ -127,9 +129,18 @@ def trainer_side(rule, full_kl, micro_step: int = MICRO_STEP):
     return with_batch_values(trainer_extras(rule.needs, batch), rule, full_kl)
 
 
-def trl_path(rule, logp, old, advantages, mask, full_kl, micro_step: int = MICRO_STEP):
+def engine_logp(rule, old, seed: int = 21):
+    """The rollout engine's log-probs for a rule that owns the rollout correction (which needs them), else None."""
+    if not rule.owns_correction:
+        return None
+    return old + 0.1 * torch.randn(old.shape, generator=torch.Generator().manual_seed(seed))
+
+
+def trl_path(rule, logp, old, advantages, mask, full_kl, micro_step: int = MICRO_STEP, sampling=None):
     """What RuleGRPOTrainer._compute_loss computes (tests/training/test_training_trl_path.py ties it to TRL's loss)."""
     extras = trainer_side(rule, full_kl, micro_step)
+    if sampling is not None:  # a rule that owns the correction: grpo_loss's input from the engine's log-probs
+        extras[SAMPLING_LOG_RATIO] = sampling_log_ratio(old, sampling, mask.bool())
     leaf = logp.clone().requires_grad_()
     out = rule(leaf, old, advantages, mask, **extras)
     loss = aggregate(out.loss, mask, "dr_grpo", MAX_LEN) / GA
@@ -158,10 +169,12 @@ def compiled_equals_trl(zoo, name):
 
     rule = build_rule(name)
     logp, old, advantages, mask, full_kl = random_batch(0)
-    want_loss, want_grad, _ = trl_path(rule, logp, old, advantages, mask, full_kl)
+    sampling = engine_logp(rule, old)
+    want_loss, want_grad, _ = trl_path(rule, logp, old, advantages, mask, full_kl, sampling=sampling)
     graphs = counters["stats"]["unique_graphs"]
     with installed(zoo.__dict__, rule):
-        outputs, grad = efficient_grpo(zoo, logp, old, advantages, mask, unsloth_kwargs(rule, full_kl, mask))
+        kwargs = unsloth_kwargs(rule, full_kl, mask)
+        outputs, grad = efficient_grpo(zoo, logp, old, advantages, mask, kwargs, sampling)
     assert counters["stats"]["unique_graphs"] > graphs, "the loss did not go through torch.compile"
     torch.testing.assert_close(outputs[0], want_loss, rtol=1e-5, atol=1e-7)
     torch.testing.assert_close(grad, want_grad, rtol=1e-5, atol=1e-8)
@@ -175,14 +188,15 @@ def compiled_left_packed(zoo, name):
     """Unsloth left-packs padding; token selections (Clip-Cov's hashed keys, the full-KL extra) follow the tokens."""
     rule = build_rule(name)
     logp, old, advantages, mask, full_kl = random_batch(2)
-    want_loss, want_grad, _ = trl_path(rule, logp, old, advantages, mask, full_kl)
+    sampling = engine_logp(rule, old)
+    want_loss, want_grad, _ = trl_path(rule, logp, old, advantages, mask, full_kl, sampling=sampling)
     packed_logp, packed_mask = left_packed(logp, mask, pad=5)
     packed_old, _ = left_packed(old, mask, pad=5)
+    packed_sampling = None if sampling is None else left_packed(sampling, mask, pad=5)[0]
     packed_logp = packed_logp + (1 - packed_mask) * 7.0  # junk under padding must not matter
     with installed(zoo.__dict__, rule):
-        outputs, grad = efficient_grpo(
-            zoo, packed_logp, packed_old, advantages, packed_mask, unsloth_kwargs(rule, full_kl, mask)
-        )
+        kwargs = unsloth_kwargs(rule, full_kl, mask)
+        outputs, grad = efficient_grpo(zoo, packed_logp, packed_old, advantages, packed_mask, kwargs, packed_sampling)
     torch.testing.assert_close(outputs[0], want_loss, rtol=1e-5, atol=1e-7)
     grad_back, _ = left_packed(want_grad, mask, pad=5)
     torch.testing.assert_close(grad, grad_back, rtol=1e-5, atol=1e-8)

@@ -8,7 +8,7 @@ import math
 
 import torch
 
-from atr_grpo.clipping.extras import fixture_extras
+from atr_grpo.clipping.extras import SAMPLING_LOG_RATIO, fixture_extras
 from atr_grpo.training.extras import TrainerBatch, trainer_extras
 
 
@@ -28,11 +28,13 @@ def planted_batch(seed: int = 0, batch: int = 6, steps: int = 40, dtype=torch.fl
 
 
 def extras_for(rule, logp):
-    return fixture_extras(rule.needs, logp, seed=7)
+    return fixture_extras(rule.needs, logp, seed=7, owns_correction=rule.owns_correction)
 
 
 def on_policy_extras(rule, logp):
-    """The rule's extras as the trainer provides them on-policy (π_old = π_θ: e.g. the full KL is 0)."""
+    """The rule's extras as the trainer provides them on-policy (π_old = π_θ: e.g. the full KL is 0), and for a rule
+    that owns the rollout correction a sampler equal to π_old (log r = 0: the engine's mismatch is not the rule's
+    on-policy behaviour)."""
     batch = TrainerBatch(
         like=logp,
         on_policy=True,
@@ -44,7 +46,8 @@ def on_policy_extras(rule, logp):
         logits_to_keep=logp.shape[1],
         temperature=1.0,
     )
-    return trainer_extras(rule.needs, batch)
+    extras = trainer_extras(rule.needs, batch)
+    return {**extras, SAMPLING_LOG_RATIO: torch.zeros_like(logp)} if rule.owns_correction else extras
 
 
 def loss_and_grad(rule, logp, old, advantages, mask, **extras):

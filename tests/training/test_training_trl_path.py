@@ -126,6 +126,9 @@ def test_every_rule_trains_through_the_trl_path(trainer, rule):
     trainer.rule = build_rule(rule)
     trainer._old_adapter = None
     inputs = make_inputs(trainer, seed=2)
+    if trainer.rule.owns_correction:  # the rollout engine's log-probs, which such a rule needs (vLLM rollouts)
+        noise = torch.randn(inputs["old_per_token_logps"].shape, generator=torch.Generator().manual_seed(3))
+        inputs["sampling_per_token_logps"] = inputs["old_per_token_logps"] + 0.1 * noise.to(trainer.accelerator.device)
     if rule == "full_kl":  # π_old = a perturbed copy of the adapter, so the full-vocabulary KL is positive
         trainer._old_adapter = {
             name: p.detach() + 0.05 * torch.randn_like(p)

@@ -21,6 +21,7 @@ from helpers.compiled_loss import (
     compiled_equals_trl,
     compiled_left_packed,
     efficient_grpo,
+    engine_logp,
     installed,
     left_packed,
     loaded_zoo,
@@ -163,12 +164,13 @@ def test_accumulated_loss_wrapper_adds_extras_and_logs_rule_metrics(zoo, monkeyp
     tighter = {"delta": 0.02} if any(param.name == "delta" for param in RULES[name].params) else {}
     rule = build_rule(name, **tighter)
     logp, old, advantages, mask, full_kl = random_batch(3)
-    want_loss, want_grad, want_metrics = trl_path(rule, logp, old, advantages, mask, full_kl)
+    sampling = engine_logp(rule, old)
+    want_loss, want_grad, want_metrics = trl_path(rule, logp, old, advantages, mask, full_kl, sampling=sampling)
     fake = zoo_like_accumulated_loss(zoo, logp)
     monkeypatch.setitem(zoo.__dict__, "grpo_accumulated_loss", fake)
     trainer = FakeTrainer(rule, full_kl)
     with installed(zoo.__dict__, rule):
-        outputs = call_accumulated_loss(zoo, trainer, mask, advantages, old)
+        outputs = call_accumulated_loss(zoo, trainer, mask, advantages, old, sampling_per_token_logps=sampling)
     torch.testing.assert_close(outputs[0], want_loss, rtol=1e-5, atol=1e-7)
     grad_back, _ = left_packed(want_grad, mask, 3)
     torch.testing.assert_close(fake.grad, grad_back, rtol=1e-5, atol=1e-8)
@@ -176,9 +178,11 @@ def test_accumulated_loss_wrapper_adds_extras_and_logs_rule_metrics(zoo, monkeyp
     assert set(want_metrics) <= set(logged)
     for key, value in want_metrics.items():
         assert logged[key] == pytest.approx(value, rel=1e-5, abs=1e-7), key
-    # the planted batch does exercise the rule: it freezes tokens, or marks them in a metric of its own (KL-Cov)
+    # the planted batch does exercise the rule: it freezes tokens, or marks them in a metric of its own (KL-Cov), or
+    # a rule that never freezes a token weighs them by a measure of its own that moved off 0 and 1 (VESPO's φ)
     acted = [key for key in want_metrics if key.startswith("clip/frac") and want_metrics[key] > 0]
-    assert acted, want_metrics
+    weighed = [key for key in want_metrics if key.startswith(f"{name}/") and want_metrics[key] not in (0.0, 1.0)]
+    assert acted or weighed, want_metrics
 
 
 def test_a_sequence_level_extra_reaches_the_compiled_loss(zoo, monkeypatch):
