@@ -149,7 +149,10 @@ class BandPOKL(_BandPO):
 
     name = "bandpo_kl"
     params = _bandpo_params("kl", "KL")
-    summary = "PPO clip on per-token bounds where KL(Bern(π_old) ‖ Bern(π_θ)) = δ (dppo_kl's region), capped; dual clip"
+    summary = (
+        "PPO clip on the per-token band KL(Bern(π_old) ‖ Bern(π_θ)) ≤ δ, capped, with dual clip: dppo_kl's region, "
+        "and dppo_kl's gradient while w stays below both rules' caps"
+    )
     source = "BandPO (arXiv 2603.04918), the Band operator with KL (Thm 1, Prop. 3); OpenMOSS/BandPO recipe"
 
     def band(self, old_logp: Tensor) -> tuple[Tensor, Tensor]:
@@ -172,7 +175,10 @@ class BandPOTV(_BandPO):
 
     name = "bandpo_tv"
     params = _bandpo_params("tv", "TV")
-    summary = "PPO clip on w ∈ [1 − δ/π_old, 1 + δ/π_old] ∩ [0, 1/π_old] (dppo_tv's region), capped; dual clip"
+    summary = (
+        "PPO clip on w ∈ [1 − δ/π_old, 1 + δ/π_old] ∩ [0, 1/π_old], capped, with dual clip: dppo_tv's region, "
+        "and dppo_tv's gradient while w stays below both rules' caps"
+    )
     source = "BandPO (arXiv 2603.04918), the Band operator with TV, closed form (Prop. 4); OpenMOSS/BandPO recipe"
 
     def band(self, old_logp: Tensor) -> tuple[Tensor, Tensor]:
