@@ -93,6 +93,7 @@ def test_m2po_masks_the_fewest_largest_tokens_that_bring_the_second_moment_under
     torch.testing.assert_close(grad, torch.where(live, -w * a, 0.0), rtol=1e-5, atol=1e-6)
     assert out.metrics["clip/frac"] == pytest.approx(float(masked.sum() / mask.sum()))
     assert out.metrics["m2po/m2"] == pytest.approx(float(m2[mask].mean()), rel=1e-5)
+    assert out.metrics["m2po/eligible"] == pytest.approx(float(region.sum() / mask.sum()))
 
 
 def test_m2po_masks_nothing_when_the_second_moment_is_under_tau():

@@ -110,7 +110,8 @@ class M2PO(ClipRule):
             loss=torch.where(masked, 0.0, -ratio * batch.advantages),
             frozen_low=masked & (log_ratio < 0),
             frozen_high=masked & (log_ratio >= 0),
-            extra={"m2po/m2": second_moment},  # logged as the batch's mean (log w)² over every valid token
+            # logged as the batch's mean (log w)² over every valid token, and the fraction of them the mask chooses from
+            extra={"m2po/m2": second_moment, "m2po/eligible": eligible},
         )
 
     def bounds_text(self) -> str:
