@@ -235,6 +235,28 @@ def test_bapo_bounds_are_the_first_pair_of_the_walk_that_reaches_rho0_or_the_ran
     assert out.metrics["clip/frac"] == pytest.approx(float(frozen.sum() / mask.sum()))
 
 
+def test_bapo_contributions_are_eq_8s_sums_at_every_grid_point():
+    """The sums per bucket give P and N of Eq. 8 at every point of both grids, for ratios below, inside and above the
+    ranges and exactly at grid points."""
+    from atr_grpo.clipping import make_batch
+    from atr_grpo.clipping.bapo import contributions
+
+    rule = build_rule("bapo")
+    logp, old, advantages, mask = stale_batch(8, spread=0.8)
+    logp[:, :4] = old[:, :4] + torch.tensor([1.25, 0.7, 3.0, 0.9], dtype=torch.float64).log()  # at grid points
+    batch = make_batch(logp, old, advantages, mask)
+    low_grid = torch.tensor(rule._low_grid, dtype=torch.float64)
+    high_grid = torch.tensor(rule._high_grid, dtype=torch.float64)
+    positive, negative = contributions(batch, low_grid, rule.c_low_step, high_grid, rule.c_high_step)
+    w, a = torch.exp(rule_log_ratio(logp, old)), advantages[:, None].expand_as(logp)
+    for k, c in enumerate(rule._high_grid):
+        expected = float(torch.where(mask & (a > 0), a * torch.clamp(w, max=c), 0.0).sum())
+        assert float(positive[k]) == pytest.approx(expected, rel=1e-6), c
+    for k, c in enumerate(rule._low_grid):
+        expected = float(torch.where(mask & (a < 0), -a * torch.clamp(w, min=c), 0.0).sum())
+        assert float(negative[k]) == pytest.approx(expected, rel=1e-6), c
+
+
 def test_bapo_never_raises_c_low_above_its_start_when_c_high_alone_reaches_rho0():
     """Raising c_low cannot raise ρ (a negative token's contribution |A|·max(w, c_low) grows with it): c_low moves
     only once c_high is at its end, and then to the end of its own range."""
@@ -270,8 +292,8 @@ def test_bapo_ranges_are_checked():
 def test_bapo_range_ends_are_reached_by_whole_steps():
     """(3.0 − 1.2) / 0.05 is not 36 in floats; the grid still ends at 3.0, and at 0.9 for c_low."""
     rule = build_rule("bapo")
-    assert max(rule._highs) == 3.0 and max(rule._lows) == 0.9
-    assert len(rule._highs) == 36 + 1 + 15 and len(set(rule._highs)) == 37 and len(set(rule._lows)) == 16
+    assert (rule._high_grid[-1], len(rule._high_grid)) == (3.0, 37)
+    assert (rule._low_grid[-1], len(rule._low_grid)) == (0.9, 16)
 
 
 # --------------------------------------------------------------------------------------------------- refusals

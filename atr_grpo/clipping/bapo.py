@@ -7,8 +7,8 @@ bounds [c_low, c_high] chosen for each batch so that the positive-advantage toke
                  at the first pair with ρ ≥ ρ₀ (the last pair when none reaches it)
     J = Σ_t min(w_t A_t, clip(w_t, c_low, c_high) A_t)
 
-`balanced_bounds` evaluates ρ at every pair of the walk at once, from one sort of the batch's ratios and prefix
-sums (pure tensor code: the pair is a tensor, never a Python value).
+`balanced_bounds` evaluates ρ at every pair of the walk at once, from the sums of the batch's tokens in the buckets
+between grid points (pure tensor code: the pair is a tensor, never a Python value).
 """
 
 from __future__ import annotations
@@ -42,39 +42,31 @@ def bound_grid(start: float, end: float, step: float) -> list[float]:
     return [end if abs(end - value) <= GRID_TOLERANCE * step else value for value in grid]
 
 
-def walk(low_grid: list[float], high_grid: list[float]) -> tuple[list[float], list[float]]:
-    """The (c_low, c_high) pairs Algorithm 1 visits, in order: c_high up its grid at c_low's start, then c_low up
-    its grid at c_high's end."""
-    lows = [low_grid[0]] * len(high_grid) + low_grid[1:]
-    highs = high_grid + [high_grid[-1]] * (len(low_grid) - 1)
-    return lows, highs
+def contributions(
+    batch: TokenBatch, low_grid: Tensor, low_step: float, high_grid: Tensor, high_step: float
+) -> tuple[Tensor, Tensor]:
+    """float64 P at each c_high of `high_grid` and N at each c_low of `low_grid` (evenly spaced by their steps):
+    P = Σ_{A>0} A·min(w, c_high) and N = Σ_{A<0} |A|·max(w, c_low) over the valid tokens, with w the value the loss
+    uses (log w clamped to ±LOG_RATIO_LIMIT).
 
+    Each token falls in a bucket between two grid points, found by arithmetic on the grid (no sort, no search); with
+    the sums per bucket, P = Σ_{w ≤ c} A·w + c·Σ_{w > c} A and N = c·Σ_{w ≤ c} |A| + Σ_{w > c} |A|·w are prefix sums
+    over the buckets. A token at a grid point counts the same on either side (min(w, c) = max(w, c) = c), so rounding
+    at the edges of a bucket changes nothing."""
+    ratio = torch.exp(batch.log_ratio.detach().float().clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)).flatten()
+    advantages = batch.advantages.flatten()  # 0 off the mask (make_batch): those tokens add nothing
 
-def contributions(batch: TokenBatch, lows: Tensor, highs: Tensor) -> tuple[Tensor, Tensor]:
-    """(P, N) at each pair (`lows[k]`, `highs[k]`), float64: P = Σ_{A>0} A·min(w, c_high), N = Σ_{A<0} |A|·max(w, c_low)
-    over the valid tokens, with w the value the loss uses (log w clamped to ±LOG_RATIO_LIMIT).
+    def bucket_sums(grid: Tensor, step: float, weight: Tensor) -> tuple[Tensor, Tensor]:
+        """At each grid point c_k: (Σ weight·w, Σ weight) over the tokens with w ≤ c_k; and the totals."""
+        bucket = torch.ceil((ratio - grid[0]) / step).clamp(0, grid.numel()).long()  # w ≤ c_k ⇔ bucket ≤ k
+        values = torch.stack([weight * ratio, weight]).double()  # [2, tokens]
+        sums = values.new_zeros(2, grid.numel() + 1).index_add_(1, bucket, values)
+        return sums.cumsum(1)[:, :-1], sums.sum(1)
 
-    After one sort of w: P = Σ_{w ≤ c} A·w + c·Σ_{w > c} A and N = c·Σ_{w < c} |A| + Σ_{w ≥ c} |A|·w, each a prefix sum
-    read at the place of c among the sorted ratios."""
-    ratio = torch.exp(batch.log_ratio.detach().double().clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT))
-    advantages = batch.advantages.double()  # 0 off the mask (make_batch)
-    order = torch.sort(torch.where(batch.mask, ratio, math.inf).flatten())  # invalid tokens last
-    ranked = order.values
-    finite = torch.where(batch.mask.flatten()[order.indices], ranked, 0.0)
-    ranked_advantages = advantages.flatten()[order.indices]
-    positive_weight = ranked_advantages.clamp(min=0.0)
-    negative_weight = (-ranked_advantages).clamp(min=0.0)
-    zero = ranked.new_zeros(1)
-
-    def prefix(values: Tensor) -> Tensor:  # prefix(v)[i] = v_0 + … + v_{i−1}
-        return torch.cat([zero, values.cumsum(0)])
-
-    positive_sum, positive_ratio_sum = prefix(positive_weight), prefix(positive_weight * finite)
-    negative_sum, negative_ratio_sum = prefix(negative_weight), prefix(negative_weight * finite)
-    at_most = torch.searchsorted(ranked, highs, right=True)  # the tokens with w ≤ c_high come first
-    below = torch.searchsorted(ranked, lows, right=False)  # the tokens with w < c_low come first
-    positive = positive_ratio_sum[at_most] + highs * (positive_sum[-1] - positive_sum[at_most])
-    negative = lows * negative_sum[below] + (negative_ratio_sum[-1] - negative_ratio_sum[below])
+    up_to, positive_total = bucket_sums(high_grid, high_step, advantages.clamp(min=0.0))
+    positive = up_to[0] + high_grid * (positive_total[1] - up_to[1])
+    up_to, negative_total = bucket_sums(low_grid, low_step, (-advantages).clamp(min=0.0))
+    negative = low_grid * up_to[1] + (negative_total[0] - up_to[0])
     return positive, negative
 
 
@@ -137,19 +129,23 @@ class BAPO(ClipRule):
                     f"clipping rule 'bapo': parameter {end!r} must be ≥ {start} = {getattr(self, start)}, "
                     f"got {getattr(self, end)}"
                 )
-        self._lows, self._highs = walk(
-            bound_grid(self.c_low_start, self.c_low_max, self.c_low_step),
-            bound_grid(self.c_high_start, self.c_high_max, self.c_high_step),
-        )
+        self._low_grid = bound_grid(self.c_low_start, self.c_low_max, self.c_low_step)
+        self._high_grid = bound_grid(self.c_high_start, self.c_high_max, self.c_high_step)
 
     def balanced_bounds(self, batch: TokenBatch) -> tuple[Tensor, Tensor, Tensor]:
-        """(c_low, c_high, ρ) chosen for `batch`: 0-d float64 tensors."""
+        """(c_low, c_high, ρ) chosen for `batch`: 0-d float64 tensors. The walk's pairs, in order: c_high up its grid
+        at c_low's start, then c_low up its grid at c_high's end."""
         device = batch.log_ratio.device
-        lows = torch.tensor(self._lows, dtype=torch.float64, device=device)
-        highs = torch.tensor(self._highs, dtype=torch.float64, device=device)
-        positive, negative = contributions(batch, lows, highs)
+        low_grid = torch.tensor(self._low_grid, dtype=torch.float64, device=device)
+        high_grid = torch.tensor(self._high_grid, dtype=torch.float64, device=device)
+        positive, negative = contributions(batch, low_grid, self.c_low_step, high_grid, self.c_high_step)
+        more_lows, more_highs = len(self._low_grid) - 1, len(self._high_grid)
+        lows = torch.cat([low_grid[:1].expand(more_highs), low_grid[1:]])
+        highs = torch.cat([high_grid, high_grid[-1:].expand(more_lows)])
+        positive = torch.cat([positive, positive[-1:].expand(more_lows)])
+        negative = torch.cat([negative[:1].expand(more_highs), negative[1:]])
         reached = positive * (1.0 - self.rho0) >= self.rho0 * negative  # ρ ≥ ρ₀, with ρ = 1 when P + N = 0
-        last = torch.tensor(len(self._lows) - 1, device=device)
+        last = torch.tensor(lows.numel() - 1, device=device)
         chosen = torch.where(reached.any(), torch.argmax(reached.int()), last).reshape(1)  # the first pair reaching ρ₀
 
         def pick(values: Tensor) -> Tensor:  # a gather, not values[chosen]: no integer leaves the graph

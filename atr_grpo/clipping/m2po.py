@@ -25,23 +25,25 @@ M2_SCOPES = ("trust_region", "all")
 
 
 def largest_until_mean_at_most(values: Tensor, eligible: Tensor, bound: float) -> Tensor:
-    """Boolean like `values`: Algorithm 1 of M2PO on the `eligible` entries of `values` (all ≥ 0). While the mean of
-    the eligible entries not yet taken is > `bound`, take the largest (the first in row-major order among equal
-    ones, as argmax does); an empty remainder ends the loop.
+    """Boolean like `values`: Algorithm 1 of M2PO on the `eligible` entries of `values` (float32, all ≥ 0). While the
+    mean of the eligible entries not yet taken is > `bound`, take the largest (the first in row-major order among
+    equal ones, as argmax does); an empty remainder ends the loop.
 
     Sorted in decreasing order, v₀ ≥ … ≥ v_{n−1}, the loop takes v_j exactly when mean(v_j, …, v_{n−1}) > bound, and
-    these means do not increase with j: the count of such j is the number taken. Suffix sums add the smallest values
-    first, in float64."""
-    flat = torch.where(eligible, values, -1.0).flatten()  # the ineligible entries sort last
-    order = torch.sort(flat, descending=True, stable=True)  # stable: equal values in position order
-    ranked = order.values.double().clamp(min=0.0)  # the ineligible entries add 0 to every suffix sum
-    suffix = ranked.flip(0).cumsum(0).flip(0)  # suffix[j] = v_j + … + v_{n−1}
-    count = torch.count_nonzero(eligible)
+    these means do not increase with j: the count of such j is the number taken. The sort is of the values' bits as
+    int32 (a float ≥ 0 orders like its bits; an integer sort is a radix sort, ten times a float sort's speed on a
+    CPU), stable so that equal values keep their order. Suffix sums add the smallest values first, in float64."""
+    flat, chosen_from = values.flatten(), eligible.flatten()
+    keys = torch.where(chosen_from, -flat.view(torch.int32), 1)  # the largest first, the ineligible last
+    order = torch.sort(keys, stable=True).indices
+    count = torch.count_nonzero(chosen_from)
     position = torch.arange(flat.numel(), device=flat.device)
-    left = (count - position).double()  # entries from j to the last eligible one
-    taken = torch.count_nonzero((position < count) & (suffix > bound * left))
-    chosen = torch.zeros_like(flat, dtype=torch.bool)
-    return chosen.scatter(0, order.indices, position < taken).view_as(values)
+    ranked = torch.where(position < count, flat[order].double(), 0.0)  # the ineligible (last) add 0 to every sum
+    suffix = ranked.flip(0).cumsum(0).flip(0)  # suffix[j] = v_j + … + v_{n−1}
+    left = (count - position).double()  # entries from j to the last eligible one (≤ 0 past it: never over)
+    taken = torch.count_nonzero(suffix > bound * left.clamp(min=0.5))
+    chosen = torch.zeros_like(chosen_from)
+    return chosen.scatter(0, order, position < taken).view_as(values)
 
 
 def trust_region_tokens(batch: TokenBatch) -> Tensor:
@@ -103,7 +105,7 @@ class M2PO(ClipRule):
     def terms(self, batch: TokenBatch, **_: Any) -> RuleTerms:
         log_ratio = batch.log_ratio
         eligible = trust_region_tokens(batch) if self.m2_scope == "trust_region" else batch.mask
-        second_moment = log_ratio.detach().square()
+        second_moment = log_ratio.detach().float().square()
         masked = largest_until_mean_at_most(second_moment, eligible, self.tau_m2)
         ratio = ratio_from_log(log_ratio)
         return RuleTerms(
