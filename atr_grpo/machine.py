@@ -11,6 +11,8 @@ The rules:
   one GPU) and for rollouts from a vLLM server (Unsloth's trainer samples with a colocated engine of its own).
 - rollout.engine=auto and eval.backend=auto: vLLM on a CUDA machine where it is installed, else transformers.
 - eval.when=during evaluates the live model: with Unsloth's colocated engine when rollouts use it, else HF.
+- a rule whose batch statistic is over the optimizer step's whole batch (`ClipRule.whole_batch`: M2PO, BAPO)
+  trains with trainer.gradient_accumulation_steps=1 on one process.
 
 `Machine` describes the machine (`Machine.here()`: this one); tests pass one of their own.
 """
@@ -150,6 +152,26 @@ def _check_rollout_engine(cfg: TrainConfig, machine: Machine, engine: str) -> st
     return f"rollout.engine=auto → {engine}: {machine.vllm_reason()}" if ro.engine == "auto" else None
 
 
+def _check_whole_batch(cfg: TrainConfig, machine: Machine) -> None:
+    """A rule whose batch statistic is over the optimizer step's whole batch (`ClipRule.whole_batch`) needs the step
+    in one micro-batch on one process: gradient accumulation or several processes would give each part a statistic
+    of its own (the rule's docstring says why that is not made exact)."""
+    name = cfg.clipping.name
+    if not RULES[name].whole_batch:
+        return
+    why = "its batch statistic is over the optimizer step's whole batch, and each part of it would get its own"
+    tr = cfg.trainer
+    accumulation = tr.gradient_accumulation_steps
+    same_batch = f"trainer.per_device_train_batch_size={tr.per_device_train_batch_size * accumulation}"
+    allowed = f"1 with clipping.name={name} ({why}; {same_batch} keeps the batch)"
+    check(accumulation == 1, "trainer.gradient_accumulation_steps", allowed, accumulation)
+    if machine.launched:
+        raise ConfigError(
+            f"invalid config: clipping.name={name} trains on one process ({why}); this launch has "
+            f"{machine.processes} processes: start it without torchrun / accelerate launch"
+        )
+
+
 def _own_engine_backend(ev: EvalConfig, machine: Machine) -> tuple[str, str | None]:
     """The backend of an evaluation in an engine of its own (after training, or standalone)."""
     if ev.backend == "vllm" and not machine.vllm:
@@ -185,6 +207,7 @@ def decide(cfg: TrainConfig, machine: Machine | None = None) -> Decision:
     rollout_engine = _auto_vllm(machine) if cfg.rollout.engine == "auto" else cfg.rollout.engine
     training_backend, training_reason = _training_backend(cfg, machine, rollout_engine)
     rollout_reason = _check_rollout_engine(cfg, machine, rollout_engine)
+    _check_whole_batch(cfg, machine)
     evaluation_backend, evaluation_reason = None, None
     if cfg.eval.enabled:
         if cfg.eval.when == "during":

@@ -232,6 +232,12 @@ class ClipRule:
     # and a token quota), so that a sequence's loss depends on the other sequences. That batch is one micro-batch on
     # one process on the TRL, Unsloth and verl paths, never an optimizer step's batch nor all processes' together
     batch_statistic: ClassVar[bool] = False
+    # True (with `batch_statistic`) when the source defines the statistic over the optimizer step's whole batch and
+    # a part of it would give another rule (M2PO, BAPO): a run refuses what splits that batch before any model loads
+    # (trainer.gradient_accumulation_steps > 1, several processes: `machine.decide`; verl's micro-batches: the verl
+    # plugin), so that the micro-batch the rule receives is the step's batch. Clip-Cov and KL-Cov leave it False:
+    # their source computes the statistic per micro-batch on each GPU, as here
+    whole_batch: ClassVar[bool] = False
     summary: ClassVar[str] = ""  # one line: the constraint or loss (docs/framework.md, `python -m atr_grpo.clipping`)
     source: ClassVar[str] = ""  # the paper (and equation) the rule comes from
 
@@ -330,6 +336,8 @@ def register(cls: type[ClipRule]) -> type[ClipRule]:
     if getattr(cls, "family", None) not in FAMILIES:
         raise ValueError(f"clipping rule {cls.name!r}: family must be one of {', '.join(FAMILIES)}")
     check_needs(cls.name, cls.needs)
+    if cls.whole_batch and not cls.batch_statistic:
+        raise ValueError(f"clipping rule {cls.name!r}: whole_batch needs batch_statistic (a statistic over the batch)")
     attributes = {attribute for attribute in dir(cls) if not attribute.startswith("__")}
     names = [param.name for param in cls.params]
     for name in names:

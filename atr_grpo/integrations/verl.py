@@ -24,7 +24,9 @@ which says how verl provides each or why it cannot: Clip-Cov's `key_seed` is dra
 torch.Generator seeded from `actor.data_loader_seed` and the data-parallel rank, advanced by every call; `full_kl`
 needs π_old's whole next-token distribution, which verl's policy-loss API does not carry, so `atr_grpo.full_kl` is
 refused. A rule that owns the rollout correction (`ClipRule.owns_correction`) is refused too: verl hands a policy
-loss its own correction weights, not the rollout engine's log-probs the rule needs.
+loss its own correction weights, not the rollout engine's log-probs the rule needs. So is a rule whose batch statistic
+is over the optimizer step's whole batch (`ClipRule.whole_batch`: M2PO, BAPO): verl calls a policy loss on each
+micro-batch of each data-parallel rank.
 
 Without verl the module still imports (the main environment has none); what needs verl raises an ImportError
 that says how to get it.
@@ -104,15 +106,24 @@ OWNED_CORRECTION_REASON = (
 )
 
 
+# why a rule whose statistic is over the optimizer step's whole batch (`ClipRule.whole_batch`) cannot run under verl
+WHOLE_BATCH_REASON = (
+    "its batch statistic is over the optimizer step's whole batch, and verl calls a policy loss on each micro-batch "
+    "of each data-parallel rank"
+)
+
+
 def refusal(rule: type[ClipRule]) -> str | None:
-    """Why a rule cannot run as a verl policy loss (an extra verl cannot supply, or a correction of its own), or
-    None."""
+    """Why a rule cannot run as a verl policy loss (an extra verl cannot supply, a correction of its own, or a
+    statistic over the whole batch), or None."""
     missing = verl_refusals(rule.needs)
     if missing:
         what = "; ".join(f"{need!r}: {reason}" for need, reason in missing.items())
         why = f"needs the extra {what}"
     elif rule.owns_correction:
         why = OWNED_CORRECTION_REASON
+    elif rule.whole_batch:
+        why = WHOLE_BATCH_REASON
     else:
         return None
     return (

@@ -555,7 +555,7 @@ def test_a_rule_without_batch_statistic_scores_each_sequence_alone(name):
 
 def test_the_covariance_rules_declare_their_batch_statistic():
     """Clip-Cov and KL-Cov rank tokens by a covariance over the micro-batch: alone, a sequence gets another loss."""
-    assert sorted(name for name, rule in RULES.items() if rule.batch_statistic) == ["clip_cov", "kl_cov"]
+    assert sorted(n for n, rule in RULES.items() if rule.batch_statistic) == ["bapo", "clip_cov", "kl_cov", "m2po"]
     logp, old, advantages, mask = planted_batch(8)
     rule = build_rule("kl_cov", ratio=0.05)
     together = rule(logp, old, advantages, mask).loss

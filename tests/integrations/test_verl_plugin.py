@@ -92,10 +92,15 @@ def test_full_kl_is_refused_because_verl_has_no_full_distribution():
 
 def test_only_rules_needing_an_extra_verl_cannot_supply_are_refused():
     """Clip-Cov's key seed is supplied (from a seeded generator); a rule is refused exactly when one of its extras is
-    `Unavailable` under verl, or when it owns the rollout correction (test_owned_correction)."""
+    `Unavailable` under verl, when it owns the rollout correction (test_owned_correction), or when its statistic is
+    over the whole batch (`whole_batch`: verl calls a loss per micro-batch)."""
     refused = {name for name, rule in RULES.items() if plugin.refusal(rule)}
     unavailable = {name for name, extra in EXTRAS.items() if isinstance(extra.from_verl, Unavailable)}
-    expected = {name for name, rule in RULES.items() if unavailable.intersection(rule.needs) or rule.owns_correction}
+    expected = {
+        name
+        for name, rule in RULES.items()
+        if unavailable.intersection(rule.needs) or rule.owns_correction or rule.whole_batch
+    }
     assert refused == expected
     assert "clip_cov" not in refused and "full_kl" in refused
 
