@@ -6,13 +6,12 @@ every rule's independence from the padding layout (Unsloth left-packs rows)."""
 from __future__ import annotations
 
 import math
-from collections import defaultdict
-from types import SimpleNamespace
 
 import pytest
 import torch
 from helpers.rule_checks import independent_of_padding
 from helpers.rule_inputs import loss_and_grad, sequence_batch
+from helpers.trl_loss import grpo_settings, trl_compute_loss
 
 from atr_grpo.clipping import RULES, build_rule
 from atr_grpo.losses import aggregate
@@ -29,41 +28,11 @@ def trl_loss_and_grad(logp, old, advantages, mask, loss_type, level="token", eps
     """TRL 1.15's `GRPOTrainer._compute_loss` on given per-token log-probs (its model pass replaced by them)."""
     from trl import GRPOTrainer
 
-    leaf = logp.clone().requires_grad_()
-    metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
-    trainer = SimpleNamespace(
-        _get_per_token_logps_and_entropies=lambda *args, **kwargs: (leaf, torch.zeros_like(leaf), None),
-        top_entropy_quantile=1.0,
-        off_policy_mask_threshold=None,
-        importance_sampling_level=level,
-        beta=0.0,
-        loss_type=loss_type,
-        epsilon_low=epsilon_low,
-        epsilon_high=epsilon_high,
-        args=SimpleNamespace(delta=None, steps_per_generation=1),
-        use_vllm=False,
-        vllm_importance_sampling_correction=False,
-        model=SimpleNamespace(training=True),
-        current_gradient_accumulation_steps=1,
-        max_completion_length=logp.shape[1],
-        _entropy_bonus_enabled=False,
-        aux_loss_enabled=False,
-        _metrics=metrics,
-        accelerator=SimpleNamespace(reduce=lambda x, reduction: x, gather=lambda x: x, num_processes=1),
+    settings = grpo_settings(logp, loss_type, level, epsilon_low, epsilon_high)
+    loss, grad, _ = trl_compute_loss(
+        GRPOTrainer, logp, old, advantages, mask, {"num_items_in_batch": mask.sum()}, **settings
     )
-    batch = logp.shape[0]
-    inputs = {
-        "prompt_ids": torch.zeros(batch, 1, dtype=torch.long),
-        "prompt_mask": torch.ones(batch, 1, dtype=torch.long),
-        "completion_ids": torch.zeros(mask.shape, dtype=torch.long),
-        "completion_mask": mask.long(),
-        "advantages": advantages,
-        "old_per_token_logps": old,
-        "num_items_in_batch": mask.sum(),
-    }
-    loss = GRPOTrainer._compute_loss(trainer, None, inputs)
-    loss.backward()
-    return loss.detach(), leaf.grad
+    return loss, grad
 
 
 def ours(name, params, logp, old, advantages, mask, mode):
@@ -287,32 +256,12 @@ def trl_gmpo_loss_and_grad(logp, old, advantages, mask, epsilon):
     """TRL 1.15's `experimental.gmpo.GMPOTrainer._compute_loss` on given per-token log-probs."""
     from trl.experimental.gmpo import GMPOTrainer
 
-    leaf = logp.clone().requires_grad_()
-    trainer = SimpleNamespace(
-        _get_per_token_logps_and_entropies=lambda *args, **kwargs: (leaf, torch.zeros_like(leaf), None),
-        top_entropy_quantile=1.0,
-        beta=0.0,
-        epsilon_low=epsilon,
-        epsilon_high=epsilon,
-        model=SimpleNamespace(training=True),
-        current_gradient_accumulation_steps=1,
-        _metrics={"train": defaultdict(list), "eval": defaultdict(list)},
-        accelerator=SimpleNamespace(reduce=lambda x, reduction: x, gather=lambda x: x, num_processes=1),
+    loss, grad, _ = trl_compute_loss(
+        GMPOTrainer, logp, old, advantages, mask, epsilon_low=epsilon, epsilon_high=epsilon
     )
-    inputs = {
-        "prompt_ids": torch.zeros(logp.shape[0], 1, dtype=torch.long),
-        "prompt_mask": torch.ones(logp.shape[0], 1, dtype=torch.long),
-        "completion_ids": torch.zeros(mask.shape, dtype=torch.long),
-        "completion_mask": mask.long(),
-        "advantages": advantages,
-        "old_per_token_logps": old,
-    }
-    loss = GMPOTrainer._compute_loss(trainer, None, inputs)
-    loss.backward()
-    return loss.detach(), leaf.grad
+    return loss, grad
 
 
-@pytest.mark.filterwarnings("ignore:You are importing from .trl.experimental.")
 def test_gmpo_matches_its_oracle_verl_and_trl():
     """GMPO: the value −A_i·exp(mean_t clip_A(log w_t)) on every token of sequence i and its gradient (float64
     oracle); under seq_mean, verl's `geo_mean` and TRL's experimental GMPO trainer, computed by TRL itself."""

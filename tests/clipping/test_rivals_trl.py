@@ -17,11 +17,11 @@ Convention differences, each one asserted below:
 from __future__ import annotations
 
 import math
-from collections import defaultdict
 from types import SimpleNamespace
 
 import pytest
 import torch
+from helpers.trl_loss import grpo_settings, trl_compute_loss
 
 from atr_grpo.clipping import build_rule
 from atr_grpo.losses import LossSettings, grpo_loss, resolve_aggregation
@@ -46,43 +46,20 @@ def trl(logp, old, advantages, mask, loss_type, *, level="token", epsilon=(0.2, 
     IS correction on; without it TRL runs as without vLLM."""
     from trl import GRPOTrainer
 
-    leaf = logp.clone().requires_grad_()
-    metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
-    trainer = SimpleNamespace(
-        _get_per_token_logps_and_entropies=lambda *args, **kwargs: (leaf, torch.zeros_like(leaf), None),
+    settings = grpo_settings(
+        logp,
+        loss_type,
+        level,
+        *epsilon,
         get_off_policy_mask=GRPOTrainer.get_off_policy_mask,
         get_gamma_weights=GRPOTrainer.get_gamma_weights,
-        top_entropy_quantile=1.0,
         off_policy_mask_threshold=threshold,
-        importance_sampling_level=level,
-        beta=0.0,
-        loss_type=loss_type,
-        epsilon_low=epsilon[0],
-        epsilon_high=epsilon[1],
         args=SimpleNamespace(delta=None, steps_per_generation=1, **VESPO_DEFAULTS),
         use_vllm=engine is not None,
         vllm_importance_sampling_correction=engine is not None,
-        model=SimpleNamespace(training=True),
-        current_gradient_accumulation_steps=1,
-        max_completion_length=logp.shape[1],
-        _entropy_bonus_enabled=False,
-        aux_loss_enabled=False,
-        _metrics=metrics,
-        accelerator=SimpleNamespace(reduce=lambda x, reduction: x, gather=lambda x: x, num_processes=1),
     )
-    inputs = {
-        "prompt_ids": torch.zeros(logp.shape[0], 1, dtype=torch.long),
-        "prompt_mask": torch.ones(logp.shape[0], 1, dtype=torch.long),
-        "completion_ids": torch.zeros(mask.shape, dtype=torch.long),
-        "completion_mask": mask.long(),
-        "advantages": advantages,
-        "old_per_token_logps": old,
-        "num_items_in_batch": mask.sum(),
-        **(engine or {}),
-    }
-    loss = GRPOTrainer._compute_loss(trainer, None, inputs)
-    loss.backward()
-    return loss.detach(), leaf.grad, {key: values[-1] for key, values in metrics["train"].items()}
+    inputs = {"num_items_in_batch": mask.sum(), **(engine or {})}
+    return trl_compute_loss(GRPOTrainer, logp, old, advantages, mask, inputs, **settings)
 
 
 def ours(name, logp, old, advantages, mask, mode, params=None, sampling=None):
