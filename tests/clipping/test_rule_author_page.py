@@ -8,7 +8,6 @@ from __future__ import annotations
 import importlib
 import math
 import re
-import subprocess
 import sys
 from unittest.mock import patch
 
@@ -16,7 +15,7 @@ import pytest
 import torch
 from conftest import REPO
 from helpers.compiled_loss import compiled_equals_trl, compiled_left_packed, loaded_zoo
-from helpers.plugin_distributions import child_env, write_distribution
+from helpers.plugin_distributions import train_with_plugins, write_distribution
 from helpers.rule_checks import (
     CORRECTIONS_UNDER_TEST,
     acts_at_its_declared_bounds,
@@ -153,14 +152,7 @@ def test_the_example_trains_in_the_smoke_run_from_the_pages_yaml(tmp_path, smoke
     (tmp_path / "conf" / "clipping" / "from_page.yaml").write_text(files[YAML_FILE])
     run_dir = tmp_path / "run"
     command = ["--config-dir", str(tmp_path / "conf"), "experiment=smoke", "clipping=from_page", f"run_dir={run_dir}"]
-    result = subprocess.run(
-        [sys.executable, "-m", "atr_grpo.train", *command],
-        cwd=REPO,
-        env=child_env(site),
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    result = train_with_plugins(site, *command)
     assert result.returncode == 0, result.stderr[-4000:]
     config = OmegaConf.load(run_dir / "config.yaml")
     assert (config.clipping.name, config.clipping.eps, config.method) == (EXAMPLE, 0.2, EXAMPLE)

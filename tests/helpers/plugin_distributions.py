@@ -4,6 +4,8 @@ is installed, the folder goes on the path of this process or of a child process.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 
@@ -24,3 +26,10 @@ def write_distribution(site: Path, dist: str, entry_points: dict[str, dict[str, 
 def child_env(site: Path) -> dict[str, str]:
     """This process's environment with `site` first on the child's PYTHONPATH."""
     return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))}
+
+
+def train_with_plugins(site: Path, *overrides: str, timeout: int = 900) -> subprocess.CompletedProcess:
+    """`python -m atr_grpo.train OVERRIDES` in a child process that sees the distributions under `site`."""
+    repo = Path(__file__).resolve().parents[2]
+    command = [sys.executable, "-m", "atr_grpo.train", *overrides]
+    return subprocess.run(command, cwd=repo, env=child_env(site), capture_output=True, text=True, timeout=timeout)

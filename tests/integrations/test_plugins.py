@@ -16,8 +16,8 @@ from unittest.mock import patch
 
 import pytest
 import torch
-from conftest import REPO, train_config
-from helpers.plugin_distributions import child_env, write_distribution
+from conftest import train_config
+from helpers.plugin_distributions import child_env, train_with_plugins, write_distribution
 from helpers.run_trees import make_run
 from omegaconf import OmegaConf
 
@@ -179,14 +179,7 @@ def test_the_entry_points_stop_a_child_process_before_validation(tmp_path, group
         {group: {"broken": "broken_plugin"}},
         {"broken_plugin.py": "raise ImportError('no such thing')\n"},
     )
-    result = subprocess.run(
-        [sys.executable, "-m", "atr_grpo.train", "experiment=smoke", "--cfg", "job"],
-        cwd=REPO,
-        env=child_env(site),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    result = train_with_plugins(site, "experiment=smoke", "--cfg", "job", timeout=300)
     assert result.returncode == 1 and result.stdout == ""
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("atr_grpo.plugins.PluginError: cannot load the entry point broken = 'broken_plugin'")
@@ -210,21 +203,8 @@ def test_a_rule_from_another_package_trains_without_a_config_file(tmp_path, smok
         {"dummy_rule_pkg/__init__.py": DUMMY_RULE_MODULE},
     )
     run_dir = tmp_path / "run"
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "atr_grpo.train",
-            "experiment=smoke",
-            "clipping=dummy_log_clip",
-            "clipping.eps=0.01",
-            f"run_dir={run_dir}",
-        ],
-        cwd=REPO,
-        env=child_env(site),
-        capture_output=True,
-        text=True,
-        timeout=900,
+    result = train_with_plugins(
+        site, "experiment=smoke", "clipping=dummy_log_clip", "clipping.eps=0.01", f"run_dir={run_dir}"
     )
     assert result.returncode == 0, result.stderr[-4000:]
     config = OmegaConf.load(run_dir / "config.yaml")
