@@ -229,6 +229,9 @@ class EvalConfig:
     top_k: int = -1  # Table 4
     max_tokens: int = 32768  # Table 4
     seed: int = 0
+    # draw each evaluation step's samples from a seed of its own, derived from (eval.seed, step): with
+    # `eval.seed: ${seed}` the methods of one run seed share their draws, and no two steps or seeds do
+    seed_by_step: bool = False
     backend: str = "auto"  # auto: vllm on GPU when installed, else hf
     batch_size: int = 16  # prompts per HF generate call
     max_problems: int | None = None

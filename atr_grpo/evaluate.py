@@ -80,7 +80,7 @@ def evaluate(cfg: EvaluateConfig, config_yaml: str | None = None) -> dict[str, f
         generator,
         tokenizer,
         benchmarks,
-        engines.sampling_config(ev),
+        engines.sampling_config(ev, cfg.step),
         cfg.out_dir,
         cfg.step,
         system_prompt=cfg.prompt.system,

@@ -26,7 +26,7 @@ def evaluate(generator: object, tokenizer: object, cfg: object, benchmarks: list
         generator,
         tokenizer,
         benchmarks,
-        engines.sampling_config(cfg.eval),
+        engines.sampling_config(cfg.eval, step),
         out,
         step,
         system_prompt=cfg.prompt.system,

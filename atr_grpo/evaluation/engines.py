@@ -31,8 +31,9 @@ CPU_KV_CACHE_BYTES = 4 * 2**30
 VLLM_MULTIPROCESSING_ENV = "VLLM_ENABLE_V1_MULTIPROCESSING"  # vLLM's: 0 runs an engine in the calling process
 
 
-def sampling_config(eval_cfg: EvalConfig) -> Any:
-    from atr_grpo.evaluation.sampling import SamplingConfig
+def sampling_config(eval_cfg: EvalConfig, step: int) -> Any:
+    """The sampling of the evaluation of training step `step` (its seed follows the step with eval.seed_by_step)."""
+    from atr_grpo.evaluation.sampling import SamplingConfig, step_seed
 
     return SamplingConfig(
         n=eval_cfg.n,
@@ -40,7 +41,7 @@ def sampling_config(eval_cfg: EvalConfig) -> Any:
         top_p=eval_cfg.top_p,
         top_k=eval_cfg.top_k,
         max_tokens=eval_cfg.max_tokens,
-        seed=eval_cfg.seed,
+        seed=step_seed(eval_cfg.seed, step) if eval_cfg.seed_by_step else eval_cfg.seed,
     )
 
 

@@ -44,6 +44,13 @@ def prompt_seed(seed: int, token_ids: Sequence[Any]) -> int:
     return int.from_bytes(hashlib.sha256(text.encode()).digest(), "big") >> (256 - PROMPT_SEED_BITS)
 
 
+def step_seed(seed: int, step: int) -> int:
+    """The evaluation seed of training step `step` under `eval.seed_by_step`: a hash of the two, below 2**32, so
+    that every evaluation of a run reads random numbers of its own, and the methods of one seed share them."""
+    text = f"{seed}|step {step}"
+    return int.from_bytes(hashlib.sha256(text.encode()).digest(), "big") >> (256 - 32)
+
+
 def vllm_sampling_params(params: SamplingConfig, token_ids: Sequence[Sequence[Any]]) -> list[Any]:
     """vLLM's `SamplingParams`, one per prompt (in the order of `token_ids`), each with its prompt's seed."""
     from vllm import SamplingParams

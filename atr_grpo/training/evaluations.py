@@ -95,7 +95,7 @@ def _run(cfg: TrainConfig, generator: Any, tokenizer: Any, benchmarks: list[Any]
             generator,
             tokenizer,
             benchmarks,
-            engines.sampling_config(ev),
+            engines.sampling_config(ev, step),
             run_dir,
             step,
             system_prompt=cfg.prompt.system,
