@@ -89,6 +89,9 @@ bench-eval: install ## The demo's evaluation with HF generate and with vLLM (vll
 bench-grader: install ## Grade 1,144 responses serially and with the worker pool
 	$(PY) scripts/bench_grader.py
 
+bench-wait: install ## OpenMP's wait policy: a tiny-width training loop alone and beside a second one
+	$(PY) scripts/bench_wait.py
+
 bench-stats: install ## Bootstrap intervals and paired tests of table2 on a Table-2-sized tree vs reading its files
 	$(PY) scripts/bench_stats.py
 
@@ -137,5 +140,5 @@ clean: ## Remove caches (never touches results/runs)
 	rm -rf .pytest_cache .ruff_cache
 	find . -name __pycache__ -type d -prune -not -path './.venv/*' -exec rm -rf {} +
 
-.PHONY: help install lint format test test-fast clean demo bench-loss bench-train bench-eval bench-grader bench-stats \
+.PHONY: help install lint format test test-fast clean demo bench-loss bench-train bench-eval bench-grader bench-stats bench-wait \
 	install-verl test-verl reproduce-mini reproduce-power reproduce-table2 reproduce-table3 ablate-delta passk-curve reproduce-rivals tables figures

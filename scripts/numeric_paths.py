@@ -36,7 +36,6 @@ def run_once(out: Path, path: str, name: str, overrides: list[str]) -> list[dict
     if not (run_dir / "DONE").exists():
         env = path_environment(path)
         env["ATR_GRPO_CACHE"] = str((out / path / "cache").resolve())
-        env.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # share the cores politely with other jobs
         started = time.time()
         command = [sys.executable, "-m", "atr_grpo.train", f"run_dir={run_dir.resolve()}", *overrides]
         subprocess.run(command, env=env, cwd=REPO, check=True)

@@ -18,13 +18,10 @@ from pathlib import Path
 import pytest
 
 # Two xdist workers, each training with the tiny trainer's 2 threads (and the subprocesses they start), share 2 cores.
-# OpenMP's default waits by spinning, so each process burns the cores the other needs; sleeping threads compute the
-# same numbers to the bit. Set before torch is imported (libgomp reads it once), and inherited by every subprocess a
-# test starts.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-
-from atr_grpo import distributed  # noqa: E402
-from atr_grpo.cache import CACHE_ENV  # noqa: E402
+# Importing atr_grpo first makes idle OpenMP threads sleep (OMP_WAIT_POLICY=PASSIVE, before torch is loaded), and
+# every subprocess a test starts inherits it.
+from atr_grpo import distributed
+from atr_grpo.cache import CACHE_ENV
 
 TEST_CACHE = Path(
     os.environ.get("ATR_GRPO_TEST_CACHE")
