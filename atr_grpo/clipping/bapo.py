@@ -86,9 +86,10 @@ class BAPO(ClipRule):
     δ₁ = 0.05, δ₂ = 0.02) and the authors' verl code (WooooDyy/BAPO), written from the formulas. Where they leave a
     choice open:
 
-    - *ρ₀.* The paper trains with 0.4 (§5; 0.45 for Llama, App. A); the repository's README says 0.5 and its
-      config's default (positive/negative ≥ 1) is 0.5 too. The default is the paper's 0.4; `clipping.rho0=0.5` is the
-      README's.
+    - *ρ₀.* The paper's experiments use 0.4 (§5, implementation details, in the paper.pdf of WooooDyy/BAPO at
+      602d517, with [0.6, 0.9], [1.2, 3.0], δ₁ = 0.05, δ₂ = 0.02). The repository's README (at 7287044) says 0.5;
+      its config's default target is P/N ≥ 1 (ρ ≥ 0.5) and its example script's P/N ≥ 0.5 (ρ ≥ 1/3). The default
+      is the paper's 0.4; `clipping.rho0=0.5` is the README's.
     - *ρ.* Eq. 8 weighs each token by π_rollout(y_t) inside the expectation over sampled tokens; over a batch of
       samples that is the plain sum over its tokens, and the contributions are magnitudes: ρ = P / (P + N), the
       positive share of the batch's loss (the authors' code compares P / N with a target, the same test). An empty
