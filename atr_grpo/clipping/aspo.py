@@ -12,12 +12,20 @@ Written as losses: A > 0 inside, −A·sg(1/w)·w/sg(w) (value −A/w); A < 0 in
 a clipped token keeps its value, −A/(1 + ε_high) or −A·(1 − ε_low), without gradient; a soft-dual-clipped token
 has −A·c·(1 + log π − sg(log π)), value −A·c and gradient −A·c·∇log π. On-policy (w = 1) this is REINFORCE.
 
-From the authors' code (wizard-III/Archer2.0, `compute_policy_loss_archer`) with its defaults ε = 0.2 and c = 3 on
-both sides. Choices, said here: (1) Archer2.0 widens ε to 0.4 for the 20% highest-entropy tokens of each sequence,
-which needs the per-token entropy of π_θ over the vocabulary; this rule has one ε per side, the code's value for
-the other 80% of tokens. (2) A soft-dual-clipped token's value is −A·c (continuous with the inside branch at
-w = c and w = 1/c) where the code writes −A·c·log π; the gradient is the same. `clip/frac_*` count the clipped and
-the dual-clipped tokens (weight truncated at c), `clip/frac_dual` the latter.
+From the authors' code (wizard-III/Archer2.0 at b08d963, `verl/trainer/ppo/core_algos.py`
+`compute_policy_loss_archer`, called from `verl/workers/actor/dp_actor.py`) with its defaults ε = 0.2 and c = 3 on
+both sides. What is implemented and what is not:
+
+- *Not implemented: the entropy-dependent ε.* The code sets ε per token from the entropy of π_θ(·|s_t) over the
+  vocabulary (the actor's forward pass, detached): within each sequence, the tokens whose entropy exceeds the
+  sequence's 0.8 quantile (`torch.nanquantile` over the valid tokens, linear interpolation) get ε = 0.4 on both
+  sides, the others ε = 0.2. A rule here receives per-token log-probs, advantages and a mask, not that entropy, so
+  this rule has one ε per side, the code's value for the lower-entropy tokens. Adding it needs an extra carrying
+  the per-token entropy (`clipping.extras`) with its trainer provider, which does not exist yet.
+- *A soft-dual-clipped token's value* is −A·c (continuous with the inside branch at w = c and w = 1/c) where the
+  code writes −A·c·log π; the gradient is the same.
+
+`clip/frac_*` count the clipped and the dual-clipped tokens (weight truncated at c), `clip/frac_dual` the latter.
 """
 
 from __future__ import annotations
@@ -56,7 +64,9 @@ class ASPO(ClipRule):
         ),
     )
     summary = "A > 0: weight 1/w (flipped ratio), A < 0: w; PPO's clip, and weights above c held at c (soft dual clip)"
-    source = "ASPO (Wang et al. 2025, arXiv 2510.06062); wizard-III/Archer2.0 `compute_policy_loss_archer`"
+    source = (
+        "ASPO (Wang et al. 2025, arXiv 2510.06062); wizard-III/Archer2.0 `compute_policy_loss_archer` (one ε per side)"
+    )
 
     def terms(self, batch: TokenBatch, **_: Any) -> RuleTerms:
         ratio = ratio_from_log(batch.log_ratio)

@@ -52,21 +52,28 @@ def contributions(
     Each token falls in a bucket between two grid points, found by arithmetic on the grid (no sort, no search); with
     the sums per bucket, P = Σ_{w ≤ c} A·w + c·Σ_{w > c} A and N = c·Σ_{w ≤ c} |A| + Σ_{w > c} |A|·w are prefix sums
     over the buckets. A token at a grid point counts the same on either side (min(w, c) = max(w, c) = c), so rounding
-    at the edges of a bucket changes nothing."""
+    at the edges of a bucket changes nothing. A token with A > 0 counts in P only and one with A < 0 in N only, so
+    one scatter fills both sets of buckets: P's first, then N's."""
     ratio = torch.exp(batch.log_ratio.detach().float().clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)).flatten()
     advantages = batch.advantages.flatten()  # 0 off the mask (make_batch): those tokens add nothing
+    highs, lows = high_grid.numel(), low_grid.numel()
 
-    def bucket_sums(grid: Tensor, step: float, weight: Tensor) -> tuple[Tensor, Tensor]:
-        """At each grid point c_k: (Σ weight·w, Σ weight) over the tokens with w ≤ c_k; and the totals."""
-        bucket = torch.ceil((ratio - grid[0]) / step).clamp(0, grid.numel()).long()  # w ≤ c_k ⇔ bucket ≤ k
-        values = torch.stack([weight * ratio, weight]).double()  # [2, tokens]
-        sums = values.new_zeros(2, grid.numel() + 1).index_add_(1, bucket, values)
-        return sums.cumsum(1)[:, :-1], sums.sum(1)
+    def bucket(grid: Tensor, step: float) -> Tensor:  # w ≤ c_k ⇔ bucket ≤ k
+        return torch.ceil((ratio - grid[0]) / step).clamp(0, grid.numel())
 
-    up_to, positive_total = bucket_sums(high_grid, high_step, advantages.clamp(min=0.0))
-    positive = up_to[0] + high_grid * (positive_total[1] - up_to[1])
-    up_to, negative_total = bucket_sums(low_grid, low_step, (-advantages).clamp(min=0.0))
-    negative = low_grid * up_to[1] + (negative_total[0] - up_to[0])
+    buckets = torch.where(advantages > 0, bucket(high_grid, high_step), highs + 1 + bucket(low_grid, low_step))
+    weight = advantages.abs()
+    values = torch.stack([weight * ratio, weight]).double()  # [2, tokens]
+    sums = values.new_zeros(2, highs + 1 + lows + 1).index_add_(1, buckets.long(), values)
+
+    def up_to(part: Tensor) -> tuple[Tensor, Tensor]:
+        """At each grid point c_k: (Σ |A|·w, Σ |A|) over the part's tokens with w ≤ c_k; and the part's totals."""
+        return part.cumsum(1)[:, :-1], part.sum(1)
+
+    below, positive_total = up_to(sums[:, : highs + 1])
+    positive = below[0] + high_grid * (positive_total[1] - below[1])
+    below, negative_total = up_to(sums[:, highs + 1 :])
+    negative = low_grid * below[1] + (negative_total[0] - below[0])
     return positive, negative
 
 
@@ -79,9 +86,10 @@ class BAPO(ClipRule):
     δ₁ = 0.05, δ₂ = 0.02) and the authors' verl code (WooooDyy/BAPO), written from the formulas. Where they leave a
     choice open:
 
-    - *ρ₀.* The paper trains with 0.4 (§5; 0.45 for Llama, App. A); the repository's README says 0.5 and its
-      config's default (positive/negative ≥ 1) is 0.5 too. The default is the paper's 0.4; `clipping.rho0=0.5` is the
-      README's.
+    - *ρ₀.* The paper's experiments use 0.4 (§5, implementation details, in the paper.pdf of WooooDyy/BAPO at
+      602d517, with [0.6, 0.9], [1.2, 3.0], δ₁ = 0.05, δ₂ = 0.02). The repository's README (at 7287044) says 0.5;
+      its config's default target is P/N ≥ 1 (ρ ≥ 0.5) and its example script's P/N ≥ 0.5 (ρ ≥ 1/3). The default
+      is the paper's 0.4; `clipping.rho0=0.5` is the README's.
     - *ρ.* Eq. 8 weighs each token by π_rollout(y_t) inside the expectation over sampled tokens; over a batch of
       samples that is the plain sum over its tokens, and the contributions are magnitudes: ρ = P / (P + N), the
       positive share of the batch's loss (the authors' code compares P / N with a target, the same test). An empty

@@ -1,18 +1,21 @@
 """CFPO (Clipping-Free Policy Optimization, Çağatan et al. 2026, arXiv 2601.22801): a quadratic penalty, no clip.
 
-CFPO replaces PPO's clipped surrogate with the ratio's surrogate minus a convex quadratic penalty that comes from
-the total-variation trust region |w − 1| ≤ ε:
+Built from the abstract; not checked against released code. The abstract says CFPO replaces the clip with a convex
+quadratic penalty derived from the total-variation constraint, with no new hyperparameter. No released code could
+be read: the repository asparius/cfpo was not retrievable, the authors' pull requests (huggingface/trl#5027,
+verl-project/verl#5252, OpenRLHF/OpenRLHF#1184) were read by their descriptions only, and the paper's method
+section was not available. This rule takes the penalty to be the one from the trust region |w − 1| ≤ ε:
 
     J_t = w·A − |A|/(2ε)·(w − 1)²,    loss_t = −J_t
 
-(the same objective as SPO, Xie et al. 2024, arXiv 2401.16025). It is differentiable everywhere and no token is ever
+(the objective of SPO, Xie et al. 2024, arXiv 2401.16025). It is differentiable everywhere and no token is ever
 frozen: d J/d log π = w·(A − |A|·(w − 1)/ε), which is REINFORCE's −A at w = 1, vanishes exactly at PPO's bound on
 the side the advantage pushes (w = 1 + ε for A > 0, 1 − ε for A < 0), and beyond it pulls the ratio back. Each
 token's objective is maximal on that bound, which is how the penalty enforces the trust region without one.
 
-CFPO adds no hyperparameter: ε is PPO's clip range, 0.2. `clip/frac` stays 0 (nothing is clipped);
-`cfpo/frac_pulled_back` is the fraction of tokens past their optimum, whose gradient points back into the region,
-and `cfpo/penalty` the mean penalty |A|/(2ε)·(w − 1)².
+ε is PPO's clip range, 0.2 (no new hyperparameter, as the abstract says). `clip/frac` stays 0 (nothing is
+clipped); `cfpo/frac_pulled_back` is the fraction of tokens past their optimum, whose gradient points back into
+the region, and `cfpo/penalty` the mean penalty |A|/(2ε)·(w − 1)².
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ class CFPO(ClipRule):
     family = "soft"
     params = (open_unit("eps", 0.2, "the trust region |w − 1| ≤ ε the penalty comes from (CFPO: PPO's ε, 0.2)"),)
     summary = "−(w·A − |A|/(2ε)·(w−1)²): a quadratic TV penalty instead of the clip, optimal at w = 1 ± ε"
-    source = "CFPO (Çağatan et al. 2026, arXiv 2601.22801), the CFPO objective"
+    source = "CFPO (Çağatan et al. 2026, arXiv 2601.22801): built from the abstract; not checked against released code"
 
     def terms(self, batch: TokenBatch, **_: Any) -> RuleTerms:
         ratio = ratio_from_log(batch.log_ratio)
