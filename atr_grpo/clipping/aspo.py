@@ -13,17 +13,19 @@ a clipped token keeps its value, −A/(1 + ε_high) or −A·(1 − ε_low), wit
 has −A·c·(1 + log π − sg(log π)), value −A·c and gradient −A·c·∇log π. On-policy (w = 1) this is REINFORCE.
 
 From the authors' code (wizard-III/Archer2.0 at b08d963, `verl/trainer/ppo/core_algos.py`
-`compute_policy_loss_archer`, called from `verl/workers/actor/dp_actor.py`) with its defaults ε = 0.2 and c = 3 on
-both sides. What is implemented and what is not:
+`compute_policy_loss_archer`, called from `verl/workers/actor/dp_actor.py`), with its defaults:
 
-- *Not implemented: the entropy-dependent ε.* The code sets ε per token from the entropy of π_θ(·|s_t) over the
-  vocabulary (the actor's forward pass, detached): within each sequence, the tokens whose entropy exceeds the
-  sequence's 0.8 quantile (`torch.nanquantile` over the valid tokens, linear interpolation) get ε = 0.4 on both
-  sides, the others ε = 0.2. A rule here receives per-token log-probs, advantages and a mask, not that entropy, so
-  this rule has one ε per side, the code's value for the lower-entropy tokens. Adding it needs an extra carrying
-  the per-token entropy (`clipping.extras`) with its trainer provider, which does not exist yet.
+- *ε depends on the token's entropy.* Within each sequence, a token whose entropy under π_θ (over the vocabulary,
+  detached; the extra `token_entropy`) is above the sequence's `entropy_quantile` (0.8; `torch.nanquantile` over
+  the valid tokens, linear interpolation) gets `high_entropy_eps_low` / `high_entropy_eps_high` (0.4 each); the
+  others get `eps_low` / `eps_high` (0.2 each). The code applies this whatever its `use_dynamic_clip` flag says
+  (the flag is accepted and unused). Set the high-entropy ε equal to the others for one ε per side.
+- c = 3 on both sides.
 - *A soft-dual-clipped token's value* is −A·c (continuous with the inside branch at w = c and w = 1/c) where the
   code writes −A·c·log π; the gradient is the same.
+
+The entropy needs one more no-grad forward per micro-batch on our trainer (`training/token_entropy.py`); verl's
+policy-loss API passes no entropy, so the verl plugin refuses this rule.
 
 `clip/frac_*` count the clipped and the dual-clipped tokens (weight truncated at c), `clip/frac_dual` the latter.
 """
@@ -33,11 +35,13 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torch import Tensor
 
 from atr_grpo.clipping.base import (
     ClipRule,
     RuleTerms,
     TokenBatch,
+    fraction,
     number,
     open_unit,
     positive,
@@ -53,8 +57,11 @@ class ASPO(ClipRule):
     name = "aspo"
     family = "ratio"
     params = (
-        open_unit("eps_low", 0.2, "A < 0 frozen below w = 1 - eps_low (Archer2.0 code: 0.2)"),
-        positive("eps_high", 0.2, "A > 0 frozen above w = 1 + eps_high (Archer2.0 code: 0.2)"),
+        open_unit("eps_low", 0.2, "A < 0 frozen below w = 1 - eps_low, lower-entropy tokens (Archer2.0: 0.2)"),
+        positive("eps_high", 0.2, "A > 0 frozen above w = 1 + eps_high, lower-entropy tokens (Archer2.0: 0.2)"),
+        fraction("entropy_quantile", 0.8, "tokens above this quantile of their sequence's entropy (Archer2.0: 0.8)"),
+        open_unit("high_entropy_eps_low", 0.4, "eps_low of the high-entropy tokens (Archer2.0: 0.4)"),
+        positive("high_entropy_eps_high", 0.4, "eps_high of the high-entropy tokens (Archer2.0: 0.4)"),
         number(
             "c",
             3.0,
@@ -63,16 +70,26 @@ class ASPO(ClipRule):
             "soft dual clip: the weight w (A < 0) or 1/w (A > 0) held at c with its gradient kept (Archer2.0 code: 3)",
         ),
     )
-    summary = "A > 0: weight 1/w (flipped ratio), A < 0: w; PPO's clip, and weights above c held at c (soft dual clip)"
-    source = (
-        "ASPO (Wang et al. 2025, arXiv 2510.06062); wizard-III/Archer2.0 `compute_policy_loss_archer` (one ε per side)"
+    needs = ("token_entropy",)
+    summary = (
+        "A > 0: weight 1/w (flipped ratio), A < 0: w; PPO's clip, wider for each sequence's high-entropy tokens, and "
+        "weights above c held at c (soft dual clip)"
     )
+    source = "ASPO (Wang et al. 2025, arXiv 2510.06062); wizard-III/Archer2.0 `compute_policy_loss_archer`"
 
-    def terms(self, batch: TokenBatch, **_: Any) -> RuleTerms:
+    def high_entropy(self, entropy: Tensor, mask: Tensor) -> Tensor:
+        """`[B, T]` bool: the tokens above their sequence's `entropy_quantile` of entropy over its valid tokens."""
+        valid = torch.where(mask, entropy.detach().float(), torch.nan)
+        threshold = torch.nanquantile(valid, self.entropy_quantile, dim=-1, keepdim=True)
+        return (valid > threshold) & mask
+
+    def terms(self, batch: TokenBatch, token_entropy: Tensor, **_: Any) -> RuleTerms:
         ratio = ratio_from_log(batch.log_ratio)
         adv = batch.advantages
         positive_adv, negative_adv = adv > 0, adv < 0
-        low, high = 1 - self.eps_low, 1 + self.eps_high
+        wide = self.high_entropy(token_entropy, batch.mask)
+        low = 1 - torch.where(wide, self.high_entropy_eps_low, self.eps_low).to(ratio.dtype)
+        high = 1 + torch.where(wide, self.high_entropy_eps_high, self.eps_high).to(ratio.dtype)
         clipped_low = negative_adv & (ratio < low)
         clipped_high = positive_adv & (ratio > high)
         dual_low = positive_adv & (ratio < 1 / self.c)  # flipped weight 1/w above c
@@ -87,12 +104,14 @@ class ASPO(ClipRule):
             loss=-weight * adv,
             frozen_low=clipped_low | dual_low,
             frozen_high=clipped_high | dual_high,
-            extra={"clip/frac_dual": dual_low | dual_high},
+            extra={"clip/frac_dual": dual_low | dual_high, "clip/frac_high_entropy": wide},
         )
 
     def bounds_text(self) -> str:
         low, high = 1 - self.eps_low, 1 + self.eps_high
+        wide_low, wide_high = 1 - self.high_entropy_eps_low, 1 + self.high_entropy_eps_high
         return (
             f"A > 0: weight 1/w on w ∈ [{1 / self.c:.3f}, {high:.3f}]; A < 0: weight w on w ∈ [{low:.3f}, {self.c:g}]; "
-            f"weights held at c = {self.c:g} beyond, frozen past the clip"
+            f"tokens above their sequence's {self.entropy_quantile:g} entropy quantile: {wide_high:.3f} and "
+            f"{wide_low:.3f}; weights held at c = {self.c:g} beyond, frozen past the clip"
         )

@@ -133,3 +133,12 @@ register_extra(
         fixture=lambda like, generator: torch.rand(like.shape, generator=generator, dtype=like.dtype) * 0.2,
     )
 )
+
+register_extra(
+    Extra(
+        name="token_entropy",
+        meaning="[B, T] float: the entropy of π_θ(·|s_t) over the whole vocabulary at each completion token, detached",
+        from_verl=Unavailable("π_θ's per-token entropy (verl's policy-loss API passes log-probs, not the entropy)"),
+        fixture=lambda like, generator: torch.rand(like.shape, generator=generator, dtype=like.dtype) * 2.0,
+    )
+)

@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from atr_grpo.clipping.extras import describe, key_seed_from
+from atr_grpo.training.token_entropy import token_entropy
 from atr_grpo.training.vocab_kl import full_vocab_kl
 
 
@@ -39,16 +40,19 @@ class TrainerBatch:
 class TrainerProvider:
     compute: Callable[[TrainerBatch], Any]
     old_weights: bool = False  # `compute` reads π_old's weights: the trainer keeps them at each rollout
+    runs_model: bool = False  # `compute` runs a forward pass of the model (tests without a model stand in for it)
 
 
 TRAINER_PROVIDERS: dict[str, TrainerProvider] = {}
 
 
-def register_trainer_extra(name: str, compute: Callable[[TrainerBatch], Any], old_weights: bool = False) -> None:
+def register_trainer_extra(
+    name: str, compute: Callable[[TrainerBatch], Any], old_weights: bool = False, runs_model: bool = False
+) -> None:
     """How the trainer provides the extra `name` (registered in `clipping.extras`)."""
     if name in TRAINER_PROVIDERS:
         raise ValueError(f"the trainer's provider of the extra {name!r} is registered twice")
-    TRAINER_PROVIDERS[name] = TrainerProvider(compute, old_weights)
+    TRAINER_PROVIDERS[name] = TrainerProvider(compute, old_weights, runs_model or old_weights)
 
 
 def provider(name: str) -> TrainerProvider:
@@ -82,5 +86,11 @@ def full_kl_from_trainer(batch: TrainerBatch) -> Tensor:
     )
 
 
+def token_entropy_from_trainer(batch: TrainerBatch) -> Tensor:
+    """π_θ's entropy at each completion token, from one more no-grad forward."""
+    return token_entropy(batch.model, batch.input_ids, batch.attention_mask, batch.logits_to_keep, batch.temperature)
+
+
 register_trainer_extra("key_seed", lambda batch: key_seed_from(batch.random()))
+register_trainer_extra("token_entropy", token_entropy_from_trainer, runs_model=True)
 register_trainer_extra("full_kl", full_kl_from_trainer, old_weights=True)

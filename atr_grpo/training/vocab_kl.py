@@ -83,9 +83,16 @@ def chunked_kl(
     return out.clamp(min=0.0)  # exact KL is ≥ 0; clamp float round-off
 
 
-def _decoder_and_head(model: Any) -> tuple[Any, Any]:
+def decoder_and_head(model: Any) -> tuple[Any, Any]:
+    """The model's decoder stack and its output head (through a PEFT wrapper)."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     return base.get_decoder(), base.get_output_embeddings()
+
+
+def completion_hidden(decoder: Any, input_ids: Tensor, attention_mask: Tensor, logits_to_keep: int) -> Tensor:
+    """`[B, logits_to_keep, H]`: the last hidden states at the positions that predict the completion tokens."""
+    states = decoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    return states[:, -logits_to_keep - 1 : -1, :]  # position i predicts token i + 1
 
 
 @torch.no_grad()
@@ -98,15 +105,10 @@ def full_vocab_kl(
     temperature: float,
 ) -> Tensor:
     """`[B, logits_to_keep]` KL(π_old ‖ π_θ) at the positions that predict the completion tokens."""
-    decoder, head = _decoder_and_head(model)
-
-    def hidden() -> Tensor:
-        states = decoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-        return states[:, -logits_to_keep - 1 : -1, :]  # position i predicts token i + 1
-
-    new_hidden = hidden()
+    decoder, head = decoder_and_head(model)
+    new_hidden = completion_hidden(decoder, input_ids, attention_mask, logits_to_keep)
     with swapped_parameters(model, snapshot):
-        old_hidden = hidden()
+        old_hidden = completion_hidden(decoder, input_ids, attention_mask, logits_to_keep)
     batch, steps, width = new_hidden.shape
     kl = chunked_kl(
         old_hidden.reshape(-1, width),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -28,10 +29,10 @@ def probs_batch(seed: int = 0, batch: int = 8, steps: int = 30, spread: float = 
     return logp, old, advantages, mask
 
 
-def run(name, params, logp, old, advantages, mask):
+def run(name, params, logp, old, advantages, mask, **extras):
     """The rule's per-token loss, its gradient with respect to log π, and its metrics."""
     leaf = logp.clone().requires_grad_()
-    out = build_rule(name, **params)(leaf, old, advantages, mask)
+    out = build_rule(name, **params)(leaf, old, advantages, mask, **extras)
     out.loss.sum().backward()
     return out.loss.detach().double(), leaf.grad.double(), out.metrics
 
@@ -98,7 +99,7 @@ def test_gppo_is_ce_gppo_with_unit_betas_and_has_clip_highers_value():
 
 # ------------------------------------------------------------------------------------------------ ASPO
 def aspo_oracle(w, a, eps_low, eps_high, c):
-    """ASPO per token (Archer2.0's `compute_policy_loss_archer`, one ε per side): the weight of −A·∇log π and the
+    """ASPO per token (Archer2.0's `compute_policy_loss_archer`; ε per token): the weight of −A·∇log π and the
     value. A > 0: 1/w inside, 0 above 1 + ε_high, c below 1/c; A < 0: w inside, 0 below 1 − ε_low, c above c."""
     pos, neg = a > 0, a < 0
     clipped = (pos & (w > 1 + eps_high)) | (neg & (w < 1 - eps_low))
@@ -110,16 +111,37 @@ def aspo_oracle(w, a, eps_low, eps_high, c):
     return -value * a, -weight * a, clipped, dual
 
 
+def high_entropy_tokens(entropy, mask, quantile):
+    """Per sequence, the valid tokens whose entropy is above the linear-interpolation `quantile` of the sequence's
+    valid entropies (numpy's percentile, as `torch.nanquantile` computes it)."""
+    wide = torch.zeros_like(mask)
+    for row in range(mask.shape[0]):
+        values = entropy[row][mask[row]].double().numpy()
+        wide[row] = mask[row] & (entropy[row].double() > float(np.quantile(values, quantile)))
+    return wide
+
+
 def test_aspo_flips_the_ratio_of_positive_tokens():
     """ASPO: a positive-advantage token's gradient is weighted by 1/w (PPO's: w), a negative one's by w; past the clip
-    on the side A pushes it is frozen; where the weight would exceed c it is held at c and keeps its gradient."""
+    on the side A pushes it is frozen, at 1 ± 0.4 for the tokens above their sequence's 0.8 entropy quantile and at
+    1 ± 0.2 for the others; where the weight would exceed c it is held at c and keeps its gradient."""
     logp, old, advantages, mask = probs_batch(3, spread=1.2)
+    entropy = torch.rand(logp.shape, generator=torch.Generator().manual_seed(5), dtype=torch.float64) * 2
     rule = build_rule("aspo")
-    loss, grad, metrics = run("aspo", {}, logp, old, advantages, mask)
+    loss, grad, metrics = run("aspo", {}, logp, old, advantages, mask, token_entropy=entropy)
     w, a = torch.exp(logp - old), broadcast(advantages, logp)
-    want_loss, want_grad, clipped, dual = aspo_oracle(w, a, rule.eps_low, rule.eps_high, rule.c)
+    wide = high_entropy_tokens(entropy, mask, rule.entropy_quantile)
+    eps_low = torch.where(wide, rule.high_entropy_eps_low, rule.eps_low)
+    eps_high = torch.where(wide, rule.high_entropy_eps_high, rule.eps_high)
+    want_loss, want_grad, clipped, dual = aspo_oracle(w, a, eps_low, eps_high, rule.c)
     torch.testing.assert_close(loss, torch.where(mask, want_loss, 0.0), **TOL)
     torch.testing.assert_close(grad, torch.where(mask, want_grad, 0.0), **TOL)
+    # the entropy decides: wide tokens between the two boxes train, narrow ones there are frozen
+    between = mask & (a > 0) & (w > 1 + rule.eps_high) & (w <= 1 + rule.high_entropy_eps_high)
+    assert (between & wide).any() and (between & ~wide).any()
+    assert (grad[between & wide] != 0).all() and (grad[between & ~wide] == 0).all()
+    valid_per_row = mask.sum(-1)
+    assert ((wide.sum(-1) - 0.2 * valid_per_row).abs() <= 1).all()  # the top fifth of each sequence
     flipped = mask & (a > 0) & ~clipped & ~dual
     assert flipped.sum() > 10 and (w[flipped] - 1).abs().max() > 0.1
     torch.testing.assert_close(grad[flipped] * w[flipped], -a[flipped])  # weight exactly 1/w
@@ -129,6 +151,26 @@ def test_aspo_flips_the_ratio_of_positive_tokens():
     assert (grad[mask & clipped] == 0).all()
     assert metrics["clip/frac_dual"] == pytest.approx(float(soft.sum() / mask.sum()))
     assert metrics["clip/frac"] == pytest.approx(float((mask & (clipped | dual)).sum() / mask.sum()))
+    assert metrics["clip/frac_high_entropy"] == pytest.approx(float(wide.sum() / mask.sum()))
+
+
+def test_aspo_reads_no_entropy_of_padding():
+    """The quantile is over each sequence's valid tokens: the entropy written at padded positions changes nothing."""
+    logp, old, advantages, mask = probs_batch(3, spread=1.2)
+    assert (~mask).any()
+    entropy = torch.rand(logp.shape, generator=torch.Generator().manual_seed(6), dtype=torch.float64)
+    junk = torch.where(mask, entropy, 100.0)
+    first = run("aspo", {}, logp, old, advantages, mask, token_entropy=entropy)
+    second = run("aspo", {}, logp, old, advantages, mask, token_entropy=junk)
+    assert torch.equal(first[0], second[0]) and torch.equal(first[1], second[1])
+
+
+def test_aspo_with_one_eps_per_side_ignores_the_entropy():
+    logp, old, advantages, mask = probs_batch(3, spread=1.2)
+    one_eps = {"high_entropy_eps_low": 0.2, "high_entropy_eps_high": 0.2}
+    entropies = [torch.rand(logp.shape, generator=torch.Generator().manual_seed(s)) for s in (1, 2)]
+    first, second = (run("aspo", one_eps, logp, old, advantages, mask, token_entropy=e) for e in entropies)
+    assert torch.equal(first[1], second[1])
 
 
 # ------------------------------------------------------------------------------------------------ TOPR

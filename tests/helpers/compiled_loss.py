@@ -13,6 +13,8 @@ from __future__ import annotations
 import os
 import sys
 from contextlib import contextmanager, suppress
+from dataclasses import replace
+from unittest.mock import patch
 
 import pytest
 import torch
@@ -107,10 +109,15 @@ def left_packed(values: torch.Tensor, mask: torch.Tensor, pad: int) -> tuple[tor
     return out, packed_mask
 
 
-def with_batch_values(extras, rule, full_kl):
-    """The extras computed from π_old's weights (full_kl's vocabulary pass, tested in test_full_kl) replaced by the
-    batch's per-token values: the trainers here have no model."""
-    return {**extras, **{name: full_kl for name in rule.needs if TRAINER_PROVIDERS[name].old_weights}}
+def stand_in_providers(values):
+    """The trainer's providers with each one that runs the model (full_kl's vocabulary pass, tested in
+    test_full_kl; the token entropy, in test_token_entropy) returning the batch's per-token `values` instead: the
+    trainers here have no model. Use with `patch.dict(TRAINER_PROVIDERS, ...)`."""
+    return {
+        name: replace(provider, compute=lambda batch: values)
+        for name, provider in TRAINER_PROVIDERS.items()
+        if provider.runs_model
+    }
 
 
 def trainer_side(rule, full_kl, micro_step: int = MICRO_STEP):
@@ -126,7 +133,8 @@ def trainer_side(rule, full_kl, micro_step: int = MICRO_STEP):
         logits_to_keep=full_kl.shape[1],
         temperature=1.0,
     )
-    return with_batch_values(trainer_extras(rule.needs, batch), rule, full_kl)
+    with patch.dict(TRAINER_PROVIDERS, stand_in_providers(full_kl)):
+        return trainer_extras(rule.needs, batch)
 
 
 def engine_logp(rule, old, seed: int = 21):

@@ -9,7 +9,7 @@ import math
 import torch
 
 from atr_grpo.clipping.extras import SAMPLING_LOG_RATIO, fixture_extras
-from atr_grpo.training.extras import TrainerBatch, trainer_extras
+from atr_grpo.training.extras import TRAINER_PROVIDERS, TrainerBatch, trainer_extras
 
 
 def planted_batch(seed: int = 0, batch: int = 6, steps: int = 40, dtype=torch.float64):
@@ -46,7 +46,10 @@ def on_policy_extras(rule, logp):
         logits_to_keep=logp.shape[1],
         temperature=1.0,
     )
-    extras = trainer_extras(rule.needs, batch)
+    # an extra read from π_θ alone (the token entropy) needs the model, which these tests lack: its fixture stands in
+    from_model = [n for n in rule.needs if TRAINER_PROVIDERS[n].runs_model and not TRAINER_PROVIDERS[n].old_weights]
+    extras = trainer_extras([n for n in rule.needs if n not in from_model], batch)
+    extras.update(fixture_extras(from_model, logp, seed=7))
     return {**extras, SAMPLING_LOG_RATIO: torch.zeros_like(logp)} if rule.owns_correction else extras
 
 

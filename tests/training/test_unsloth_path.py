@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 from types import SimpleNamespace
+from unittest.mock import patch
 
 import pytest
 import torch
@@ -26,16 +27,17 @@ from helpers.compiled_loss import (
     left_packed,
     loaded_zoo,
     random_batch,
+    stand_in_providers,
     trainer_side,
     trl_path,
     unsloth_kwargs,
-    with_batch_values,
 )
 
 from atr_grpo.clipping import RULES, build_rule
 from atr_grpo.errors import ConfigError
 from atr_grpo.losses import LossSettings, aggregate
 from atr_grpo.rollout_correction import RolloutCorrection
+from atr_grpo.training.extras import TRAINER_PROVIDERS
 from atr_grpo.training.rule_trainer import RuleTrainerMixin
 from atr_grpo.training.unsloth_loss import (
     compact_valid,
@@ -100,8 +102,8 @@ class FakeTrainer(RuleTrainerMixin):
         self._full_kl = full_kl
 
     def rule_extras(self, model, input_ids, attention_mask, logits_to_keep, like, has_old):
-        extras = super().rule_extras(model, input_ids, attention_mask, logits_to_keep, like, has_old)
-        return with_batch_values(extras, self.rule, self._full_kl)
+        with patch.dict(TRAINER_PROVIDERS, stand_in_providers(self._full_kl)):
+            return super().rule_extras(model, input_ids, attention_mask, logits_to_keep, like, has_old)
 
 
 # the paper's rule and every rule at risk in the compiled loss: extras, per-sequence or batch terms, any other trait

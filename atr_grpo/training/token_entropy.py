@@ -1,0 +1,43 @@
+"""Per-token entropy of π_θ(·|s_t) over the vocabulary: the trainer's value of the extra `token_entropy`
+(`training.extras`), which ASPO's entropy-dependent ε needs. It runs the model, so it lives here and not in
+`clipping/`.
+
+One no-grad forward of the decoder gives the hidden states that predict the completion tokens; the logits are
+formed a chunk of tokens at a time, in float32, at the sampling temperature, so no `[B, T, V]` tensor exists.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from atr_grpo.training.vocab_kl import completion_hidden, decoder_and_head
+
+
+@torch.no_grad()
+def chunked_entropy(
+    hidden: Tensor, weight: Tensor, bias: Tensor | None, temperature: float, chunk: int = 256
+) -> Tensor:
+    """H(softmax(h Wᵀ / τ)) for each row of `hidden`, `[N, H]` → `[N]` float32."""
+    out = torch.empty(hidden.shape[0], dtype=torch.float32, device=hidden.device)
+    w = weight.float()
+    b = None if bias is None else bias.float()
+    for start in range(0, hidden.shape[0], chunk):
+        logits = torch.nn.functional.linear(hidden[start : start + chunk].float(), w, b) / temperature
+        log_p = torch.log_softmax(logits, dim=-1)
+        out[start : start + chunk] = -(log_p.exp() * log_p).sum(dim=-1)
+    return out
+
+
+@torch.no_grad()
+def token_entropy(
+    model: Any, input_ids: Tensor, attention_mask: Tensor, logits_to_keep: int, temperature: float
+) -> Tensor:
+    """`[B, logits_to_keep]` entropy of π_θ at the positions that predict the completion tokens."""
+    decoder, head = decoder_and_head(model)
+    states = completion_hidden(decoder, input_ids, attention_mask, logits_to_keep)
+    batch, steps, width = states.shape
+    entropy = chunked_entropy(states.reshape(-1, width), head.weight, getattr(head, "bias", None), temperature)
+    return entropy.view(batch, steps)

@@ -1,0 +1,46 @@
+"""The per-token entropy the trainer gives ASPO (`training.token_entropy`): the entropy of π_θ's next-token
+distribution at each completion position, from float32 logits at the sampling temperature."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from atr_grpo.training.token_entropy import chunked_entropy, token_entropy
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.6])
+def test_the_chunked_entropy_is_the_entropy(temperature):
+    g = torch.Generator().manual_seed(0)
+    weight, bias = torch.randn(500, 32, generator=g) / 4, torch.randn(500, generator=g)
+    hidden = 3 * torch.randn(37, 32, generator=g)
+    log_p = ((hidden.double() @ weight.double().T + bias.double()) / temperature).log_softmax(-1)
+    want = -(log_p.exp() * log_p).sum(-1)
+    assert want.std() > 0.1  # tokens of clearly different entropy
+    got = chunked_entropy(hidden, weight, bias, temperature, chunk=5)
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_models_completion_entropy_comes_from_the_positions_that_predict_the_completion():
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=97,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+    )
+    model = LlamaForCausalLM(config).eval()
+    input_ids = torch.randint(0, 97, (3, 12))
+    attention_mask = torch.ones_like(input_ids)
+    attention_mask[0, :2] = 0  # a left-padded prompt
+    got = token_entropy(model, input_ids, attention_mask, logits_to_keep=5, temperature=0.7)
+    with torch.no_grad():
+        logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, -6:-1].double() / 0.7
+    log_p = logits.log_softmax(-1)
+    assert got.shape == (3, 5)
+    torch.testing.assert_close(got.double(), -(log_p.exp() * log_p).sum(-1), rtol=1e-5, atol=1e-5)
