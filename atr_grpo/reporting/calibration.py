@@ -233,7 +233,7 @@ def effect_shift(scenario: Scenario, population: np.ndarray, seed: int) -> float
     low, high = -8.0, 8.0
     if gap(high) < 0 or gap(low) > 0:
         raise ValueError(f"an effect of {scenario.effect} SD is beyond what a logit shift of ±{high} gives")
-    for _ in range(40):
+    for _ in range(30):
         middle = (low + high) / 2
         low, high = (middle, high) if gap(middle) < 0 else (low, middle)
     return (low + high) / 2
