@@ -48,7 +48,7 @@ def main() -> None:
     )
     cell = " cell CI coverage |" if opts.cell_coverage else ""
     print(
-        "| regime | problems | seeds | α | run SD (pt) | SD of differences (pt) | false marks (†) [95 % MC] "
+        "| regime | problems | seeds | α | run SD (pt) | SD of differences (pt) | false marks (†), % [95 % MC] "
         "| level held | power (†) | paired t: false / power | t-interval coverage: null / effect "
         f"| problem-level test: false |{cell}"
     )
@@ -71,10 +71,11 @@ def main() -> None:
             seed=1,
         )
         low, high = null.interval(null.marked_rate)
+        held = "yes" if null.level_held() else "NO"
         extra = f" {null.coverage:.3f} |" if opts.cell_coverage else ""
         print(
             f"| {name} | {problems} | {seeds} | {opts.alpha:g} | {null.run_sd:.2f} | {null.difference_sd:.2f} "
-            f"| {null.marked_rate:.3f} [{low:.3f}, {high:.3f}] | {'yes' if null.level_held() else 'NO'} "
+            f"| {100 * null.marked_rate:.2f} [{100 * low:.2f}, {100 * high:.2f}] | {held} "
             f"| {real.marked_rate:.3f} | {null.t_rate:.3f} / {real.t_rate:.3f} "
             f"| {null.difference_coverage:.3f} / {real.difference_coverage:.3f} | {null.problem_rate:.3f} |{extra}",
             flush=True,
