@@ -201,11 +201,9 @@ def _population(scenario: Scenario, rng: np.random.Generator) -> np.ndarray:
     logits = logits + _normal(rng, scenario.shared_sd, (TRUTH_DRAWS,))
     logits = logits + _normal(rng, scenario.start_problem_sd, (TRUTH_DRAWS,))
     logits = logits + _normal(rng, scenario.step_sd, (TRUTH_DRAWS,))  # the AR(1) shift is stationary
-    own = _run_effects(replace(scenario, collapse=0.0), 1.0, (TRUTH_DRAWS,), rng)
-    collapsed = _run_effects(replace(scenario, run_sd=0.0), 0.0, (TRUTH_DRAWS,), rng)
-    return np.stack(
-        [logits + collapsed + own * scenario.spread_ratio * scenario.run_sd, logits + collapsed + own * scenario.run_sd]
-    )
+    own = _normal(rng, 1.0, (TRUTH_DRAWS,))  # a run's own shift in units of its SD
+    logits = logits + _run_effects(scenario, 0.0, (TRUTH_DRAWS,), rng)  # the collapses alone
+    return np.stack([logits + own * scenario.spread_ratio * scenario.run_sd, logits + own * scenario.run_sd])
 
 
 def true_difference(scenario: Scenario, shift: float, population: np.ndarray) -> float:
