@@ -98,6 +98,7 @@ def sample_records(
             records.append(
                 {
                     "problem_id": problem.id,
+                    "problem": problem.problem,
                     "sample": index,
                     "completion": sample.text,
                     "extracted": result.extracted,

@@ -21,6 +21,7 @@ from atr_grpo.evaluation.backends import check_samples
 FIXTURES = REPO / "tests" / "fixtures" / "eval"
 SAMPLE_FIELDS = {
     "problem_id",
+    "problem",
     "sample",
     "completion",
     "extracted",
