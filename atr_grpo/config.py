@@ -210,7 +210,9 @@ class EvaluateConfig:
     out_dir: str = MISSING  # a run directory to write eval/ into
     experiment: str = "evaluate"  # labels for the tables (python -m atr_grpo.results), e.g. passk_curve
     method: str = "base"
-    step: int = 0  # the step label of this evaluation in summary.jsonl
+    # the training step of the evaluated model in summary.jsonl: 0 for the base model; for an adapter, read from where
+    # its run saved it (`checkpoints.adapter_step`) unless given; an adapter from elsewhere needs step=N (>= 0)
+    step: int | None = None
     force: bool = False  # re-evaluate (step, benchmark) pairs already in summary.jsonl
 
     def check_inputs(self) -> None:
@@ -220,3 +222,4 @@ class EvaluateConfig:
         if self.adapter is not None:
             require_exists("adapter", self.adapter)
         check(not Path(self.out_dir).is_file(), "out_dir", "a directory to write eval/ into, not a file", self.out_dir)
+        check(self.step is None or self.step >= 0, "step", "a training step >= 0", self.step)

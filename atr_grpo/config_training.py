@@ -291,6 +291,9 @@ class EvalConfig:
 
 
 # ----------------------------------------------------------------------------------------------- logger
+MAX_EVAL_COMPLETIONS = 1000  # a W&B table row holds a whole completion (up to eval.max_tokens): keep tables small
+
+
 @dataclass
 class LoggerConfig:
     name: str = "wandb"  # wandb | none
@@ -299,7 +302,16 @@ class LoggerConfig:
     mode: str = "auto"  # auto: WANDB_MODE if set, else online with an API key, else offline
     group: str | None = None  # default: the experiment, so one experiment's runs sit side by side
     tags: list[str] = field(default_factory=list)
+    # rows per benchmark of the table of sample completions logged at each evaluation (prompt, completion, gold,
+    # status); an integer in 0..MAX_EVAL_COMPLETIONS, 0 for no table
+    eval_completions: int = 16
 
     def __post_init__(self) -> None:
         require_one_of("logger.name", self.name, ("wandb", "none"))
         require_one_of("logger.mode", self.mode, ("auto", "online", "offline"))
+        check(
+            isinstance(self.eval_completions, int) and 0 <= self.eval_completions <= MAX_EVAL_COMPLETIONS,
+            "logger.eval_completions",
+            f"an integer in 0..{MAX_EVAL_COMPLETIONS} (rows per benchmark of W&B's completions table; 0: no table)",
+            self.eval_completions,
+        )

@@ -3,6 +3,9 @@
 Evaluates a base model, or a LoRA adapter on it, standalone, and writes the same `eval/` files as the
 in-training evaluator into `out_dir`: `eval/step_<step>/<benchmark>.jsonl` and a line
 per benchmark in `eval/summary.jsonl`. A (step, benchmark) already there is skipped unless `force=true`.
+The base model is step 0. An adapter's step is `step=N`, or read from where its run saved it
+(`checkpoints/checkpoint-<N>`, `eval/adapters/step_<N>`, `final_adapter` with the run's DONE file, an SFT adapter:
+0); an adapter from anywhere else without `step=` is refused before any model loads.
 
     python -m atr_grpo.evaluate model=qwen3-1.7b out_dir=results/evals/qwen3-1.7b-base
     python -m atr_grpo.evaluate model=qwen3-1.7b adapter=RUN/checkpoints/checkpoint-1000 out_dir=RUN step=1000
@@ -33,9 +36,12 @@ from atr_grpo.config_hydra import register_configs, to_object
 from atr_grpo.console import console_is_terminal, quiet_libraries
 from atr_grpo.errors import ConfigError
 from atr_grpo.evaluation import engines
+from atr_grpo.evaluation.metrics import STDERR_SUFFIX
+from atr_grpo.evaluation.runner import with_stderr
 from atr_grpo.hydra_app import run_app
 from atr_grpo.machine import decide_evaluation
 from atr_grpo.model_checks import check_adapter_base
+from atr_grpo.training.checkpoints import adapter_step
 
 log = logging.getLogger(__name__)
 register_configs()
@@ -56,14 +62,31 @@ def build_generator(cfg: EvaluateConfig, backend: str, benchmarks: list[Any]) ->
 
 
 def check_inputs(cfg: EvaluateConfig) -> None:
-    """What must hold before anything loads: the adapter and out_dir usable, the adapter fitting the model."""
+    """What must hold before anything loads: the adapter and out_dir usable, the adapter fitting the model, the
+    evaluation's step known (`evaluation_step`)."""
     cfg.check_inputs()
     if cfg.adapter is not None:
         check_adapter_base(cfg.model, cfg.adapter)
+    evaluation_step(cfg)
+
+
+def evaluation_step(cfg: EvaluateConfig) -> int:
+    """`step=` when given; else 0 for the base model, or the adapter's step read from its run's files. An adapter
+    whose step cannot be read is refused (ConfigError naming `step`): filing it as step 0 would mislabel it."""
+    if cfg.step is not None:
+        return cfg.step
+    if cfg.adapter is None:
+        return 0
+    try:
+        step, source = adapter_step(cfg.adapter)
+    except ValueError as err:
+        raise ConfigError(f"invalid config: {err}") from err
+    log.info("adapter %s: step %d, from %s", cfg.adapter, step, source)
+    return step
 
 
 def evaluate(cfg: EvaluateConfig, config_yaml: str | None = None) -> dict[str, float]:
-    """Load the benchmarks, build the backend, evaluate at `cfg.step` into `cfg.out_dir`.
+    """Load the benchmarks, build the backend, evaluate at `evaluation_step(cfg)` into `cfg.out_dir`.
 
     `config_yaml` (the resolved config) is recorded as out_dir/config.yaml of a standalone evaluation folder once
     every input is checked and the model is loaded, so a refused evaluation writes nothing (a run's is kept)."""
@@ -71,6 +94,7 @@ def evaluate(cfg: EvaluateConfig, config_yaml: str | None = None) -> dict[str, f
 
     ev = cfg.eval
     check_inputs(cfg)
+    step = evaluation_step(cfg)
     benchmarks = engines.load_benchmarks(ev, cfg.data)
     generator, tokenizer = build_generator(cfg, decide_evaluation(ev).evaluation_backend, benchmarks)
     config_path = Path(cfg.out_dir) / rundir.CONFIG_FILE
@@ -82,7 +106,7 @@ def evaluate(cfg: EvaluateConfig, config_yaml: str | None = None) -> dict[str, f
         benchmarks,
         engines.sampling_config(ev, cfg.step),
         cfg.out_dir,
-        cfg.step,
+        step,
         system_prompt=cfg.prompt.system,
         enable_thinking=cfg.prompt.enable_thinking,
         k=ev.k,
@@ -96,14 +120,18 @@ def evaluate(cfg: EvaluateConfig, config_yaml: str | None = None) -> dict[str, f
 
 
 def format_results(metrics: dict[str, float], k: int) -> str:
-    """A small table: one row per benchmark (and the average), Mean@k and Pass@k in percent."""
+    """A small table: one row per benchmark (and the average), Mean@k and Pass@k in percent ± their problem-level
+    standard errors (`metrics.standard_errors`)."""
     names = sorted({key.split("/")[1] for key in metrics if key.endswith(f"/mean@{k}")} - {"average"})
-    rows = [(name, metrics[f"eval/{name}/mean@{k}"], metrics[f"eval/{name}/pass@{k}"]) for name in names]
-    if f"eval/average/mean@{k}" in metrics:
-        rows.append(("average", metrics[f"eval/average/mean@{k}"], metrics[f"eval/average/pass@{k}"]))
+    names += ["average"] if f"eval/average/mean@{k}" in metrics else []
+    cell = lambda name, m: with_stderr(  # noqa: E731
+        metrics[f"eval/{name}/{m}@{k}"], metrics.get(f"eval/{name}/{m}@{k}{STDERR_SUFFIX}"), 100, 2
+    )
+    rows = [(name, cell(name, "mean"), cell(name, "pass")) for name in names]
     width = max([len("benchmark"), *(len(r[0]) for r in rows)])
-    lines = [f"{'benchmark':<{width}}  {f'Mean@{k}':>8}  {f'Pass@{k}':>8}"]
-    lines += [f"{name:<{width}}  {100 * mean:7.2f}%  {100 * passed:7.2f}%" for name, mean, passed in rows]
+    lines = [f"{'benchmark':<{width}}  {f'Mean@{k} (%)':>15}  {f'Pass@{k} (%)':>15}"]
+    lines += [f"{name:<{width}}  {mean:>15}  {passed:>15}" for name, mean, passed in rows]
+    lines.append("± one standard error over problems (SD of the per-problem scores / √problems)")
     return "\n".join(lines)
 
 

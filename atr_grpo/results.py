@@ -1,6 +1,7 @@
 """`python -m atr_grpo.results {table2,table3,seeds,seeds_auc,delta,passk,clip_binding,endpoints,bounds,all,figures}
   --runs DIR --out DIR`
 `python -m atr_grpo.results compare A B --runs DIR [--benchmark B] [--metric mean@8] [--endpoint auc]`
+`python -m atr_grpo.results compare --eval DIR_A DIR_B [--step-a N] [--step-b N]` (two models on the same problems)
 `python -m atr_grpo.results regrade --runs DIR`
 `python -m atr_grpo.results pack --runs DIR`
 
@@ -329,6 +330,10 @@ def main(argv: list[str] | None = None) -> int:
 def _command(argv: list[str]) -> int:
     if argv and argv[0] == "pack":
         return pack_main(argv[1:])
+    if argv and argv[0] == "compare" and "--eval" in argv[1:]:
+        from atr_grpo.reporting import eval_compare  # two evaluation folders (reporting/eval_compare.py)
+
+        return eval_compare.main(argv[1:])
     if argv and argv[0] == "compare":
         return compare_main(argv[1:])
     if argv and argv[0] == "regrade":

@@ -10,12 +10,21 @@ Definitions (n samples per problem, c of them correct):
   Figure 4(a) is flat; the first-K definition shows the sampling noise at small K.
 - **Average**: the plain mean of the benchmarks' values (the paper's "Average" column), not a mean
   pooled over all problems.
+- **Standard error** (`standard_errors`, keys `mean@K_stderr` and `pass@K_stderr`): the problem-level standard
+  error of Mean@K or Pass@K. Each problem gets its own score (its Mean@K, or its unbiased Pass@K); the standard
+  error is the sample SD (ddof 1) of these P scores over √P. It measures how much the value would move on
+  another draw of problems and samples; it says nothing about training seeds. It is None for one problem. The
+  Average's standard error is √(Σ_b SE_b²) / B over B benchmarks, taken as independent.
 Values are fractions in [0, 1].
 """
 
 from __future__ import annotations
 
+import math
+import statistics
 from collections.abc import Iterable, Sequence
+
+STDERR_SUFFIX = "_stderr"  # `mean@8` has its standard error under `mean@8_stderr`
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -62,9 +71,43 @@ def summarize(correct: Sequence[Sequence[bool]], ks: Iterable[int] | None = None
     return out
 
 
-def average(per_benchmark: Sequence[dict[str, float]]) -> dict[str, float]:
-    """The mean over benchmarks of every metric all of them report (the paper's "Average")."""
+def problem_scores(correct: Sequence[Sequence[bool]], k: int) -> dict[str, list[float]]:
+    """{"mean@K": [each problem's accuracy over its first K samples], "pass@K": [each problem's unbiased Pass@K]}."""
+    n = _check_matrix(correct)
+    if not 1 <= k <= n:
+        raise ValueError(f"K={k} is outside 1..n={n}")
+    return {
+        f"mean@{k}": [sum(map(bool, row[:k])) / k for row in correct],
+        f"pass@{k}": [pass_at_k(n, sum(map(bool, row)), k) for row in correct],
+    }
+
+
+def standard_errors(correct: Sequence[Sequence[bool]], ks: Iterable[int] | None = None) -> dict[str, float | None]:
+    """{"mean@K_stderr": ..., "pass@K_stderr": ...} for each K in `ks` (default 1..n): the SD (ddof 1) over
+    problems of the per-problem scores, divided by √P; None with a single problem (no spread to measure)."""
+    n = _check_matrix(correct)
+    out: dict[str, float | None] = {}
+    for k in range(1, n + 1) if ks is None else sorted(set(ks)):
+        for key, scores in problem_scores(correct, k).items():
+            spread = statistics.stdev(scores) if len(scores) > 1 else None
+            out[key + STDERR_SUFFIX] = None if spread is None else spread / math.sqrt(len(scores))
+    return out
+
+
+def average(per_benchmark: Sequence[dict[str, float | None]]) -> dict[str, float | None]:
+    """The mean over benchmarks of every metric all of them report (the paper's "Average"); a standard error
+    (`*_stderr`) combines as √(Σ SE²) / B instead, and is None when a benchmark's is None."""
     if not per_benchmark:
         return {}
     keys = [key for key in per_benchmark[0] if all(key in values for values in per_benchmark)]
-    return {key: sum(values[key] for values in per_benchmark) / len(per_benchmark) for key in keys}
+    count = len(per_benchmark)
+    out: dict[str, float | None] = {}
+    for key in keys:
+        values = [row[key] for row in per_benchmark]
+        if not key.endswith(STDERR_SUFFIX):
+            out[key] = sum(values) / count
+        elif any(value is None for value in values):
+            out[key] = None
+        else:
+            out[key] = math.sqrt(sum(value * value for value in values)) / count
+    return out

@@ -2,6 +2,7 @@
 
     <run_dir>/eval/step_<step:06d>/<benchmark>.jsonl   one line per (problem, sample); readers also take
                                                         `<benchmark>.jsonl.gz` (`find_sample_file`)
+                                                        (`completion_rows` picks a few for W&B's table)
     <run_dir>/eval/summary.jsonl                        one line per (step, benchmark)
 
 The summary line is the commit record: the per-sample file is written completely (temporary file +
@@ -73,3 +74,21 @@ def write_samples(path: Path, records: Iterable[dict[str, Any]]) -> None:
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(tmp, path)
+
+
+COMPLETION_COLUMNS = ("problem_id", "sample", "prompt", "completion", "gold", "extracted", "status")
+
+
+def completion_rows(run_dir: str | Path, step: int, benchmark: str, limit: int) -> list[dict[str, Any]]:
+    """At most `limit` samples of one evaluation, as rows of COMPLETION_COLUMNS: the first sample of each problem
+    in file order, then the second of each, and so on, so that the rows span `limit` problems when there are that
+    many. `prompt` is the problem statement (the chat template around it is the run's prompt config); a file
+    written before the per-sample lines held the problem has None there. [] when the per-sample file is absent."""
+    path = find_sample_file(run_dir, step, benchmark)
+    if path is None or limit <= 0:
+        return []
+    records = list(rundir.iter_jsonl(path))
+    order = {pid: i for i, pid in enumerate(dict.fromkeys(str(r["problem_id"]) for r in records))}
+    records.sort(key=lambda r: (int(r["sample"]), order[str(r["problem_id"])]))
+    renamed = {"prompt": "problem"}  # the table's column → the per-sample line's field
+    return [{column: r.get(renamed.get(column, column)) for column in COMPLETION_COLUMNS} for r in records[:limit]]

@@ -3,8 +3,9 @@
 `run_evaluation` renders every problem with the training prompt (`atr_grpo.data.prompts.render_prompt`),
 draws n samples per problem from a backend, grades them in worker processes, writes the per-sample
 file and the summary line of each benchmark (see `outputs` for the layout and the overwrite policy) and
-returns a flat dict for the logger: `eval/<benchmark>/mean@K`, `eval/<benchmark>/pass@K`,
-`eval/average/...` for K in {1, k}, and `eval/<benchmark>/status/<status>` counts.
+returns a flat dict for the logger: `eval/<benchmark>/mean@K`, `eval/<benchmark>/pass@K`, their standard errors
+`eval/<benchmark>/mean@K_stderr` and `.../pass@K_stderr` (`metrics.standard_errors`), `eval/average/...` for K in
+{1, k}, and `eval/<benchmark>/status/<status>` counts.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from atr_grpo.data.prompts import DEFAULT_SYSTEM_PROMPT, prompt_fingerprint, ren
 from atr_grpo.evaluation.backends import Generator, Sample
 from atr_grpo.evaluation.benchmarks import Benchmark, Problem
 from atr_grpo.evaluation.grader import DEFAULT_TIMEOUT, STATUSES, GradeResult, grade_samples, status_counts
-from atr_grpo.evaluation.metrics import average, summarize
+from atr_grpo.evaluation.metrics import STDERR_SUFFIX, average, standard_errors, summarize
 from atr_grpo.evaluation.outputs import move_aside, read_summary, sample_file, write_samples
 from atr_grpo.evaluation.sampling import SamplingConfig
 
@@ -71,6 +72,7 @@ def evaluate_benchmark(
         "num_problems": len(problems),
         "n": sampling.n,
         **summarize(matrix),
+        **standard_errors(matrix),
         "status_counts": status_counts(results),
         "mean_num_tokens": sum(r["num_tokens"] for r in records) / len(records),
         **_provenance(generator, tokenizer, benchmark, sampling, system_prompt, enable_thinking, credit_inside_think),
@@ -96,6 +98,7 @@ def sample_records(
             records.append(
                 {
                     "problem_id": problem.id,
+                    "problem": problem.problem,
                     "sample": index,
                     "completion": sample.text,
                     "extracted": result.extracted,
@@ -202,23 +205,33 @@ def _check_request(benchmarks: Sequence[Benchmark], sampling: SamplingConfig, k:
 
 
 def _log_result(step: int, name: str, row: dict[str, Any], k: int) -> None:
-    """One line per evaluated benchmark: its Mean@K, Pass@K, sample statuses and time."""
-    mean, passed = row[f"mean@{k}"], row[f"pass@{k}"]
+    """One line per evaluated benchmark: its Mean@K and Pass@K ± their standard errors, sample statuses and time."""
     counts = ", ".join(f"{status} {n}" for status, n in row["status_counts"].items())
-    message = "step %d, %s: mean@%d %.4f, pass@%d %.4f; samples: %s (%.0f s)"
-    log.info(message, step, name, k, mean, k, passed, counts, row["time_s"])
+    values = ", ".join(
+        f"{m}@{k} {with_stderr(row[f'{m}@{k}'], row.get(f'{m}@{k}{STDERR_SUFFIX}'))}" for m in ("mean", "pass")
+    )
+    log.info("step %d, %s: %s; samples: %s (%.0f s)", step, name, values, counts, row["time_s"])
+
+
+def with_stderr(value: float, stderr: float | None, scale: float = 1.0, digits: int = 4) -> str:
+    """`0.4375 ± 0.0625`; the value alone when there is no standard error (one problem, or a line written before
+    summaries carried one)."""
+    text = f"{scale * value:.{digits}f}"
+    return text if stderr is None else f"{text} ± {scale * stderr:.{digits}f}"
 
 
 def flat_metrics(rows: dict[str, dict[str, Any]], k: int) -> dict[str, float]:
-    """`eval/<benchmark>/{mean,pass}@{1,k}`, `eval/<benchmark>/status/<status>` and `eval/average/...`."""
+    """`eval/<benchmark>/{mean,pass}@{1,k}`, their `_stderr`, `eval/<benchmark>/status/<status>` and
+    `eval/average/...`. A standard error the summary line lacks or holds as None (one problem) is left out."""
     ks = sorted({1, k})
+    names = [f"{m}@{K}{suffix}" for K in ks for m in ("mean", "pass") for suffix in ("", STDERR_SUFFIX)]
     out: dict[str, float] = {}
     per_benchmark = []
     for name, row in rows.items():
-        values = {f"{m}@{K}": row[f"{m}@{K}"] for K in ks for m in ("mean", "pass") if f"{m}@{K}" in row}
+        values = {key: row[key] for key in names if key in row}
         per_benchmark.append(values)
-        out.update({f"eval/{name}/{key}": value for key, value in values.items()})
+        out.update({f"eval/{name}/{key}": value for key, value in values.items() if value is not None})
         counts = row.get("status_counts", {})
         out.update({f"eval/{name}/status/{status}": counts.get(status, 0) for status in STATUSES})
-    out.update({f"eval/average/{key}": value for key, value in average(per_benchmark).items()})
+    out.update({f"eval/average/{key}": value for key, value in average(per_benchmark).items() if value is not None})
     return out

@@ -25,6 +25,8 @@ PREFIX = "checkpoint"  # transformers' PREFIX_CHECKPOINT_DIR
 PARTIAL_PREFIX = ".partial-"  # a checkpoint being written (its name does not match transformers' `checkpoint-*`)
 INCOMPLETE_PREFIX = "incomplete-"  # a cut-off checkpoint set aside when its step is saved again
 TRAINER_STATE = "trainer_state.json"  # written last by transformers' save
+FINAL_ADAPTER = "final_adapter"  # the run's adapter at its last step, beside the run's DONE file
+SFT_INFO = "sft_info.json"  # written beside an SFT adapter, the adapter GRPO starts from (step 0)
 
 
 def checkpoint_step(path: Path) -> int | None:
@@ -145,3 +147,35 @@ def commit(checkpoint: Path) -> None:
     os.replace(written, checkpoint)
     staging.rmdir()
     _fsync(checkpoint.parent)  # the rename itself
+
+
+def adapter_step(adapter: str | Path) -> tuple[int, str]:
+    """(the training step of a run's adapter, how it was read), from where the run saved it:
+    `checkpoints/checkpoint-<N>` (N, checked against its trainer_state.json when there is one),
+    `eval/adapters/step_<N>` (N), `final_adapter` (the step in the run's DONE file), or an SFT adapter (0: GRPO
+    starts from it). Raises ValueError, naming the key `step`, for an adapter saved anywhere else."""
+    from atr_grpo import rundir
+    from atr_grpo.evaluation.schedule import ADAPTERS_DIR
+
+    path = Path(adapter).resolve()
+    if checkpoint_step(path) is not None:
+        step = checkpoint_step(path)
+        state = path / TRAINER_STATE
+        if state.is_file():
+            recorded = json.loads(state.read_text(encoding="utf-8")).get("global_step")
+            if recorded is not None and int(recorded) != step:
+                raise ValueError(f"step: {path} is named step {step} but its {TRAINER_STATE} says {recorded}")
+        return step, f"its folder name {path.name}"
+    prefix, _, number = path.name.partition("_")
+    if prefix == "step" and number.isdigit() and path.parent.name == ADAPTERS_DIR:
+        return int(number), f"its folder name {path.name}"
+    done = path.parent / rundir.DONE_FILE
+    if path.name == FINAL_ADAPTER and done.is_file():
+        return int(json.loads(done.read_text(encoding="utf-8"))["step"]), f"the run's {rundir.DONE_FILE} file"
+    if (path / SFT_INFO).is_file():
+        return 0, f"its {SFT_INFO} (an SFT adapter is where GRPO starts)"
+    raise ValueError(
+        f"step: the training step of adapter {adapter} is unknown (it is not a run's checkpoints/checkpoint-<N>, "
+        f"eval/{ADAPTERS_DIR}/step_<N>, {FINAL_ADAPTER} beside a {rundir.DONE_FILE} file, or an SFT adapter "
+        f"with its {SFT_INFO}); pass step=N"
+    )

@@ -336,7 +336,7 @@ def train_grpo(cfg: TrainConfig, state: RunState, decision: Decision, callbacks:
         for callback in callbacks:
             trainer.add_callback(callback)
         trainer.train(resume_from_checkpoint=str(state.resume_from) if state.resume_from else None)
-        final = state.run_dir / "final_adapter"
+        final = state.run_dir / checkpoints.FINAL_ADAPTER
         if distributed.on_main(lambda: not final.exists()):  # one decision: saving may need every process
             save_trainable(trainer, final)
         done = {

@@ -6,6 +6,9 @@ keys are plotted against `eval/step` (the training step of the evaluated adapter
 which the stage cannot reuse: W&B drops a row whose step is lower than one it already has, and training used
 0..max_steps. `wandb_eval.jsonl` in the run directory lists each evaluation step mirrored to a W&B run (at which
 W&B step) and each failed attempt; a step is mirrored once per W&B run, however often it is evaluated.
+An evaluation's W&B row also holds each metric's standard error (`eval/<benchmark>/mean@K_stderr`) and, per
+benchmark, a table of up to `logger.eval_completions` samples (`eval/<benchmark>/completions`: problem id, sample,
+prompt, completion, gold, extracted answer, status), read from the per-sample files (`outputs.completion_rows`).
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ class RunLogger:
         self.run_dir = Path(run_dir)
         self.metrics_path = self.run_dir / rundir.METRICS_FILE
         self.wandb_run = None
+        self.eval_completions = cfg.logger.eval_completions
         if cfg.logger.name == "wandb":
             self.wandb_run = self._start_wandb(cfg)
 
@@ -105,10 +109,28 @@ class RunLogger:
             log.info("W&B already holds the evaluation of step %d; not logged again", step)
             return False
         wandb_step = int(step if wandb_step is None else wandb_step)
-        self.wandb_run.log({EVAL_STEP: int(step), **metrics}, step=wandb_step)
+        self.wandb_run.log({EVAL_STEP: int(step), **metrics, **self._completion_tables(step)}, step=wandb_step)
         record = {"step": int(step), "wandb_step": wandb_step, "run_id": self.wandb_run.id}
         rundir.append_jsonl(self.run_dir / WANDB_EVAL_FILE, record)
         return True
+
+    def _completion_tables(self, step: int) -> dict[str, Any]:
+        """`eval/<benchmark>/completions`: a W&B table of each benchmark evaluated at `step` (eval/summary.jsonl),
+        from its per-sample file; none when logger.eval_completions is 0."""
+        import wandb
+
+        from atr_grpo.evaluation.outputs import COMPLETION_COLUMNS, completion_rows, read_summary
+
+        if self.eval_completions == 0:
+            return {}
+        tables = {}
+        for done_step, benchmark in read_summary(self.run_dir):
+            rows = completion_rows(self.run_dir, step, benchmark, self.eval_completions) if done_step == step else []
+            if rows:
+                data = [[row[column] for column in COMPLETION_COLUMNS] for row in rows]
+                table = wandb.Table(columns=list(COMPLETION_COLUMNS), data=data, allow_mixed_types=True)  # None answers
+                tables[f"eval/{benchmark}/completions"] = table
+        return tables
 
     def finish(self, exit_code: int = 0) -> None:
         """Closes the W&B run; a nonzero `exit_code` (training raised) marks it failed there, not finished."""

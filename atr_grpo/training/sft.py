@@ -31,6 +31,7 @@ from atr_grpo.config_hydra import config_to_yaml
 from atr_grpo.data.datasets import sft_dataset
 from atr_grpo.models import load_model_and_tokenizer
 from atr_grpo.tiny_model import tiny_fingerprint
+from atr_grpo.training.checkpoints import SFT_INFO
 from atr_grpo.training.stage_process import RUN_CONFIG, run_stage
 
 log = logging.getLogger(__name__)
@@ -145,7 +146,7 @@ def train_sft(cfg: TrainConfig, out_dir: Path) -> None:
     model.save_pretrained(str(out_dir))
     shutil.rmtree(out_dir / "trainer", ignore_errors=True)
     rundir.write_json(
-        out_dir / "sft_info.json",
+        out_dir / SFT_INFO,
         {
             "fingerprint": sft_fingerprint(cfg),
             "examples": len(dataset),

@@ -21,6 +21,7 @@ from atr_grpo.evaluation.backends import check_samples
 FIXTURES = REPO / "tests" / "fixtures" / "eval"
 SAMPLE_FIELDS = {
     "problem_id",
+    "problem",
     "sample",
     "completion",
     "extracted",
@@ -120,7 +121,11 @@ def test_files_and_values(tmp_path, aime24):
     assert metrics["eval/average/mean@4"] == summary["mean@4"]
     assert metrics["eval/aime24/status/truncated"] == 1
     assert set(metrics) == {
-        f"eval/{b}/{m}@{k}" for b in ("aime24", "average") for m in ("mean", "pass") for k in (1, 4)
+        f"eval/{b}/{m}@{k}{e}"
+        for b in ("aime24", "average")
+        for m in ("mean", "pass")
+        for k in (1, 4)
+        for e in ("", "_stderr")
     } | {f"eval/aime24/status/{s}" for s in STATUSES}
 
 

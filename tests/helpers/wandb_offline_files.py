@@ -12,7 +12,8 @@ from pathlib import Path
 
 def offline_runs(run_dir: Path) -> list[dict]:
     """Each offline W&B run under `run_dir` (W&B's dir), in start order, as {"run": its run record, "history":
-    {step: the values logged at that step}, "metrics": its define_metric records, "exit": its exit record or None}."""
+    {step: the values logged at that step}, "metrics": its define_metric records, "exit": its exit record or None,
+    "path": its folder}."""
     env = dict(os.environ, WANDB_MODE="offline")  # offline: the reader sends no telemetry either
     runs = []
     for path in sorted((run_dir / "wandb").glob("offline-run-*")):
@@ -29,5 +30,14 @@ def offline_runs(run_dir: Path) -> list[dict]:
         (run,) = [r["run"] for r in records if r["type"] == "run"]
         exits = [r["exit"] for r in records if r["type"] == "exit"]
         metrics = [r["metric"] for r in records if r["type"] == "metric"]
-        runs.append({"run": run, "history": history, "metrics": metrics, "exit": exits[-1] if exits else None})
+        runs.append(
+            {"run": run, "history": history, "metrics": metrics, "exit": exits[-1] if exits else None, "path": path}
+        )
     return sorted(runs, key=lambda r: r["run"]["start_time"])
+
+
+def logged_table(run: dict, step: int, key: str) -> dict:
+    """The W&B table logged under `key` at `step` of an offline run (`offline_runs`), as {"columns", "data"}: the
+    history row names its file under the run's files/ folder."""
+    path = run["path"] / "files" / run["history"][step][f"{key}.path"]
+    return json.loads(path.read_text(encoding="utf-8"))
