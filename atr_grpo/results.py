@@ -32,7 +32,21 @@ from pathlib import Path
 
 from atr_grpo import provenance, rundir
 from atr_grpo.evaluation.grader import DEFAULT_TIMEOUT
-from atr_grpo.reporting import binding, cells, compare, endpoints, figures, pack, regrade, seeds, stats, tables, writers
+from atr_grpo.reporting import (
+    binding,
+    cells,
+    compare,
+    endpoints,
+    figures,
+    pack,
+    plan,
+    planned,
+    regrade,
+    seeds,
+    stats,
+    tables,
+    writers,
+)
 from atr_grpo.reporting.runs import Run, drop_repeats, find_runs
 
 # each table's experiment; None = every run
@@ -108,6 +122,15 @@ def build_table(
     return writers.write_table(table, out_dir)
 
 
+def _plan_table(opts: argparse.Namespace, runs: list[Run], out: Path) -> list[Path]:
+    """`results all`: the `plan` table when the experiment has an analysis plan (a stale one is removed)."""
+    found = _planned(opts, runs, _resampling(opts))
+    if found is None:
+        writers.remove_stale(out, "plan")
+        return []
+    return writers.write_table(tables.planned_table(found[2], found[0], found[1], found[3]), out)
+
+
 def build_figures(
     runs: list[Run], runs_dir: Path, out_dir: Path, experiment: str | None = None, methods: list[str] | None = None
 ) -> tuple[list[Path], list[str]]:
@@ -172,6 +195,12 @@ def _common(parser: argparse.ArgumentParser, statistics: bool = True) -> None:
             help="significance level; intervals are (1 − alpha) (default 0.05)",
         )
         parser.add_argument(
+            "--plan",
+            type=Path,
+            default=None,
+            help=f"the experiment's analysis plan (default: {plan.PLAN_FILE} beside --runs, when there is one)",
+        )
+        parser.add_argument(
             "--grader",
             default=None,
             metavar="TAG",
@@ -209,6 +238,35 @@ def _start_points_agree(runs: list[Run]) -> bool:
     return not errors
 
 
+def _planned(
+    opts: argparse.Namespace, runs: list[Run], resampling: stats.Resampling
+) -> tuple[plan.Plan, plan.PlanCommit, list[planned.PlannedResult], list[str]] | None:
+    """(the plan, its commit, its analysis, the runs flagged against it) when --plan or `plan.yaml` beside --runs
+    names one whose experiment is among the runs; the flags also go to stderr, loudly. PlanError when the plan is
+    broken, not committed, or its runs cannot answer it."""
+    path = opts.plan or plan.default_path(opts.runs)
+    if opts.plan is not None and not path.is_file():
+        raise plan.PlanError(f"--plan {path}: no such file")
+    if not path.is_file():
+        return None
+    the_plan = plan.load_plan(path)
+    if opts.experiment not in (None, the_plan.experiment):
+        return None
+    if opts.alpha != the_plan.alpha:
+        raise plan.PlanError(f"--alpha {opts.alpha:g} differs from the α of the plan {path} ({the_plan.alpha:g})")
+    commit = plan.plan_commit(path)
+    of_plan = [r for r in runs if r.config and r.experiment == the_plan.experiment]
+    flagged = plan.runs_against_plan([r.path for r in of_plan], path, commit.commit)
+    for line in flagged:
+        print(f"WARNING: {path}: {line}", file=sys.stderr)
+    if commit.uncommitted:
+        print(
+            f"WARNING: {path} has uncommitted changes: the tables follow its commit {commit.commit[:12]}",
+            file=sys.stderr,
+        )
+    return the_plan, commit, planned.analyse(of_plan, the_plan, resampling), flagged
+
+
 def _resampling(opts: argparse.Namespace) -> stats.Resampling:
     return stats.Resampling(opts.resamples, opts.bootstrap_seed, 1.0 - opts.alpha)
 
@@ -237,11 +295,20 @@ def compare_main(argv: list[str]) -> int:
         rows = compare.compare_methods(
             runs, *opts.methods, resampling, split(opts.benchmark), split(opts.metric), opts.step, opts.endpoint
         )
+        found = _planned(opts, runs, resampling)
     except compare.CompareError as err:
         where = "" if opts.experiment is None else f" (among the runs of --experiment {opts.experiment!r})"
         print(f"error: {err}{where}", file=sys.stderr)
         return 2
+    except plan.PlanError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if found is not None:
+        the_plan, commit, analysis, _ = found
+        planned.apply_to_rows(rows, *opts.methods, analysis, the_plan)
     print(compare.format_rows(rows, *opts.methods, resampling), end="")
+    if found is not None:
+        print("\n".join(["", *planned.planned_lines(analysis, the_plan, commit.commit)]))
     return 0
 
 
@@ -378,7 +445,8 @@ def _command(argv: list[str]) -> int:
                     writers.remove_stale(out, name)
             if not written:
                 raise ResultsError(f"none of {', '.join(TABLES)} has runs under {opts.runs}")
-    except (ResultsError, writers.OutputError) as err:
+            written += _plan_table(opts, runs, out)
+    except (ResultsError, writers.OutputError, plan.PlanError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     for path in written:

@@ -164,8 +164,7 @@ class Difference:
     p_floor: float  # the smallest p_value S seeds can give
     p_exact: bool
     p_t: float  # paired t over the seeds
-    sd: float  # SD of the per-seed differences (ddof 1)
-    mde: float  # minimum detectable effect at 80 % power from `sd` (paired t, two-sided, 1 − confidence)
+    sd: float  # SD of the per-seed differences (ddof 1); the MDE and power depend on the family (`compare.detectable`)
     p_problems: float  # secondary: sign-flip over problems (these runs differ beyond evaluation noise)
     p_problems_floor: float  # its Monte Carlo floor 1 / (R + 1)
     runs_a: list[float]  # each run's value, in `seeds` order
@@ -221,7 +220,7 @@ def compare(
     """The paired comparison A − B of the runs matched by seed; `key` is `comparison_key`."""
     differences = paired(a, b, names)
     per_seed = stats.seed_means(differences)
-    n_seeds, alpha = len(per_seed), 1 - resampling.confidence
+    n_seeds = len(per_seed)
     t_test = stats.seed_t(per_seed, resampling.confidence)
     runs_a, runs_b = _run_values(a, list(range(n_seeds))), _run_values(b, [b.seeds.index(s) for s in a.seeds])
     value_a, value_b = runs_a.mean(axis=-1), runs_b.mean(axis=-1)  # as Scores.run_values
@@ -238,7 +237,6 @@ def compare(
         p_exact=stats.seed_test_is_exact(n_seeds),
         p_t=float(t_test.p_value),
         sd=100 * float(t_test.sd),
-        mde=100 * float(stats.minimum_detectable_effect(float(t_test.sd), n_seeds, alpha)),
         p_problems=float(stats.sign_flip_pvalue(differences, resampling, f"sign-flip|{key}")),
         p_problems_floor=1.0 / (resampling.resamples + 1),
         runs_a=[100 * float(x) for x in value_a],

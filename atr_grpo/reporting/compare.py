@@ -13,12 +13,17 @@ comparison with an error that names it (a family member that cannot be paired is
 
 from __future__ import annotations
 
+import math
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from atr_grpo.reporting import cells, stats
 from atr_grpo.reporting.runs import AVERAGE, Run, drop_repeats
+
+if TYPE_CHECKING:
+    from atr_grpo.reporting.planned import PlannedResult
 
 METRIC_PATTERN = re.compile(r"^(mean|pass)@[1-9][0-9]*$")
 
@@ -42,6 +47,8 @@ class Row:
     family: list[str] = field(default_factory=list)  # the methods tested against B in this column
     left_out: list[str] = field(default_factory=list)  # methods that could not be paired with B, and why
     endpoint: str = "final"
+    level: float = float("nan")  # the level its test uses: Holm's first step α / m, or the plan's (`planned`)
+    planned: PlannedResult | None = None  # set when the experiment's analysis plan tests this comparison
 
 
 def _names(runs: list[Run], attribute: str) -> str:
@@ -175,7 +182,8 @@ def _compare_cell(
     p_value = difference.p_value
     holm = holm_against(method_b, method_a, methods, p_value, metric, key, configured, resampling, endpoint, step)
     mean_a, mean_b = (100 * float(stats.estimate(s.arrays())) for s in (a, b))
-    return Row(experiment, model, key, metric, mean_a, mean_b, difference, a.steps, b.steps, *holm, a.endpoint)
+    level = stats.holm_level(1 - resampling.confidence, len(holm[1]))
+    return Row(experiment, model, key, metric, mean_a, mean_b, difference, a.steps, b.steps, *holm, a.endpoint, level)
 
 
 def seed_design_note(n_seeds: list[int], resampling: stats.Resampling, alpha: float) -> str:
@@ -218,11 +226,11 @@ def _seed_table(block: list[Row], method_a: str, method_b: str, resampling: stat
         f"{', '.join(map(str, steps))})",
         "",
         f"| benchmark | metric | {method_a} | {method_b} | difference | per seed | {level} CI (t, seeds) "
-        "| p (seeds) | smallest p | p (Holm) | † | p (paired t) | MDE (80%) |",
-        "|---|---|---:|---:|---:|---|---|---:|---:|---:|:-:|---:|---:|",
+        "| p (seeds) | smallest p | p (Holm) | † | p (paired t) | MDE (80%) | power (observed) |",
+        "|---|---|---:|---:|---:|---|---|---:|---:|---:|:-:|---:|---:|---:|",
     ]
     for r in block:
-        cells_ = seed_level_cells(r.difference, r.p_holm, alpha)
+        cells_ = seed_level_cells(r.difference, r.p_holm, alpha, r.level)
         lines.append(f"| {r.benchmark} | {r.metric} | {r.mean_a:.2f} | {r.mean_b:.2f} | {' | '.join(cells_)} |")
     return lines
 
@@ -264,6 +272,13 @@ def _block_notes(block: list[Row], method_a: str, method_b: str, resampling: sta
     left_out = sorted({m for r in block for m in r.left_out})
     if left_out:
         lines.append(f"Left out of the family (cannot be paired with {method_b}): {'; '.join(left_out)}.")
+    for r in block:
+        if r.planned is not None:
+            lines.append(
+                f"{r.benchmark} {r.metric}: the analysis plan's {r.planned.role} comparison. Its family is the "
+                f"plan's ({', '.join(r.family)}; serial gatekeeping), its p (Holm) the gatekept p, its MDE, power "
+                f"and TOST at level {r.level:.3g}: {r.planned.describe()}."
+            )
     lines.append(f"Seeds: {seed_design_note([len(r.difference.seeds) for r in block], resampling, alpha)}.")
     lines.append("")
     return lines
@@ -285,9 +300,13 @@ def _method_notes(rows: list[Row], resampling: stats.Resampling) -> list[str]:
         f"p (seeds): two-sided exact sign-flip test over the seed pairs ({SEED_TEST}); smallest p: the "
         f"smallest p that number of seeds can give. p (Holm): adjusted over the Holm family above (the same "
         f"family as the tables' † when B is clip). † = p (Holm) < {alpha:g}. CI and p (paired t): t-interval "
-        f"and paired t-test over the seed differences (df = seeds − 1). MDE: the true difference a paired "
-        f"t-test at two-sided α = {alpha:g} detects with 80% power given the observed SD of the per-seed "
-        f"differences, (t_{{1−α/2}} + t_{{0.8}})·SD/√S. IQM: rliable's interquartile mean of the runs' "
+        f"and paired t-test over the seed differences (df = seeds − 1). MDE: the true difference a two-sided "
+        f"paired t-test detects with 80% power given this comparison's own SD of the per-seed differences, "
+        f"(t_{{1−a/2}} + t_{{0.8}})·SD/√S, at the level a its test uses: Holm's first step {alpha:g} / m in a "
+        f"family of m (the plan's level for a planned comparison). power (observed): beside a difference without "
+        f"†, the power of that test to detect the observed difference (noncentral t). Without † no difference is "
+        f"shown, and equality only by an equivalence test with a margin fixed in the experiment's analysis plan: "
+        f"otherwise 'not established'. IQM: rliable's interquartile mean of the runs' "
         f"values. P(A > B): rliable's probability of improvement over every pair of an A run and a B run "
         f"(½ for ties), averaged over the benchmarks; interval: {resampling.resamples:,} bootstrap "
         f"resamples of the runs of each method. p (problems): sign-flip test over problems (each problem's "
@@ -305,12 +324,25 @@ def _reads(steps: list[tuple[int, ...]]) -> str:
 SEED_TEST = f"all 2^S sign patterns up to {stats.EXACT_SEEDS} seeds, random patterns above"
 
 
-def seed_level_cells(d: cells.Difference, p_holm: float, alpha: float) -> list[str]:
-    """The seed-level columns of a comparison as text, shared by `compare` and the `seeds` table."""
+def detectable(d: cells.Difference, level: float, significant: bool) -> tuple[float, float]:
+    """(the MDE: the true difference a two-sided paired t-test at `level` detects with 80 % power at the observed
+    SD of the per-seed differences; the power of that test to detect the observed difference, nan when it is
+    significant), both from this comparison's own spread; nan with one seed."""
+    n_seeds = len(d.seeds)
+    mde = float(stats.minimum_detectable_effect(d.sd, n_seeds, level))
+    return mde, math.nan if significant else stats.paired_t_power(d.difference, d.sd, n_seeds, level)
+
+
+def seed_level_cells(d: cells.Difference, p_holm: float, alpha: float, level: float) -> list[str]:
+    """The seed-level columns of a comparison as text, shared by `compare` and the `seeds` table; `level` is the
+    level its test uses (`detectable`)."""
     floor = None if d.p_exact else d.p_floor
-    mark = "†" if stats.significant(p_holm, alpha) else ""
+    significant = stats.significant(p_holm, alpha)
+    mark = "†" if significant else ""
     interval = "–" if d.ci_low != d.ci_low else f"[{d.ci_low:+.2f}, {d.ci_high:+.2f}]"
-    mde = "–" if d.mde != d.mde else f"{d.mde:.2f}"
+    mde_value, power_value = detectable(d, level, significant)
+    mde = "–" if mde_value != mde_value else f"{mde_value:.2f}"
+    power = "–" if power_value != power_value else f"{power_value:.2f}"
     return [
         f"{d.difference:+.2f}",
         ", ".join(f"{x:+.2f}" for x in d.per_seed),
@@ -321,4 +353,5 @@ def seed_level_cells(d: cells.Difference, p_holm: float, alpha: float) -> list[s
         mark,
         stats.format_p(d.p_t),
         mde,
+        power,
     ]

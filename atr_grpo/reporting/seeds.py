@@ -31,6 +31,7 @@ SEED_COLUMNS = [
     "p_holm_vs_clip",
     "p_t_vs_clip",
     "mde_vs_clip",
+    "power_vs_clip",
     "p_improve",
     "p_improve_low",
     "p_improve_high",

@@ -17,7 +17,11 @@ which is how the tables compute a cell and the paper's Average.
   a random sample of R patterns above `EXACT_SEEDS` seeds), so its p cannot go below 2^(1−S) (0.25 with 3
   seeds): `smallest_seed_pvalue` says so wherever a p is shown. `seed_t` gives the paired t-test beside it and
   the t-interval over the seed differences (which keeps its coverage with few seeds, unlike a bootstrap over 3
-  seeds), `minimum_detectable_effect` the effect that 80 % power needs at that spread.
+  seeds), `minimum_detectable_effect` the effect that 80 % power needs at that spread, at the level the
+  comparison's test uses (`holm_level` for a member of a Holm family), and `paired_t_power` the power to detect
+  a given difference (the observed one, beside a difference that is not significant).
+- **Equivalence** (`seed_tost`): a "no difference" claim needs the paired TOST over the per-seed differences
+  with a margin fixed before the runs (the analysis plan, `reporting.plan`); without it, "not established".
 - **The problem-level test** (secondary, `sign_flip_pvalue`): the seed-averaged difference of each problem is
   flipped instead. It asks whether these particular runs differ beyond evaluation noise; a difference that comes
   from the training seed counts as real for it, so it says nothing about the methods.
@@ -216,6 +220,68 @@ def minimum_detectable_effect(sd: float | np.ndarray, n_seeds: int, alpha: float
         return np.full(np.shape(sd), np.nan)
     df = n_seeds - 1
     return (scipy_stats.t.ppf(1 - alpha / 2, df) + scipy_stats.t.ppf(power, df)) * np.asarray(sd) / np.sqrt(n_seeds)
+
+
+def holm_level(alpha: float, family_size: int) -> float:
+    """The level a member of a Holm family of `family_size` tests must clear when it alone is real: Holm's first
+    step, α / m. It does not depend on the other members' p, so an MDE at this level can be planned."""
+    if family_size < 1:
+        raise ValueError(f"a Holm family needs >= 1 test, got {family_size}")
+    return alpha / family_size
+
+
+def paired_t_power(effect: float, sd: float, n_seeds: int, alpha: float) -> float:
+    """The power of a two-sided paired t-test at level α over S seeds to detect a true mean difference `effect`
+    when the per-seed differences have SD `sd`: P(|T| > t_{1−α/2}) with T noncentral t, df = S − 1 and
+    noncentrality effect · √S / sd. nan with one seed or no spread (the test is then undefined)."""
+    if n_seeds < 2 or not sd > 0:
+        return float("nan")
+    df, shift = n_seeds - 1, effect * np.sqrt(n_seeds) / sd
+    critical = scipy_stats.t.ppf(1 - alpha / 2, df)
+    return float(scipy_stats.nct.sf(critical, df, shift) + scipy_stats.nct.cdf(-critical, df, shift))
+
+
+@dataclass(frozen=True)
+class Tost:
+    """The paired equivalence test over S per-seed differences with margin ±`margin` (same units), at level α.
+
+    Two one-sided t-tests (df = S − 1): "mean ≤ −margin" against "mean > −margin" (`p_lower`) and "mean ≥
+    margin" against "mean < margin" (`p_upper`). Equivalence within the margin is shown when both reject, so the
+    p of the pair is the larger one; the same verdict as "the (1 − 2α) t-interval lies inside ±margin"."""
+
+    margin: float
+    alpha: float
+    p_lower: float
+    p_upper: float
+    low: float  # the (1 − 2α) t-interval of the mean difference
+    high: float
+
+    @property
+    def p_value(self) -> float:
+        return max(self.p_lower, self.p_upper)
+
+    @property
+    def equivalent(self) -> bool:
+        return self.p_value < self.alpha  # nan compares False: nothing shown
+
+
+def seed_tost(per_seed: np.ndarray, margin: float, alpha: float) -> Tost:
+    """TOST over the per-seed differences `per_seed` [S] (see `Tost`); p is nan with one seed."""
+    if not margin > 0:
+        raise ValueError(f"the equivalence margin must be > 0, got {margin}")
+    per_seed = np.asarray(per_seed, dtype=float)
+    n_seeds = per_seed.shape[-1]
+    if n_seeds < 2:
+        return Tost(margin, alpha, float("nan"), float("nan"), float("nan"), float("nan"))
+    mean, df = float(per_seed.mean()), n_seeds - 1
+    error = float(per_seed.std(ddof=1)) / np.sqrt(n_seeds)
+    if error == 0:  # no spread: each one-sided test rejects exactly when the mean is strictly inside the margin
+        p_lower, p_upper = float(mean <= -margin), float(mean >= margin)
+    else:
+        p_lower = float(scipy_stats.t.sf((mean + margin) / error, df))
+        p_upper = float(scipy_stats.t.cdf((mean - margin) / error, df))
+    half = float(scipy_stats.t.ppf(1 - alpha, df)) * error
+    return Tost(margin, alpha, p_lower, p_upper, mean - half, mean + half)
 
 
 def interquartile_mean(values: np.ndarray) -> np.ndarray:

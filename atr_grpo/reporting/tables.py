@@ -11,6 +11,7 @@ as CSV, Markdown and LaTeX.
 - seeds and seeds_auc: in `reporting.seeds`.
 - delta (Figure 3 data): ATR by δ, mean over seeds of the final Average Mean@K / Pass@K.
 - passk (Figure 4 data): Mean@K / Pass@K for K = 1..n from the per-sample files of the last evaluation.
+- plan: the analysis an experiment's plan fixes (`reporting.plan`), with the plan's commit.
 Percent values rounded to 2 decimals. Runs with missing evaluations are listed, never silently dropped.
 """
 
@@ -27,6 +28,8 @@ from typing import Any
 from atr_grpo.benchmarks import display_name, table_position
 from atr_grpo.evaluation.metrics import summarize
 from atr_grpo.reporting import cells, stats
+from atr_grpo.reporting.plan import Plan, PlanCommit
+from atr_grpo.reporting.planned import PlannedResult
 from atr_grpo.reporting.runs import (
     AVERAGE,
     MissingSamples,
@@ -338,3 +341,63 @@ def passk_table(runs: list[Run]) -> Table:
     columns = ["model", "method", "seed", "step", "benchmark", "k", "mean@k", "pass@k"]
     notes = ["unbiased Pass@K from all n samples per problem; Mean@K = accuracy of the first K samples"]
     return Table("passk", columns, rows, missing, notes)
+
+
+PLAN_COLUMNS = [
+    "model",
+    "role",
+    "comparison",
+    "n_seeds",
+    "difference",
+    "ci_low",
+    "ci_high",
+    "p",
+    "p_adjusted",
+    "level",
+    "mde",
+    "power_observed",
+    "tost_p",
+    "tost_low",
+    "tost_high",
+    "verdict",
+]
+
+
+def planned_table(results: list[PlannedResult], plan: Plan, commit: PlanCommit, flagged: list[str]) -> Table:
+    """The `plan` table: the analysis `plan` fixes (`reporting.planned`), one row per model × planned comparison,
+    with the plan's commit and the runs made outside it in its notes."""
+    rows = [
+        {
+            "model": r.model,
+            "role": r.role,
+            "comparison": r.comparison.label,
+            "n_seeds": len(r.difference.seeds),
+            "difference": two_decimals(r.difference.difference),
+            "ci_low": two_decimals(r.difference.ci_low),
+            "ci_high": two_decimals(r.difference.ci_high),
+            "p": r.p_value,
+            "p_adjusted": r.p_adjusted,
+            "level": r.level,
+            "mde": two_decimals(r.mde),
+            "power_observed": r.power,
+            "tost_p": r.tost.p_value,
+            "tost_low": two_decimals(r.tost.low),
+            "tost_high": two_decimals(r.tost.high),
+            "verdict": r.describe(),
+        }
+        for r in results
+    ]
+    notes = [
+        f"plan: {plan.path.name} of {plan.experiment}, git commit {commit.commit}"
+        + (
+            " (the file has uncommitted changes since: they are not the plan these numbers follow)" * commit.uncommitted
+        ),
+        f"{plan.metric} on {plan.benchmark} at the {plan.endpoint} endpoint, test {plan.test}, α {plan.alpha:g}: the "
+        f"primary ({plan.primary.label}) at α alone; the secondaries by Holm among themselves, tested only if the "
+        "primary rejects (serial gatekeeping: p_adjusted = max(p primary, Holm p)); level: the level each test uses, "
+        "at which mde (80% power), power_observed (nan where it differs) and the TOST (margin "
+        f"±{plan.equivalence_margin:g} points, (1 − 2·level) interval tost_low, tost_high) are computed",
+        *(f"FLAGGED against the plan: {line}" for line in flagged),
+    ]
+    formats = dict.fromkeys(["p", "p_adjusted", "level", "tost_p"], P_FORMAT)
+    return Table("plan", PLAN_COLUMNS, rows, [], notes, formats)

@@ -29,6 +29,7 @@ UNCERTAINTY_COLUMNS = [
     "p_min_vs_clip",
     "p_holm_vs_clip",
     "mde_vs_clip",
+    "power_vs_clip",
     "p_problems_vs_clip",
 ]
 P_COLUMNS = ["p_seeds_vs_clip", "p_min_vs_clip", "p_holm_vs_clip", "p_problems_vs_clip"]
@@ -63,7 +64,7 @@ def add_uncertainty(
         if diff is not None:
             seed_counts.append(len(diff.seeds))
             families[(row["model"], row["benchmark"], row["metric"])].append(row)
-    _add_holm(families)
+    _add_holm(families, alpha)
     missing += sorted(reasons)
     return uncertainty_notes(value, resampling, alpha, seed_counts)
 
@@ -129,19 +130,23 @@ def _add_comparison(
         two_decimals(diff.ci_high),
     )
     row["p_seeds_vs_clip"], row["p_min_vs_clip"] = diff.p_value, diff.p_floor
-    row["mde_vs_clip"], row["p_problems_vs_clip"] = two_decimals(diff.mde), diff.p_problems
+    row["p_problems_vs_clip"] = diff.p_problems
     row["runs_identity"] = tuple(scores.runs)
     return diff
 
 
-def _add_holm(families: dict[tuple[str, str, str], list[dict[str, Any]]]) -> None:
-    """`p_holm_vs_clip`: Holm's adjustment within each model × benchmark × metric column. A row that repeats
-    another's runs (clip-tuned) is one member, not two."""
+def _add_holm(families: dict[tuple[str, str, str], list[dict[str, Any]]], alpha: float) -> None:
+    """`p_holm_vs_clip`: Holm's adjustment within each model × benchmark × metric column (a row that repeats
+    another's runs, clip-tuned, is one member, not two); then the MDE and the power to detect the observed
+    difference at the level that test uses, Holm's first step α / m (`compare.detectable`)."""
     for family in families.values():
         members = {r["runs_identity"]: r["p_seeds_vs_clip"] for r in family}
         adjusted = dict(zip(members, stats.holm(list(members.values()))))
+        level = stats.holm_level(alpha, len(members))
         for row in family:
-            row["p_holm_vs_clip"] = adjusted[row.pop("runs_identity")]
+            row["p_holm_vs_clip"], row["test_level"] = adjusted[row.pop("runs_identity")], level
+            mde, power = compare.detectable(row["difference"], level, stats.significant(row["p_holm_vs_clip"], alpha))
+            row["mde_vs_clip"], row["power_vs_clip"] = two_decimals(mde), power
 
 
 def uncertainty_notes(value: str, resampling: stats.Resampling, alpha: float, seed_counts: list[int]) -> list[str]:
@@ -156,7 +161,10 @@ def uncertainty_notes(value: str, resampling: stats.Resampling, alpha: float, se
         f"`python -m atr_grpo.results compare M {BASELINE}`); {design}. The CSV has the difference, its "
         "t-interval over the seed differences (diff_ci_low, diff_ci_high), p_seeds_vs_clip, p_min_vs_clip (the "
         "smallest p the seeds allow), p_holm_vs_clip, mde_vs_clip (the difference a paired t-test detects with "
-        f"80% power at the observed seed spread, two-sided α = {alpha:g}) and p_problems_vs_clip (a sign-flip "
+        f"80% power at the observed seed spread, two-sided, at the level the test uses: Holm's first step "
+        f"{alpha:g} / m for a column of m methods), power_vs_clip (beside a difference without †: the power of "
+        f"that test to detect the observed difference; without † no difference is shown, and without an "
+        f"equivalence test from a plan no equality either: 'not established') and p_problems_vs_clip (a sign-flip "
         "test over problems: whether these runs differ beyond evaluation noise, not whether the methods do; "
         f"at its floor 1/({resampling.resamples:,} + 1) no flip was as extreme)",
     ]

@@ -128,14 +128,16 @@ def ten_seeds(tmp_path_factory):
 
 def test_ten_seeds_that_all_favour_a_method_are_marked(ten_seeds):
     """All 10 seed pairs favour atr: p = 2/1024, Holm over {atr, kl1} 4/1024 < 0.05: †. The t-interval is the
-    mean ± t_.975 · SD / √10 of the per-seed differences, the MDE (t_.975 + t_.8) · SD / √10."""
+    mean ± t_.975 · SD / √10 of the per-seed differences; the MDE is at the level of Holm's first step in a family
+    of 2, α/2: (t_{1−0.0125} + t_.8) · SD / √10; a marked difference has no observed-power cell."""
     _, out = ten_seeds
     atr = cell(read_csv(out / "table3.csv"), method="atr", benchmark="aime24", metric="mean@8")
     differences = [25.0 - 12.5 * (seed % 2) for seed in range(10)]
     mean, sd = sum(differences) / 10, math.sqrt(sum((d - 18.75) ** 2 for d in differences) / 9)
     assert float(atr["diff_vs_clip"]) == mean == 18.75
     assert float(atr["diff_ci_high"]) - mean == pytest.approx(2.262157 * sd / math.sqrt(10), abs=0.006)
-    assert float(atr["mde_vs_clip"]) == pytest.approx((2.262157 + 0.883404) * sd / math.sqrt(10), abs=0.006)
+    assert atr["mde_vs_clip"] == f"{(2.685011 + 0.883404) * sd / math.sqrt(10):.2f}"
+    assert atr["power_vs_clip"] == "nan"
     assert float(atr["p_seeds_vs_clip"]) == float(atr["p_min_vs_clip"]) == pytest.approx(2 / 1024, rel=1e-3)
     assert float(atr["p_holm_vs_clip"]) == pytest.approx(4 / 1024, rel=1e-3)
     assert "| qwen3-1.7b | atr | **43.75**† ± " in (out / "table3.md").read_text()
@@ -182,8 +184,8 @@ def test_compare_and_the_seeds_table_print_the_same_numbers(tree_of, endpoint, t
         for metric in ("mean@8", "pass@8"):
             seed_level, robust = _rows_of(printed, [bench, metric])
             (row,) = _rows_of(table, ["qwen3-1.7b", "atr", bench, metric])
-            assert row[7:16] == seed_level[4:13]  # from the difference to the MDE
-            assert row[16:19] == robust[4:7] and row[6] == robust[2]  # P(A > B), its interval, p (problems); IQM
+            assert row[7:17] == seed_level[4:14]  # from the difference to the MDE and the power
+            assert row[17:20] == robust[4:7] and row[6] == robust[2]  # P(A > B), its interval, p (problems); IQM
             assert seed_level[10] == ("†" if tree_of == "ten" else "")
             if endpoint == "final":
                 csv_row = cell(read_csv(out / "table3.csv"), method="atr", benchmark=bench, metric=metric)

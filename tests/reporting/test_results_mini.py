@@ -73,7 +73,7 @@ def test_compare_pairs_atr_with_clip_on_the_committed_runs_as_the_seeds_table_do
         for line in (MINI / "tables" / "seeds.md").read_text().splitlines()
         if line.startswith("| tiny | atr | arithmetic | mean@8 |")
     ]
-    assert committed[7:16] == seed_level[4:13] and committed[16:19] == robust[4:7] and committed[6] == robust[2]
+    assert committed[7:17] == seed_level[4:14] and committed[17:20] == robust[4:7] and committed[6] == robust[2]
 
 
 @pytest.mark.slow

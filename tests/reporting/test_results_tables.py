@@ -27,6 +27,7 @@ UNCERTAINTY = [
     "p_min_vs_clip",
     "p_holm_vs_clip",
     "mde_vs_clip",
+    "power_vs_clip",
     "p_problems_vs_clip",
 ]
 PAPER = REPO / "results" / "paper"

@@ -1,0 +1,186 @@
+"""The analysis an experiment's plan (`reporting.plan`) fixes, run on its runs: each planned comparison's
+difference at the plan's endpoint, metric and benchmark, its test, its gatekept p, and what it supports.
+
+Each comparison is `cells.compare` with the same random streams as `compare` and the tables. Its verdict:
+- `differs`: its adjusted p is below α (for a secondary: the gate is open and Holm rejects);
+- `equivalent within ±margin`: it does not differ and the paired TOST over the seeds, at the level its test uses,
+  shows the difference inside the plan's margin;
+- `not established`: neither (the power to detect the observed difference is printed beside it);
+- `not tested`: a secondary when the primary did not reject (its numbers are shown, as exploration only).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from atr_grpo.reporting import cells, compare, stats
+from atr_grpo.reporting.plan import PRIMARY, SECONDARY, Comparison, Plan, PlanError, gatekept
+from atr_grpo.reporting.runs import AVERAGE, Run, drop_repeats
+
+DIFFERS, EQUIVALENT, NOT_ESTABLISHED, NOT_TESTED = "differs", "equivalent", "not established", "not tested"
+
+
+@dataclass(frozen=True)
+class PlannedResult:
+    model: str
+    role: str  # PRIMARY or SECONDARY
+    comparison: Comparison
+    difference: cells.Difference
+    p_value: float  # the plan's test, unadjusted
+    p_adjusted: float  # the primary's own p; a secondary's max(p primary, Holm p)
+    level: float  # the level its test uses (Plan.level): its MDE, power and TOST are at this level
+    verdict: str  # DIFFERS, EQUIVALENT, NOT_ESTABLISHED or NOT_TESTED
+    tost: stats.Tost
+    mde: float
+    power: float  # to detect the observed difference; nan when it differs
+
+    def describe(self) -> str:
+        """The verdict in words, with the number that decides it."""
+        margin = self.tost.margin
+        if self.verdict == DIFFERS:
+            side = "above" if self.difference.difference > 0 else "below"
+            return f"differs: {self.comparison.a} {side} {self.comparison.b} (adjusted p {self.p_adjusted:.3g})"
+        if self.verdict == EQUIVALENT:
+            return f"equivalent within ±{margin:g} points (TOST p {self.tost.p_value:.3g})"
+        if self.verdict == NOT_TESTED:
+            return "not tested: the primary did not reject, so the gate to the secondaries is closed"
+        return (
+            f"not established: no difference shown, and TOST ±{margin:g} p {stats.format_p(self.tost.p_value)}; "
+            f"power to detect {self.difference.difference:+.2f} was {self.power:.2f}"
+        )
+
+
+def analyse(runs: list[Run], plan: Plan, resampling: stats.Resampling) -> list[PlannedResult]:
+    """Every planned comparison of each model of the plan's experiment; PlanError when the runs cannot answer it
+    (a method, seed or benchmark the plan names is missing), naming what is missing."""
+    kept, _ = drop_repeats([r for r in runs if r.experiment == plan.experiment])
+    if not kept:
+        found = sorted({r.experiment for r in runs})
+        raise PlanError(f"{plan.path}: no runs of experiment {plan.experiment!r} (found: {', '.join(found) or 'none'})")
+    results = []
+    for model in sorted({r.model for r in kept}):
+        of_model = [r for r in kept if r.model == model]
+        results += _analyse_model(of_model, plan, resampling)
+    return results
+
+
+def _analyse_model(runs: list[Run], plan: Plan, resampling: stats.Resampling) -> list[PlannedResult]:
+    model, experiment = runs[0].model, plan.experiment
+    benchmarks = list(dict.fromkeys(b for r in runs for b in r.benchmarks))
+    if plan.benchmark != AVERAGE and plan.benchmark not in benchmarks:
+        raise PlanError(f"{plan.path}: benchmark {plan.benchmark!r}; the runs evaluate {', '.join(benchmarks)}")
+    comparisons = [plan.primary, *plan.secondary]
+    differences, p_values = [], []
+    for comparison in comparisons:
+        sides = [_method_runs(runs, method, plan) for method in (comparison.a, comparison.b)]
+        key = cells.comparison_key(
+            experiment, model, comparison.a, comparison.b, plan.metric, plan.benchmark, plan.endpoint
+        )
+        try:
+            scores = [cells.cell_scores(s, plan.metric, plan.benchmark, benchmarks, plan.endpoint) for s in sides]
+            difference = cells.compare(*scores, resampling, key, (comparison.a, comparison.b))
+        except cells.ScoreError as err:
+            raise PlanError(f"{plan.path}: {comparison.label} on {model}: {err}") from None
+        differences.append(difference)
+        p_values.append(difference.p_value if plan.test == "seed_sign_flip" else difference.p_t)
+    p_primary, p_secondary, gate_open = gatekept(p_values[0], p_values[1:], plan.alpha)
+    roles = [PRIMARY] + [SECONDARY] * len(plan.secondary)
+    return [
+        _result(model, role, comparison, difference, p, adjusted, plan, tested=role == PRIMARY or gate_open)
+        for role, comparison, difference, p, adjusted in zip(
+            roles, comparisons, differences, p_values, [p_primary, *p_secondary]
+        )
+    ]
+
+
+def _method_runs(runs: list[Run], method: str, plan: Plan) -> list[Run]:
+    """The runs of `method`, which must be exactly the plan's seeds."""
+    found = [r for r in runs if r.method == method]
+    if not found:
+        methods = ", ".join(sorted({r.method for r in runs}))
+        raise PlanError(f"{plan.path}: no runs of method {method!r} in {plan.experiment} (methods: {methods})")
+    seeds = {r.seed for r in found}
+    if seeds != set(plan.seeds):
+        missing, extra = sorted(set(plan.seeds) - seeds), sorted(seeds - set(plan.seeds))
+        raise PlanError(
+            f"{plan.path}: {method} has seeds {sorted(seeds)}, the plan {list(plan.seeds)} (missing: "
+            f"{missing or '–'}; not in the plan: {extra or '–'})"
+        )
+    return found
+
+
+def _result(
+    model: str,
+    role: str,
+    comparison: Comparison,
+    difference: cells.Difference,
+    p_value: float,
+    p_adjusted: float,
+    plan: Plan,
+    tested: bool,
+) -> PlannedResult:
+    level = plan.level(role)
+    significant = tested and stats.significant(p_adjusted, plan.alpha)
+    tost = stats.seed_tost(difference.per_seed, plan.equivalence_margin, level)
+    mde, power = compare.detectable(difference, level, significant)
+    if not tested:
+        verdict = NOT_TESTED
+    elif significant:
+        verdict = DIFFERS
+    else:
+        verdict = EQUIVALENT if tost.equivalent else NOT_ESTABLISHED
+    return PlannedResult(
+        model=model,
+        role=role,
+        comparison=comparison,
+        difference=difference,
+        p_value=p_value,
+        p_adjusted=p_adjusted,
+        level=level,
+        verdict=verdict,
+        tost=tost,
+        mde=mde,
+        power=power,
+    )
+
+
+def apply_to_rows(
+    rows: list[compare.Row], method_a: str, method_b: str, results: list[PlannedResult], plan: Plan
+) -> None:
+    """Give each `compare A B` row that the plan tests the plan's family, adjusted p and level."""
+    family = [c.label for c in (plan.primary, *plan.secondary)]
+    planned_cell = (plan.experiment, plan.metric, plan.benchmark, plan.endpoint)
+    for row in rows:
+        if (row.experiment, row.metric, row.benchmark, row.endpoint) != planned_cell:
+            continue
+        for result in results:
+            if result.model == row.model and result.comparison == Comparison(method_a, method_b):
+                row.p_holm, row.family, row.level, row.planned = result.p_adjusted, family, result.level, result
+
+
+def planned_lines(results: list[PlannedResult], plan: Plan, commit: str) -> list[str]:
+    """Markdown: the plan's comparisons, their tests and verdicts."""
+    alpha, margin = plan.alpha, plan.equivalence_margin
+    lines = [
+        f"## Analysis plan: {plan.path.name} of {plan.experiment} (commit {commit[:12]})",
+        "",
+        f"{plan.metric} on {plan.benchmark} at the {plan.endpoint} endpoint; test: {plan.test}; α {alpha:g}; "
+        f"the primary at α alone, the {len(plan.secondary)} secondaries by Holm among themselves only if the "
+        f"primary rejects (serial gatekeeping); equivalence margin ±{margin:g} points; seeds "
+        f"{', '.join(map(str, plan.seeds))}.",
+        "",
+        "| model | role | comparison | difference | 95% CI (t, seeds) | p | adjusted p | level | MDE (80%) "
+        f"| power (observed) | TOST ±{margin:g} p | (1 − 2·level) CI (TOST) | verdict |",
+        "|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---|---|",
+    ]
+    for r in results:
+        d = r.difference
+        power = "–" if math.isnan(r.power) else f"{r.power:.2f}"
+        tost_ci = "–" if math.isnan(r.tost.low) else f"[{r.tost.low:+.2f}, {r.tost.high:+.2f}]"
+        lines.append(
+            f"| {r.model} | {r.role} | {r.comparison.label} | {d.difference:+.2f} | [{d.ci_low:+.2f}, "
+            f"{d.ci_high:+.2f}] | {stats.format_p(r.p_value)} | {stats.format_p(r.p_adjusted)} | {r.level:.3g} "
+            f"| {r.mde:.2f} | {power} | {stats.format_p(r.tost.p_value)} | {tost_ci} | {r.describe()} |"
+        )
+    return lines
