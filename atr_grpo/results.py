@@ -35,20 +35,8 @@ from pathlib import Path
 
 from atr_grpo import provenance, rundir
 from atr_grpo.evaluation.grader import DEFAULT_TIMEOUT
-from atr_grpo.reporting import (
-    binding,
-    cells,
-    compare,
-    endpoints,
-    figures,
-    no_effect,
-    pack,
-    regrade,
-    seeds,
-    stats,
-    tables,
-    writers,
-)
+from atr_grpo.reporting import binding, cells, compare, endpoints, figures, pack, regrade, seeds, stats, tables, writers
+from atr_grpo.reporting.no_effect import study_warnings
 from atr_grpo.reporting.runs import RepeatedRuns, Run, find_runs, refuse_repeats
 
 # each table's experiment; None = every run
@@ -418,7 +406,7 @@ def _command(argv: list[str]) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     if opts.what != "figures":
-        for line in no_effect.study_warnings([r for r in runs if opts.experiment in (None, r.experiment)]):
+        for line in study_warnings([r for r in runs if opts.experiment in (None, r.experiment)]):
             print(f"warning: {line}", file=sys.stderr)
     for path in written:
         print(path)
