@@ -1,9 +1,9 @@
 """When a comparison cannot show anything, say so: the runs are identical, or a rule never acted.
 
 - Identical runs: two runs gave the same evaluations (every summary metric, and every sample's completion and
-  verdict, at every step and benchmark) and the same training metrics (`OUTCOME_SKIP` aside: timings and the
-  echoes of a setting). Two methods whose runs are identical for every seed cannot differ in any test; when they
-  differ in one setting only, that swept value had no effect.
+  verdict, at every step and benchmark) and the same training metrics (every metric both log, `OUTCOME_SKIP`
+  aside: timings and the echoes of a setting). Two methods whose runs are identical for every seed cannot
+  differ in any test; when they differ in one setting only, that swept value had no effect.
 - A rule that never acted: its act metric (`ClipRule.act_metric`, `clip/frac` unless the rule declares another)
   is 0 at every logged step of the run's metrics.jsonl, so its bounds never bound. A rule that declares none
   (a soft gate, a penalty: it freezes no token) is never reported.
@@ -28,6 +28,12 @@ def _outcome(record: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in record.items() if k not in OUTCOME_SKIP}
 
 
+def _same_metrics(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """One logged step of two runs agrees on every metric both log (a rule's own extras, e.g. clip/frac_dual, are
+    logged by one side only)."""
+    return all(a[k] == b[k] for k in set(a) & set(b) if k not in OUTCOME_SKIP)
+
+
 def _samples(run: Run, step: int, benchmark: str) -> list[tuple[Any, ...]] | None:
     path = find_sample_file(run.path, step, benchmark)
     if path is None:
@@ -41,7 +47,7 @@ def identical(a: Run, b: Run) -> bool:
         return False
     if any(_outcome(a.summary[key]) != _outcome(b.summary[key]) for key in a.summary):
         return False
-    if [_outcome(r) for r in a.metrics] != [_outcome(r) for r in b.metrics]:
+    if len(a.metrics) != len(b.metrics) or not all(map(_same_metrics, a.metrics, b.metrics)):
         return False
     return all(_samples(a, step, bench) == _samples(b, step, bench) for step, bench in a.summary)
 

@@ -190,3 +190,18 @@ def test_a_soft_rule_is_never_reported_as_idle(tmp_path):
     with_settings(path, clipping__name="clip")
     (run,) = find_runs(tmp_path / "runs")
     assert no_effect.never_acted(run) == "clip/frac"
+
+
+def test_a_metric_only_one_rule_logs_does_not_make_runs_differ(tmp_path):
+    """Dual-clip logs clip/frac_dual, clip does not: runs that agree on every metric both log are identical."""
+    root = tmp_path / "runs"
+    sampled_run(root, "rivals", "clip", 0, method_matrices(1, 0))
+    dual = sampled_run(root, "rivals", "dual_clip", 0, method_matrices(1, 0))
+    rows = [json.loads(line) for line in (dual / "metrics.jsonl").read_text().splitlines()]
+    (dual / "metrics.jsonl").write_text("".join(json.dumps(r | {"clip/frac_dual": 0.0}) + "\n" for r in rows))
+    clip, dual_clip = find_runs(root)
+    assert no_effect.identical(clip, dual_clip)
+    rows[1]["entropy"] += 1e-9  # one logged value of one step differs
+    (dual / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    clip, dual_clip = find_runs(root)
+    assert not no_effect.identical(clip, dual_clip)
