@@ -108,6 +108,8 @@ KEY_HINTS = {
 @dataclass
 class TrainConfig:
     experiment: str = "default"
+    # the runs compared together: methods are named by what differs within it, and it is the Holm family's scope
+    study: str = "${experiment}"
     seed: int = 0
     method: str = "${atr_method:${clipping}}"  # the rule plus any non-default parameter, e.g. clip-eps0.3
     # a Hydra multirun appends its other overrides (`__model=qwen3-8b`), so no two jobs of a sweep share a name
@@ -209,6 +211,7 @@ class EvaluateConfig:
     data: DataConfig | None = None
     out_dir: str = MISSING  # a run directory to write eval/ into
     experiment: str = "evaluate"  # labels for the tables (python -m atr_grpo.results), e.g. passk_curve
+    study: str = "${experiment}"  # the runs compared together (see TrainConfig.study)
     method: str = "base"
     # the training step of the evaluated model in summary.jsonl: 0 for the base model; for an adapter, read from where
     # its run saved it (`checkpoints.adapter_step`) unless given; an adapter from elsewhere needs step=N (>= 0)

@@ -17,6 +17,10 @@ CSV, Markdown and LaTeX, plus `<table>_vs_paper.md` where the paper publishes th
 in the outputs and on stderr, never silently dropped; a line of a run file that is not JSON (a torn last line too)
 stops the command with exit status 2, naming the file and the line. Only files this command wrote are ever
 overwritten.
+Runs are grouped by study (`study` in config.yaml, else the experiment; --study takes one) and model; a method is
+named by the settings that differ within its study (`clip · trainer.learning_rate=0.001`). Two runs of one point
+and seed (the same settings but where or how fast they ran) stop every table and `compare`, naming both. Identical
+runs of two methods, and a rule that never acted, are named on stderr (and in `compare`'s output).
 Tables 2 and 3 carry bootstrap intervals and seed-level tests against `clip` (--resamples, --alpha); --grader TAG
 reads the verdicts of `regrade` instead of the original ones. `compare` prints method A − method B, the run
 (seed) as the unit, with the same numbers as the tables; `regrade` re-scores every saved sample with the current
@@ -47,7 +51,8 @@ from atr_grpo.reporting import (
     tables,
     writers,
 )
-from atr_grpo.reporting.runs import Run, drop_repeats, find_runs
+from atr_grpo.reporting.no_effect import study_warnings
+from atr_grpo.reporting.runs import RepeatedRuns, Run, find_runs, refuse_repeats
 
 # each table's experiment; None = every run
 TABLES = {
@@ -66,6 +71,8 @@ FIGURE_TABLES = {"delta": tables.delta_table, "passk": tables.passk_table}
 # tables of any experiment's training runs (reporting/endpoints.py)
 RUN_TABLES = {"endpoints": endpoints.endpoints_table, "bounds": endpoints.bounds_table}
 COMMANDS = (*TABLES, "all", "figures", "compare", "regrade", "pack")
+# tables whose rows are methods compared within one study (its Holm family): they take the runs of one study
+STUDY_TABLES = ("table2", "table3", "seeds", "seeds_auc", "delta", "passk")
 
 
 class ResultsError(RuntimeError):
@@ -95,12 +102,20 @@ def build_table(
     runs_dir: Path,
     out_dir: Path,
     experiment: str | None = None,
+    study: str | None = None,
     ddof: int = 0,
     resampling: stats.Resampling | None = None,
     alpha: float = tables.ALPHA,
 ) -> list[Path]:
-    """Write one table from the runs of its experiment; raises ResultsError when there are none."""
-    chosen = _select(runs, runs_dir, experiment or TABLES[name])
+    """Write one table from the runs of its experiment (every experiment, once --study chose the runs); raises
+    ResultsError when there are none, or when a table of methods would mix studies."""
+    chosen = _select(runs, runs_dir, experiment or (None if study else TABLES[name]))
+    studies = sorted({run.study for run in chosen})
+    if name in STUDY_TABLES and len(studies) > 1:
+        raise ResultsError(
+            f"the runs of experiment {experiment or TABLES[name]!r} belong to several studies ({', '.join(studies)}); "
+            "--study NAME tabulates one"
+        )
     if name == "table2":
         table = tables.table2(chosen, resampling, alpha)
     elif name == "table3":
@@ -137,7 +152,7 @@ def build_figures(
     """Every figure whose data exist; returns (files written, figures skipped with the reason)."""
     written, skipped = figures.figure1(out_dir), []
     try:
-        curves, _ = drop_repeats(_select(runs, runs_dir, experiment or "table2"))
+        curves = refuse_repeats(_select(runs, runs_dir, experiment or "table2"))
         written += figures.figure2(curves, out_dir, methods=methods)
         written += figures.figure_clipping(curves, out_dir, methods=methods)
     except ResultsError as err:
@@ -180,6 +195,9 @@ def _level(text: str) -> float:
 def _common(parser: argparse.ArgumentParser, statistics: bool = True) -> None:
     parser.add_argument("--runs", type=Path, default=Path("results/runs"), help="where the run directories are")
     parser.add_argument("--experiment", default=None, help="take the runs of this experiment only")
+    parser.add_argument(
+        "--study", default=None, help="take the runs of this study only (config `study`, else the experiment)"
+    )
     if statistics:
         parser.add_argument(
             "--resamples",
@@ -221,6 +239,11 @@ def _runs(parser: argparse.ArgumentParser, opts: argparse.Namespace) -> list[Run
                 f"{', '.join(found) or 'none (python -m atr_grpo.results regrade writes them)'}"
             )
     runs = find_runs(opts.runs, grader=grader)
+    if opts.study is not None:
+        found = sorted({run.study for run in runs if run.config})
+        runs = [run for run in runs if run.study == opts.study]
+        if not runs:
+            parser.error(f"--study {opts.study!r}: no run of it under {opts.runs}; studies found: {', '.join(found)}")
     for run in runs:
         if not run.config:  # it cannot be placed in any table: say so here
             print(f"warning: {run.path}: {'; '.join(run.problems)}", file=sys.stderr)
@@ -306,6 +329,8 @@ def compare_main(argv: list[str]) -> int:
     if found is not None:
         the_plan, commit, analysis, _ = found
         planned.apply_to_rows(rows, *opts.methods, analysis, the_plan)
+    for line in dict.fromkeys(w for row in rows for w in row.warnings):
+        print(f"warning: {line}", file=sys.stderr)
     print(compare.format_rows(rows, *opts.methods, resampling), end="")
     if found is not None:
         print("\n".join(["", *planned.planned_lines(analysis, the_plan, commit.commit)]))
@@ -392,6 +417,9 @@ def main(argv: list[str] | None = None) -> int:
     except rundir.RunFileError as err:
         print(f"error: {err}\n{DAMAGED_FILE_HINT}", file=sys.stderr)
         return 2
+    except RepeatedRuns as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
 
 
 def _command(argv: list[str]) -> int:
@@ -426,7 +454,8 @@ def _command(argv: list[str]) -> int:
     runs = _runs(parser, opts)
     if opts.what != "figures" and not _start_points_agree([r for r in runs if opts.experiment in (None, r.experiment)]):
         return 2
-    options = {"ddof": opts.ddof, "resampling": _resampling(opts), "alpha": opts.alpha}
+    refuse_repeats([r for r in runs if opts.experiment in (None, r.experiment)])
+    options = {"study": opts.study, "ddof": opts.ddof, "resampling": _resampling(opts), "alpha": opts.alpha}
     written: list[Path] = []
     try:
         if opts.what == "figures":
@@ -449,6 +478,9 @@ def _command(argv: list[str]) -> int:
     except (ResultsError, writers.OutputError, plan.PlanError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    if opts.what != "figures":
+        for line in study_warnings([r for r in runs if opts.experiment in (None, r.experiment)]):
+            print(f"warning: {line}", file=sys.stderr)
     for path in written:
         print(path)
     return 0

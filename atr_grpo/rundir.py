@@ -66,6 +66,77 @@ def method_label(clipping: Any) -> str:
     return "-".join([name, *parts])
 
 
+# Keys (dotted, or a section) that say where a run's files are, what the run is called, how fast it runs or when
+# it is evaluated. They do not define its method: runs that differ only in them and the seed are repeats of one point
+# (`method_settings`). The seed and the study are left out too: they place a run, they are not its method.
+NOT_METHOD_KEYS = (
+    "seed",
+    "study",
+    "run_name",
+    "run_dir",
+    "resume",
+    "hydra",
+    "logger",
+    "out_dir",
+    "force",
+    "sft.cache_dir",
+    "trainer.logging_steps",
+    "trainer.save_steps",
+    "trainer.save_total_limit",
+    "trainer.log_completions",
+    "trainer.num_threads",
+    "trainer.ddp_timeout",
+    "trainer.gradient_checkpointing",
+    "rollout.vllm.enable_sleep_mode",
+    "rollout.vllm.gpu_memory_utilization",
+    "rollout.vllm.server_base_url",
+    "rollout.vllm.server_host",
+    "rollout.vllm.server_port",
+    "rollout.vllm.server_timeout",
+    "rollout.vllm.group_port",
+    "eval.enabled",  # the evaluation schedule says when a run is measured, not what it trains
+    "eval.when",
+    "eval.every_steps",
+    "eval.at_start",
+    "eval.keep_adapters",
+    "eval.share_start",
+    "eval.paths",
+    "eval.batch_size",
+    "eval.grader_workers",
+    "eval.gpu_memory_utilization",
+)
+# Keys the method label (`method_label`) already shows
+LABELLED_KEYS = ("method", "clipping")
+
+
+def in_section(key: str, sections: tuple[str, ...]) -> bool:
+    """Whether dotted `key` is one of `sections` or lies inside one."""
+    return any(key == s or key.startswith(s + ".") for s in sections)
+
+
+def study_of(config: dict[str, Any]) -> str:
+    """A run's study: its `study` key, or its experiment for a config.yaml from before the key."""
+    return str(config.get("study") or config.get("experiment", "?"))
+
+
+def method_settings(config: dict[str, Any]) -> dict[str, Any]:
+    """{dotted key: value} of every setting that defines a run's method: its whole config but NOT_METHOD_KEYS."""
+    return {k: v for k, v in _flatten(config).items() if not in_section(k, NOT_METHOD_KEYS)}
+
+
+def setting_text(key: str, value: Any) -> str:
+    """`trainer.learning_rate=0.001`: one setting as a method name shows it (floats as `%g`, YAML's null/true)."""
+    if isinstance(value, bool) or value is None:
+        shown = json.dumps(value)
+    elif isinstance(value, float):
+        shown = f"{value:g}"
+    elif isinstance(value, list):
+        shown = "[" + ",".join(map(str, value)) + "]"
+    else:
+        shown = str(value)
+    return f"{key}={shown}"
+
+
 def sweep_suffix(overrides: list[str]) -> str:
     """`__key=value,...` for the overrides of a multirun job that its run name does not already show."""
     parts = []
@@ -293,6 +364,8 @@ def _same_value(key: str, a: Any, b: Any) -> bool:
 def config_differences(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
     """Dotted keys whose values differ, ignoring keys a resume may change and where the run directory is (a
     relaunch may spell it as an absolute path, or the directory may have been moved or copied)."""
+    if "study" in current and "study" not in saved:  # a run from before the key: its study was its experiment
+        saved = {**saved, "study": study_of(saved)}
     a, b = _flatten(saved), _flatten(current)
     keys = sorted((set(a) | set(b)) - {"run_dir"})
     return [k for k in keys if not _same_value(k, a.get(k), b.get(k)) and not k.startswith(RESUMABLE_CHANGES)]

@@ -221,6 +221,9 @@ class ClipRule:
     # True when the rule changes the gradient even where w ≡ 1 (strictly on-policy updates), i.e. its effect
     # does not go through the ratio; a run of any other rule warns that it cannot act when every update is on-policy
     acts_on_policy: ClassVar[bool] = False
+    # the logged metric that is 0 at a step where the rule changed no token's gradient; None for a rule that
+    # freezes no token and reshapes every one (a soft gate, a penalty): its clip/frac is 0 by construction
+    act_metric: ClassVar[str | None] = "clip/frac"
     # the aggregation the rule's source defines its objective with (one of losses.AGGREGATIONS; "seq_mean" for the
     # sequence-level rules), None for token-level rules: `loss_agg=native` uses it (losses.resolve_aggregation)
     native_aggregation: ClassVar[str | None] = None

@@ -32,6 +32,7 @@ class CFPO(ClipRule):
     """Clipping-free policy optimisation: −(w·A − |A|/(2ε)·(w − 1)²), maximal at PPO's bound, never frozen."""
 
     name = "cfpo"
+    act_metric = None  # freezes no token: clip/frac is 0 by construction
     family = "soft"
     params = (open_unit("eps", 0.2, "the trust region |w − 1| ≤ ε the penalty comes from (CFPO: PPO's ε, 0.2)"),)
     summary = "−(w·A − |A|/(2ε)·(w−1)²): a quadratic TV penalty instead of the clip, optimal at w = 1 ± ε"

@@ -32,6 +32,7 @@ class DRO(ClipRule):
     """
 
     name = "dro"
+    act_metric = None  # freezes no token: clip/frac is 0 by construction
     family = "soft"
     params = (positive("beta", 0.05, "weight β of the penalty ½β(log w)² (verl dro_beta; 0.05: verl's example)"),)
     summary = "−(A·log π − ½β·(log w)²): REINFORCE with a quadratic penalty on the log-ratio"

@@ -58,6 +58,7 @@ class NoClip(ClipRule):
     """REINFORCE with the importance ratio, loss -w·A: no constraint (a reference point)."""
 
     name = "no_clip"
+    act_metric = None  # freezes no token: clip/frac is 0 by construction
     family = "reference"
     summary = "−w·A, no constraint"
     source = "REINFORCE with the ratio (Williams 1992)"

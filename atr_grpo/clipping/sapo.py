@@ -19,6 +19,7 @@ from atr_grpo.clipping.base import ClipRule, RuleTerms, TokenBatch, positive, ra
 @register
 class SAPO(ClipRule):
     name = "sapo"
+    act_metric = None  # freezes no token: clip/frac is 0 by construction
     family = "soft"
     params = (
         positive("tau_pos", 1.0, "gate temperature for A > 0 (SAPO default 1.0)"),

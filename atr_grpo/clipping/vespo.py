@@ -65,6 +65,7 @@ class VESPO(ClipRule):
     """
 
     name = "vespo"
+    act_metric = None  # freezes no token: clip/frac is 0 by construction
     family = "soft"
     owns_correction = True
     native_aggregation = "token_mean"

@@ -24,7 +24,7 @@ import math
 import statistics
 from typing import Any
 
-from atr_grpo.reporting.runs import Run, drop_repeats, mean_or_nan, metric_number, run_columns
+from atr_grpo.reporting.runs import Run, mean_or_nan, metric_number, refuse_repeats, run_columns
 from atr_grpo.reporting.tables import Table
 
 ROLLOUT_KEYS = ("rollout/logp_abs_diff_mean", "rollout/logp_abs_diff_max", "rollout/ratio_out_of_band_frac")
@@ -94,9 +94,9 @@ def binding_row(run: Run) -> tuple[dict[str, Any], list[str]]:
 
 
 def binding_table(runs: list[Run]) -> Table:
-    """`clip_binding`: one row per training run (repeats of a seed set aside as in the other tables)."""
-    kept, repeats = drop_repeats(runs)
-    rows, missing = [], list(repeats)
+    """`clip_binding`: one row per training run (RepeatedRuns when two runs repeat a point)."""
+    kept = refuse_repeats(runs)
+    rows, missing = [], []
     for run in kept:
         row, notes = binding_row(run)
         missing += notes

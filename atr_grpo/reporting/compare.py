@@ -1,14 +1,19 @@
 """`python -m atr_grpo.results compare A B`: method A against method B, the run (seed) as the unit.
 
-Within each (experiment, model) that has runs of both methods, every benchmark (and their Average) and every
+Within each (study, model) that has runs of both methods, every benchmark (and their Average) and every
 metric gets `cells.compare`: A − B in points, one difference per seed pair, the exact sign-flip test over the
 seeds with the smallest p the design can reach, the paired t-test and t-interval, the minimum detectable
 effect, the per-seed differences; then rliable's IQM of each method and P(A > B), and the problem-level test as
-a secondary column. The Holm family is fixed, not the rows printed: every method of the experiment and model
+a secondary column. The Holm family is fixed, not the rows printed: every method of the study and model
 compared with B in the same benchmark × metric column, which is the tables' family when B is `clip`; the
 random streams are named by `cells.comparison_key`. So the same comparison prints the same numbers here and in
 the tables. Runs are paired by seed and problems by id; a seed or a problem that A or B lacks stops the
 comparison with an error that names it (a family member that cannot be paired is left out, and named).
+
+A study is `study` in the runs' config.yaml (else their experiment); its methods are named by the settings that
+differ within it (`runs.name_methods`), and two runs of one point and seed stop the comparison
+(`runs.refuse_repeats`). Under each seed table, `no_effect` says when the comparison cannot show anything:
+identical runs, a rule that never acted.
 """
 
 from __future__ import annotations
@@ -19,8 +24,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from atr_grpo.reporting import cells, stats
-from atr_grpo.reporting.runs import AVERAGE, Run, drop_repeats
+from atr_grpo.reporting import cells, no_effect, stats
+from atr_grpo.reporting.runs import AVERAGE, Run, refuse_repeats
 
 if TYPE_CHECKING:
     from atr_grpo.reporting.planned import PlannedResult
@@ -34,7 +39,7 @@ class CompareError(ValueError):
 
 @dataclass
 class Row:
-    experiment: str
+    experiment: str  # the study (`Run.study`: the experiment unless the config names another)
     model: str
     benchmark: str
     metric: str
@@ -49,6 +54,7 @@ class Row:
     endpoint: str = "final"
     level: float = float("nan")  # the level its test uses: Holm's first step α / m, or the plan's (`planned`)
     planned: PlannedResult | None = None  # set when the experiment's analysis plan tests this comparison
+    warnings: list[str] = field(default_factory=list)  # what the comparison cannot show (`no_effect`)
 
 
 def _names(runs: list[Run], attribute: str) -> str:
@@ -68,9 +74,9 @@ def holm_against(
     step: int | None = None,
 ) -> tuple[float, list[str], list[str]]:
     """(the Holm-adjusted p of `tested`, the family, the members left out): the family is every method in
-    `methods` (one experiment and model) compared with `reference` on `key` × `metric` at `endpoint` (or
+    `methods` (one study and model) compared with `reference` on `key` × `metric` at `endpoint` (or
     `step`), at the seed level."""
-    experiment, model = next(iter(methods.values()))[0].experiment, next(iter(methods.values()))[0].model
+    experiment, model = next(iter(methods.values()))[0].study, next(iter(methods.values()))[0].model
     reference_scores = cells.cell_scores(methods[reference], metric, key, benchmarks, endpoint, step)
     family, left_out = {tested: p_tested}, []
     for method, runs in sorted(methods.items()):
@@ -99,22 +105,26 @@ def compare_methods(
     step: int | None = None,
     endpoint: str = "final",
 ) -> list[Row]:
-    """Every (experiment, model, benchmark or Average, metric) comparison of A with B in `runs`, at `endpoint`
-    (`final` or `auc`; `step` reads one evaluation step instead)."""
+    """Every (study, model, benchmark or Average, metric) comparison of A with B in `runs`, at `endpoint`
+    (`final` or `auc`; `step` reads one evaluation step instead). Each row carries its block's warnings."""
     _check_request(method_a, method_b, metrics, step, endpoint)
     rows = []
     for (experiment, model), methods in _paired_groups(runs, method_a, method_b).items():
         configured = list(dict.fromkeys(b for r in methods[method_a] + methods[method_b] for b in r.benchmarks))
         keys = _cell_keys(configured, benchmarks, f"{experiment}/{model}")
         k = methods[method_a][0].k
+        warnings = no_effect.pair_warnings(methods[method_a], methods[method_b])
+        warnings += no_effect.rule_warnings(methods[method_a] + methods[method_b])
         for metric in metrics or [f"mean@{k}", f"pass@{k}"]:
             for key in keys:
                 try:
-                    rows.append(
-                        _compare_cell(methods, method_a, method_b, metric, key, configured, resampling, endpoint, step)
+                    row = _compare_cell(
+                        methods, method_a, method_b, metric, key, configured, resampling, endpoint, step
                     )
                 except cells.ScoreError as err:
                     raise CompareError(f"{experiment}/{model}, {key} {metric}: {err}") from None
+                row.warnings = warnings
+                rows.append(row)
     return rows
 
 
@@ -132,20 +142,23 @@ def _check_request(method_a: str, method_b: str, metrics: list[str] | None, step
 
 
 def _paired_groups(runs: list[Run], method_a: str, method_b: str) -> dict[tuple[str, str], dict[str, list[Run]]]:
-    """{(experiment, model): {method: runs}} for each experiment and model with runs of both A and B (repeats
-    dropped), in order; CompareError when a method has no runs or the two never meet."""
-    kept, _ = drop_repeats(runs)
+    """{(study, model): {method: runs}} for each study and model with runs of both A and B, in order; CompareError
+    when a method has no runs, the two never meet, or two runs repeat one point (`refuse_repeats`)."""
+    try:
+        kept = refuse_repeats(runs)
+    except ValueError as err:
+        raise CompareError(str(err)) from None
     for method in (method_a, method_b):
         if not any(r.method == method for r in kept):
             raise CompareError(f"no runs of method {method!r} (methods found: {_names(kept, 'method')})")
     groups: dict[tuple[str, str], dict[str, list[Run]]] = defaultdict(lambda: defaultdict(list))
     for run in kept:
-        groups[(run.experiment, run.model)][run.method].append(run)
+        groups[(run.study, run.model)][run.method].append(run)
     pairs = {key: sides for key, sides in sorted(groups.items()) if method_a in sides and method_b in sides}
     if not pairs:
-        where = {m: sorted({f"{r.experiment}/{r.model}" for r in kept if r.method == m}) for m in (method_a, method_b)}
+        where = {m: sorted({f"{r.study}/{r.model}" for r in kept if r.method == m}) for m in (method_a, method_b)}
         raise CompareError(
-            f"{method_a} and {method_b} never share an experiment and model: {method_a} in "
+            f"{method_a} and {method_b} never share a study and model: {method_a} in "
             f"{', '.join(where[method_a])}; {method_b} in {', '.join(where[method_b])}"
         )
     return pairs
@@ -174,7 +187,7 @@ def _compare_cell(
 ) -> Row:
     """A against B on one benchmark (or the Average) and metric, with its Holm adjustment (`holm_against`)."""
     runs_a, runs_b = methods[method_a], methods[method_b]
-    experiment, model = runs_a[0].experiment, runs_a[0].model
+    experiment, model = runs_a[0].study, runs_a[0].model
     a = cells.cell_scores(runs_a, metric, key, configured, endpoint, step)
     b = cells.cell_scores(runs_b, metric, key, configured, endpoint, step)
     label = cells.comparison_key(experiment, model, method_a, method_b, metric, key, endpoint)
@@ -207,6 +220,7 @@ def format_rows(rows: list[Row], method_a: str, method_b: str, resampling: stats
     for experiment, model in dict.fromkeys((r.experiment, r.model) for r in rows):
         block = [r for r in rows if (r.experiment, r.model) == (experiment, model)]
         lines += _seed_table(block, method_a, method_b, resampling)
+        lines += _warning_lines(block)
         lines += _robust_table(block, method_a, method_b, resampling)
         lines += _block_notes(block, method_a, method_b, resampling)
     lines += _method_notes(rows, resampling)
@@ -233,6 +247,11 @@ def _seed_table(block: list[Row], method_a: str, method_b: str, resampling: stat
         cells_ = seed_level_cells(r.difference, r.p_holm, alpha, r.level)
         lines.append(f"| {r.benchmark} | {r.metric} | {r.mean_a:.2f} | {r.mean_b:.2f} | {' | '.join(cells_)} |")
     return lines
+
+
+def _warning_lines(block: list[Row]) -> list[str]:
+    """Under a block's seed table: what its comparison cannot show (identical runs, a rule that never acted)."""
+    return [""] + [f"**warning: {line}**" for line in block[0].warnings] if block[0].warnings else []
 
 
 def _robust_table(block: list[Row], method_a: str, method_b: str, resampling: stats.Resampling) -> list[str]:

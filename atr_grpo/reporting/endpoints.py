@@ -21,11 +21,11 @@ from typing import Any
 from atr_grpo.reporting.runs import (
     AVERAGE,
     Run,
-    drop_repeats,
     mean_or_nan,
     mean_std,
     metric_number,
     problems,
+    refuse_repeats,
     run_columns,
 )
 from atr_grpo.reporting.tables import Table
@@ -66,7 +66,7 @@ def _mean_sd(values: list[float]) -> tuple[float, float]:
 
 
 def endpoints_table(runs: list[Run]) -> Table:
-    kept, repeats = drop_repeats([run for run in runs if run.max_steps is not None])
+    kept = refuse_repeats([run for run in runs if run.max_steps is not None])
     groups: dict[tuple[str, str, str], list[Run]] = defaultdict(list)
     for run in kept:
         groups[(run.experiment, run.model, run.method)].append(run)
@@ -104,11 +104,11 @@ def endpoints_table(runs: list[Run]) -> Table:
         "final = last evaluation, best = maximum over evaluations after step 0 (chosen on the same problems, so "
         "biased upward); auc = mean of a run's evaluations after step 0"
     ]
-    return Table("endpoints", ENDPOINT_COLUMNS, rows, problems(kept) + repeats, notes)
+    return Table("endpoints", ENDPOINT_COLUMNS, rows, problems(kept), notes)
 
 
 def bounds_table(runs: list[Run]) -> Table:
-    kept, repeats = drop_repeats([run for run in runs if run.metrics])
+    kept = refuse_repeats([run for run in runs if run.metrics])
     bounds = sorted(
         {key[len(BOUND_PREFIX) :] for run in kept for row in run.metrics for key in row if key.startswith(BOUND_PREFIX)}
     )
@@ -137,4 +137,4 @@ def bounds_table(runs: list[Run]) -> Table:
     ]
     formats = dict.fromkeys(columns[5:], ".3g")
     blanks = dict.fromkeys(columns[7:], "–")
-    return Table("bounds", columns, rows, repeats, notes, formats, nan_text=blanks)
+    return Table("bounds", columns, rows, [], notes, formats, nan_text=blanks)

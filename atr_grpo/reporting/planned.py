@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from atr_grpo.reporting import cells, compare, stats
 from atr_grpo.reporting.plan import PRIMARY, SECONDARY, Comparison, Plan, PlanError, gatekept
-from atr_grpo.reporting.runs import AVERAGE, Run, drop_repeats
+from atr_grpo.reporting.runs import AVERAGE, Run, refuse_repeats
 
 DIFFERS, EQUIVALENT, NOT_ESTABLISHED, NOT_TESTED = "differs", "equivalent", "not established", "not tested"
 
@@ -54,7 +54,7 @@ class PlannedResult:
 def analyse(runs: list[Run], plan: Plan, resampling: stats.Resampling) -> list[PlannedResult]:
     """Every planned comparison of each model of the plan's experiment; PlanError when the runs cannot answer it
     (a method, seed or benchmark the plan names is missing), naming what is missing."""
-    kept, _ = drop_repeats([r for r in runs if r.experiment == plan.experiment])
+    kept = refuse_repeats([r for r in runs if r.experiment == plan.experiment])
     if not kept:
         found = sorted({r.experiment for r in runs})
         raise PlanError(f"{plan.path}: no runs of experiment {plan.experiment!r} (found: {', '.join(found) or 'none'})")

@@ -8,6 +8,7 @@ verdicts from `eval/regrade/TAG/` (written by `python -m atr_grpo.results regrad
 
 from __future__ import annotations
 
+import json
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -34,6 +35,7 @@ class Run:
     config: dict[str, Any]
     problems: list[str] = field(default_factory=list)  # what is missing, in words (reported, never dropped)
     grader: str | None = None  # a regrade tag: read eval/regrade/<tag>/ instead of the original verdicts
+    label: str | None = None  # the method's name within its study (`name_methods`); None: the config's label
     _cache: dict[tuple, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def _section(self, name: str) -> dict[str, Any]:
@@ -45,12 +47,29 @@ class Run:
         return str(self.config.get("experiment", "?"))
 
     @property
+    def study(self) -> str:
+        """The runs this one is compared with: its config's `study`, else its experiment."""
+        return rundir.study_of(self.config)
+
+    @property
     def model(self) -> str:
         return str(self._section("model").get("name", "?"))
 
     @property
     def method(self) -> str:
+        """The method's name: the rule and its non-default parameters, plus the other settings that differ
+        within the study (`name_methods`), e.g. `clip · trainer.learning_rate=0.001`."""
+        return self.label or self.base_method
+
+    @property
+    def base_method(self) -> str:
+        """The config's own label (`rundir.method_label`: the rule and its non-default parameters)."""
         return str(self.config.get("method") or self.clipping.get("name", "?"))
+
+    @cached_property
+    def settings(self) -> dict[str, Any]:
+        """{dotted key: value} of the settings that define the run's method (`rundir.method_settings`)."""
+        return rundir.method_settings(self.config)
 
     @property
     def seed(self) -> int:
@@ -58,8 +77,13 @@ class Run:
 
     @property
     def key(self) -> tuple[str, str, str, int]:
-        """Runs with the same key are repeats of one experiment point (not extra seeds)."""
-        return (self.experiment, self.model, self.method, self.seed)
+        """Runs with the same key are repeats of one point (not extra seeds): same study, model, settings and seed."""
+        return (self.study, self.model, json.dumps(self.settings, sort_keys=True, default=str), self.seed)
+
+    @property
+    def is_training(self) -> bool:
+        """A training run (it has a trainer section); else a standalone evaluation."""
+        return bool(self._section("trainer"))
 
     @property
     def credit_inside_think(self) -> bool:
@@ -232,34 +256,77 @@ def failed_evaluations(path: Path, config: dict[str, Any], summary: dict[tuple[i
 
 
 def find_runs(root: str | Path, experiment: str | None = None, grader: str | None = None) -> list[Run]:
-    """Every run directory under `root` (found by its config.yaml), optionally of one experiment; with `grader`,
-    each run's verdicts of that regrade."""
+    """Every run directory under `root` (found by its config.yaml), its method named within its study
+    (`name_methods`), optionally of one experiment; with `grader`, each run's verdicts of that regrade."""
     runs = [load_run(p, grader) for p in rundir.find_run_dirs(root)]
+    name_methods(runs)
     return [r for r in runs if experiment is None or r.experiment == experiment]
 
 
-def drop_repeats(runs: list[Run]) -> tuple[list[Run], list[str]]:
-    """One run per (experiment, model, method, seed): the one with the most evaluations, then the newest.
+def name_methods(runs: list[Run]) -> None:
+    """Set each run's `label`: its config's label (the rule and its non-default parameters), then ` · key=value`
+    for every other setting that differs between the runs of its study and model (training runs and standalone
+    evaluations apart). Runs that differ only in the rule keep today's names. Should two different settings still
+    share a name (a rule parameter its label does not show), every differing setting is shown."""
+    groups: dict[tuple[str, str, bool], list[Run]] = defaultdict(list)
+    for run in runs:
+        if run.config:
+            groups[(run.study, run.model, run.is_training)].append(run)
+    for group in groups.values():
+        varying = _varying_keys(group)
+        shown = [k for k in varying if not rundir.in_section(k, rundir.LABELLED_KEYS)]
+        names = _names_with(group, shown)
+        identities = {name: {r.key[2] for r, n in zip(group, names) if n == name} for name in names}
+        if any(len(found) > 1 for found in identities.values()):
+            names = _names_with(group, [k for k in varying if k != "method"])
+        for run, name in zip(group, names):
+            run.label = name
 
-    Re-launching a finished config into a fresh run_dir repeats a seed; averaging repeats as if they were
-    seeds would shrink the std, so the others are set aside and named in the returned messages.
+
+def _varying_keys(runs: list[Run]) -> list[str]:
+    """The settings whose value (or presence) is not the same in every run, sorted."""
+    keys = sorted({k for run in runs for k in run.settings})
+    return [k for k in keys if len({json.dumps(r.settings.get(k, UNSET), default=str) for r in runs}) > 1]
+
+
+UNSET = "–"  # a setting a run's config.yaml does not have (written before the key existed)
+
+
+def _names_with(runs: list[Run], keys: list[str]) -> list[str]:
+    """Each run's config label followed by its value of each of `keys`."""
+    return [
+        " · ".join([run.base_method, *(rundir.setting_text(k, run.settings.get(k, UNSET)) for k in keys)])
+        for run in runs
+    ]
+
+
+class RepeatedRuns(ValueError):
+    """Two runs are the same point: same study, model, settings and seed (the message names both)."""
+
+
+def refuse_repeats(runs: list[Run]) -> list[Run]:
+    """`runs` in path order; RepeatedRuns naming both runs of every pair that repeats one point.
+
+    Re-launching a finished config into a fresh run_dir repeats a seed. Averaging repeats as if they were seeds
+    would shrink the spread, and keeping one would be a silent choice, so a repeat stops the tables and
+    `compare`. Runs whose config.yaml is unreadable are kept (their problem is reported with them).
     """
     groups: dict[tuple[str, str, str, int], list[Run]] = defaultdict(list)
     for run in runs:
-        groups[run.key].append(run)
-    kept, messages = [], []
-    for group in groups.values():
-
-        def rank(run: Run) -> tuple[int, float]:
-            config = run.path / rundir.CONFIG_FILE
-            return len(run.summary), config.stat().st_mtime if config.exists() else 0.0
-
-        group.sort(key=rank, reverse=True)
-        kept.append(group[0])
-        messages += [
-            f"{r.path}: ignored, repeats {group[0].path} (same experiment, model, method, seed)" for r in group[1:]
+        if run.config:
+            groups[run.key].append(run)
+    clashes = [sorted(group, key=lambda r: str(r.path)) for group in groups.values() if len(group) > 1]
+    if clashes:
+        lines = [
+            f"{' and '.join(str(r.path) for r in group)} repeat one point (study {group[0].study}, model "
+            f"{group[0].model}, method {group[0].method}, seed {group[0].seed})"
+            for group in sorted(clashes, key=lambda g: str(g[0].path))
         ]
-    return sorted(kept, key=lambda r: str(r.path)), sorted(messages)
+        raise RepeatedRuns(
+            "; ".join(lines) + ". Their configs differ at most in where or how fast they ran "
+            "(rundir.NOT_METHOD_KEYS); move all but one out of --runs, or give one another seed or study"
+        )
+    return sorted(runs, key=lambda r: str(r.path))
 
 
 def problems(runs: list[Run]) -> list[str]:

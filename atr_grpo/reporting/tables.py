@@ -34,11 +34,11 @@ from atr_grpo.reporting.runs import (
     AVERAGE,
     MissingSamples,
     Run,
-    drop_repeats,
     final_and_best,
     final_step,
     mean_std,
     problems,
+    refuse_repeats,
     two_decimals,
 )
 from atr_grpo.reporting.uncertainty import (
@@ -101,10 +101,10 @@ def benchmarks_of(runs: list[Run]) -> list[str]:
 
 
 def prepare(runs: list[Run]) -> tuple[list[Run], list[str], list[str]]:
-    """(one run per experiment point, its metric names, the missing-evaluation report)."""
-    kept, repeats = drop_repeats(runs)
+    """(the runs, its metric names, the missing-evaluation report); RepeatedRuns when two runs repeat a point."""
+    kept = refuse_repeats(runs)
     k = kept[0].k if kept else 8
-    return kept, [f"mean@{k}", f"pass@{k}"], problems(kept) + repeats
+    return kept, [f"mean@{k}", f"pass@{k}"], problems(kept)
 
 
 def grouped(runs: list[Run]) -> dict[tuple[str, str], list[Run]]:

@@ -47,7 +47,7 @@ def test_bounds_table_counts_the_steps_each_bound_fired(tmp_path):
         {"step": 4, "clip/frac": 0.02, "clip/frac_low": 0.02, "clip/frac_dual": 0.0},
     ]
     (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    make_run(tmp_path, "power", "tiny", "clip", {"name": "clip"}, 0, evals(0.1, 0.2), max_steps=2)
+    make_run(tmp_path, "power", "tiny", "clip", {"name": "clip"}, 0, evals(0.1, 0.2), max_steps=4)
     table = bounds_table(find_runs(tmp_path))
     dual = next(r for r in table.rows if r["method"] == "dual_clip")
     assert (dual["steps"], dual["completion_length"], dual["clip_frac"]) == (4, 60.0, 0.02)

@@ -1,0 +1,131 @@
+"""When a comparison cannot show anything, say so: the runs are identical, or a rule never acted.
+
+- Identical runs: two runs gave the same evaluations (every summary metric, and every sample's completion and
+  verdict, at every step and benchmark) and the same training metrics (every metric both log, `OUTCOME_SKIP`
+  aside: timings and the echoes of a setting). Two methods whose runs are identical for every seed cannot
+  differ in any test; when they differ in one setting only, that swept value had no effect.
+- A rule that never acted: its act metric (`ClipRule.act_metric`, `clip/frac` unless the rule declares another)
+  is 0 at every logged step of the run's metrics.jsonl, so its bounds never bound. A rule that declares none
+  (a soft gate, a penalty: it freezes no token) is never reported.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from itertools import combinations
+from typing import Any
+
+from atr_grpo import rundir
+from atr_grpo.evaluation.outputs import find_sample_file
+from atr_grpo.reporting.runs import Run, metric_number
+
+# what two runs of one outcome may still log differently: timings, labels, and settings echoed per step
+OUTCOME_SKIP = ("method", "learning_rate", "clip/delta", "step_time", "generate_s", "grade_s", "time_s")
+SAMPLE_FIELDS = ("problem_id", "sample", "completion", "correct")
+
+
+def _outcome(record: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in record.items() if k not in OUTCOME_SKIP}
+
+
+def _same_metrics(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """One logged step of two runs agrees on every metric both log (a rule's own extras, e.g. clip/frac_dual, are
+    logged by one side only)."""
+    return all(a[k] == b[k] for k in set(a) & set(b) if k not in OUTCOME_SKIP)
+
+
+def _samples(run: Run, step: int, benchmark: str) -> list[tuple[Any, ...]] | None:
+    path = find_sample_file(run.path, step, benchmark)
+    if path is None:
+        return None
+    return [tuple(r.get(f) for f in SAMPLE_FIELDS) for r in rundir.iter_jsonl(path, whole=True)]
+
+
+def identical(a: Run, b: Run) -> bool:
+    """Whether two runs gave the same evaluations and training metrics (see the module's docstring)."""
+    if not a.summary or set(a.summary) != set(b.summary):
+        return False
+    if any(_outcome(a.summary[key]) != _outcome(b.summary[key]) for key in a.summary):
+        return False
+    if len(a.metrics) != len(b.metrics) or not all(map(_same_metrics, a.metrics, b.metrics)):
+        return False
+    return all(_samples(a, step, bench) == _samples(b, step, bench) for step, bench in a.summary)
+
+
+def act_metric(run: Run) -> str | None:
+    """The metric that shows whether the run's rule acted; None when its rule declares none."""
+    from atr_grpo.clipping import RULES
+
+    rule = RULES.get(str(run.clipping.get("name")))
+    return "clip/frac" if rule is None else rule.act_metric
+
+
+def never_acted(run: Run) -> str | None:
+    """The act metric, when it is logged and 0 at every step of the run; None when the rule acted (or cannot tell)."""
+    metric = act_metric(run)
+    if metric is None:
+        return None
+    values = [v for row in run.metrics if (v := metric_number(row.get(metric))) is not None]
+    return metric if values and not any(values) else None
+
+
+def _seeds(seeds: list[int]) -> str:
+    return f"seed{'s' * (len(seeds) > 1)} {', '.join(map(str, seeds))}"
+
+
+def _differing(a: Run, b: Run) -> list[str]:
+    """The settings in which two runs differ (the config's method label aside)."""
+    keys = sorted(set(a.settings) | set(b.settings))
+    return [k for k in keys if k != "method" and a.settings.get(k) != b.settings.get(k)]
+
+
+def pair_warnings(runs_a: list[Run], runs_b: list[Run]) -> list[str]:
+    """What A against B cannot show: runs identical for some or every seed (and the one setting that had no
+    effect, when they differ in one only)."""
+    by_seed = {r.seed: r for r in runs_b}
+    pairs = [(a, by_seed[a.seed]) for a in sorted(runs_a, key=lambda r: r.seed) if a.seed in by_seed]
+    same = [a.seed for a, b in pairs if identical(a, b)]
+    if not same:
+        return []
+    method_a, method_b = runs_a[0].method, runs_b[0].method
+    if len(same) < len(pairs):
+        return [f"identical: {method_a} and {method_b} gave the same runs for {_seeds(same)}"]
+    line = (
+        f"identical: {method_a} and {method_b} gave the same evaluations and training metrics for every seed "
+        f"({_seeds(same)}), so no test can show a difference"
+    )
+    a, b = pairs[0]
+    differing = _differing(a, b)
+    if len(differing) == 1:
+        key = differing[0]
+        shown = ", ".join(rundir.setting_text(key, r.settings.get(key)) for r in (a, b))
+        line += f"; they differ only in {key} ({shown}): the swept value had no effect"
+    return [line]
+
+
+def rule_warnings(runs: list[Run]) -> list[str]:
+    """One line per method whose rule never acted in some of its runs, naming the metric and the seeds."""
+    quiet: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for run in sorted(runs, key=lambda r: r.seed):
+        metric = never_acted(run)
+        if metric is not None:
+            quiet[(run.method, metric)].append(run.seed)
+    return [
+        f"never acted: the rule of {method} never acted ({metric} is 0 at every logged step of {_seeds(seeds)})"
+        for (method, metric), seeds in sorted(quiet.items())
+    ]
+
+
+def study_warnings(runs: list[Run]) -> list[str]:
+    """For the tables: per study and model, each pair of methods whose runs are identical, and each rule that
+    never acted, as `<study>/<model>: <what>`."""
+    groups: dict[tuple[str, str], dict[str, list[Run]]] = defaultdict(lambda: defaultdict(list))
+    for run in runs:
+        if run.config and run.is_training:
+            groups[(run.study, run.model)][run.method].append(run)
+    lines = []
+    for (study, model), methods in sorted(groups.items()):
+        found = [line for a, b in combinations(sorted(methods), 2) for line in pair_warnings(methods[a], methods[b])]
+        found += rule_warnings([run for group in methods.values() for run in group])
+        lines += [f"{study}/{model}: {line}" for line in found]
+    return lines

@@ -1,0 +1,207 @@
+"""Studies: a method is named by the settings that differ within its study, a study scopes the Holm family, two runs
+of one point and seed are refused naming both, and a comparison says when it cannot show anything (identical
+runs, a swept value without effect, a rule that never acted)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+
+from helpers.run_trees import read_csv
+from helpers.sampled_runs import method_matrices, sampled_run
+from omegaconf import OmegaConf
+
+from atr_grpo.reporting import no_effect
+from atr_grpo.reporting.runs import find_runs
+from atr_grpo.results import main
+
+RESAMPLES = "200"
+SLOW, FAST = "clip · trainer.learning_rate=0.0001", "clip · trainer.learning_rate=0.001"
+
+
+def run_cli(*argv):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main([str(a) for a in argv])
+    return code, out.getvalue(), err.getvalue()
+
+
+def with_settings(path, **settings):
+    """Set dotted keys of a run's config.yaml (`trainer__learning_rate=1e-3` sets trainer.learning_rate)."""
+    config = OmegaConf.load(path / "config.yaml")
+    for key, value in settings.items():
+        OmegaConf.update(config, key.replace("__", "."), value, force_add=True)
+    OmegaConf.save(config, path / "config.yaml")
+    return path
+
+
+def silence_rule(path):
+    """Rewrite a run's metrics.jsonl with clip/frac 0 at every step: its rule never acted."""
+    rows = [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines()]
+    (path / "metrics.jsonl").write_text("".join(json.dumps(r | {"clip/frac": 0.0}) + "\n" for r in rows))
+
+
+def lr_sweep(root):
+    """clip at the default learning rate and at 1e-3 (two correct samples more per problem), seeds 0 and 1."""
+    for seed in range(2):
+        for rate, extra in ((1e-4, 0), (1e-3, 2)):
+            path = sampled_run(
+                root, "sweep", "clip", seed, method_matrices(extra, seed), name=f"clip-lr{rate:g}-s{seed}"
+            )
+            with_settings(path, trainer__learning_rate=rate)
+    return root
+
+
+def holm_p(output, benchmark="amc23", metric="mean@8"):
+    """p (Holm) of one row of compare's seed table (the column found by its header)."""
+    column = None
+    for line in output.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if "p (Holm)" in cells:
+            column = cells.index("p (Holm)")
+        elif column is not None and cells[:2] == [benchmark, metric]:
+            return float(cells[column])
+    raise AssertionError(f"no {benchmark} {metric} row in\n{output}")
+
+
+def test_a_learning_rate_sweep_gives_two_methods_named_by_the_rate(tmp_path):
+    root = lr_sweep(tmp_path / "runs")
+    assert sorted({run.method for run in find_runs(root)}) == [SLOW, FAST]
+    code, out, err = run_cli("compare", FAST, SLOW, "--runs", root, "--resamples", RESAMPLES)
+    assert code == 0, err
+    assert f"## {FAST} − {SLOW}: sweep, qwen3-1.7b (seeds 0, 1;" in out
+    row = next(line for line in out.splitlines() if line.startswith("| amc23 | mean@8 |"))
+    assert "| +25.00 | +25.00, +25.00 |" in row  # two more correct of 8 samples on every problem, in each seed
+    code, _, err = run_cli("table3", "--runs", root, "--experiment", "sweep", "--out", tmp_path / "out")
+    assert code == 0, err
+    rows = read_csv(tmp_path / "out" / "table3.csv")
+    assert sorted({r["method"] for r in rows}) == [SLOW, FAST]
+
+
+def test_runs_that_differ_only_in_where_they_ran_are_refused_naming_both(tmp_path):
+    root = lr_sweep(tmp_path / "runs")
+    again = sampled_run(root, "sweep", "clip", 0, method_matrices(0, 0), name="clip-lr-again-s0")
+    with_settings(again, trainer__learning_rate=1e-4, trainer__num_threads=8, run_dir="elsewhere")
+    first = root / "sweep" / "clip-lr0.0001-s0"
+    code, _, err = run_cli("compare", FAST, SLOW, "--runs", root, "--resamples", RESAMPLES)
+    assert code == 2
+    assert f"{again} and {first} repeat one point" in err and f"method {SLOW}, seed 0" in err
+    code, _, err = run_cli("all", "--runs", root, "--experiment", "sweep", "--out", tmp_path / "out")
+    assert code == 2 and f"{again} and {first} repeat one point" in err
+    assert not (tmp_path / "out").exists()  # refused before anything was written
+
+
+def delta_study(root, unrelated_study):
+    """ATR at δ 0.05 (two correct samples more) against δ 0.09, three seeds, and an unrelated clip run per seed
+    in the same experiment (three correct more), in study `unrelated_study`."""
+    for seed in range(3):
+        for delta, extra in ((0.05, 2), (0.09, 0)):
+            path = sampled_run(root, "ablate", f"atr-delta{delta:g}", seed, method_matrices(extra, seed))
+            with_settings(path, clipping__delta=delta)
+        path = sampled_run(root, "ablate", "clip", seed, method_matrices(3, seed))
+        with_settings(path, study=unrelated_study)
+    return root
+
+
+def test_a_study_scopes_the_holm_family(tmp_path):
+    """Every seed favours δ 0.05: p = 2/2^3 = 0.25. Alone in its family, Holm leaves it at 0.25; with the unrelated
+    clip runs in the same study (also p = 0.25), Holm doubles both to 0.5."""
+    scoped = delta_study(tmp_path / "scoped", "other")
+    code, out, err = run_cli("compare", "atr-delta0.05", "atr-delta0.09", "--runs", scoped, "--resamples", RESAMPLES)
+    assert code == 0, err
+    assert holm_p(out) == 0.25
+    assert (
+        "Holm family: 1 method(s) compared with atr-delta0.09 in each benchmark × metric column: atr-delta0.05." in out
+    )
+    shared = delta_study(tmp_path / "shared", "ablate")
+    code, out, err = run_cli("compare", "atr-delta0.05", "atr-delta0.09", "--runs", shared, "--resamples", RESAMPLES)
+    assert code == 0, err
+    assert holm_p(out) == 0.5
+    assert (
+        "Holm family: 2 method(s) compared with atr-delta0.09 in each benchmark × metric column: atr-delta0.05, clip."
+        in out
+    )
+
+
+def test_a_table_of_methods_takes_one_study(tmp_path):
+    root = delta_study(tmp_path / "runs", "other")
+    code, _, err = run_cli("table3", "--runs", root, "--experiment", "ablate", "--out", tmp_path / "out")
+    assert code == 2 and "belong to several studies (ablate, other); --study NAME tabulates one" in err
+    code, _, err = run_cli(
+        "table3", "--runs", root, "--study", "ablate", "--out", tmp_path / "out", "--resamples", RESAMPLES
+    )
+    assert code == 0, err
+    assert sorted({r["method"] for r in read_csv(tmp_path / "out" / "table3.csv")}) == [
+        "atr-delta0.05",
+        "atr-delta0.09",
+    ]
+
+
+def test_comparing_identical_runs_says_they_are_identical_and_names_the_swept_value(tmp_path):
+    root = tmp_path / "runs"
+    for seed in range(2):
+        for delta in (0.05, 0.09):
+            path = sampled_run(root, "ablate", f"atr-delta{delta:g}", seed, method_matrices(1, seed))
+            with_settings(path, clipping__delta=delta)
+    code, out, err = run_cli("compare", "atr-delta0.05", "atr-delta0.09", "--runs", root, "--resamples", RESAMPLES)
+    assert code == 0, err
+    expected = (
+        "identical: atr-delta0.05 and atr-delta0.09 gave the same evaluations and training metrics for every seed "
+        "(seeds 0, 1), so no test can show a difference; they differ only in clipping.delta (clipping.delta=0.05, "
+        "clipping.delta=0.09): the swept value had no effect"
+    )
+    assert f"**warning: {expected}**" in out
+    assert f"warning: {expected}" in err
+    code, _, err = run_cli("all", "--runs", root, "--out", tmp_path / "out", "--resamples", RESAMPLES)
+    assert code == 0 and f"warning: ablate/qwen3-1.7b: {expected}" in err
+
+
+def test_runs_that_differ_in_one_sample_are_not_identical(tmp_path):
+    root = tmp_path / "runs"
+    a = sampled_run(root, "ablate", "atr-delta0.05", 0, method_matrices(1, 0))
+    b = sampled_run(root, "ablate", "atr-delta0.09", 0, method_matrices(1, 0))
+    sample_file = b / "eval" / "step_000100" / "amc23.jsonl"
+    text = sample_file.read_text()
+    sample_file.write_text(text.replace("So the answer", "Hence the answer", 1))  # same verdict, other text
+    first, second = find_runs(root)
+    assert (first.path, second.path) == (a, b)
+    assert not no_effect.identical(first, second)
+    assert no_effect.pair_warnings([first], [second]) == []
+
+
+def test_a_rule_that_never_acted_is_named(tmp_path):
+    root = delta_study(tmp_path / "runs", "other")
+    for seed in range(3):
+        silence_rule(root / "ablate" / f"ablate__atr-delta0.09__s{seed}__model=qwen3-1.7b")
+    code, out, err = run_cli("compare", "atr-delta0.05", "atr-delta0.09", "--runs", root, "--resamples", RESAMPLES)
+    assert code == 0, err
+    line = "never acted: the rule of atr-delta0.09 never acted (clip/frac is 0 at every logged step of seeds 0, 1, 2)"
+    assert f"**warning: {line}**" in out and "identical" not in out
+    assert "atr-delta0.05 never acted" not in out
+
+
+def test_a_soft_rule_is_never_reported_as_idle(tmp_path):
+    """SAPO freezes no token (clip/frac is 0 by construction): its act metric is None, so it is not named."""
+    path = sampled_run(tmp_path / "runs", "rivals", "sapo", 0, method_matrices(1, 0))
+    silence_rule(path)
+    (run,) = find_runs(tmp_path / "runs")
+    assert no_effect.act_metric(run) is None and no_effect.never_acted(run) is None
+    with_settings(path, clipping__name="clip")
+    (run,) = find_runs(tmp_path / "runs")
+    assert no_effect.never_acted(run) == "clip/frac"
+
+
+def test_a_metric_only_one_rule_logs_does_not_make_runs_differ(tmp_path):
+    """Dual-clip logs clip/frac_dual, clip does not: runs that agree on every metric both log are identical."""
+    root = tmp_path / "runs"
+    sampled_run(root, "rivals", "clip", 0, method_matrices(1, 0))
+    dual = sampled_run(root, "rivals", "dual_clip", 0, method_matrices(1, 0))
+    rows = [json.loads(line) for line in (dual / "metrics.jsonl").read_text().splitlines()]
+    (dual / "metrics.jsonl").write_text("".join(json.dumps(r | {"clip/frac_dual": 0.0}) + "\n" for r in rows))
+    clip, dual_clip = find_runs(root)
+    assert no_effect.identical(clip, dual_clip)
+    rows[1]["entropy"] += 1e-9  # one logged value of one step differs
+    (dual / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    clip, dual_clip = find_runs(root)
+    assert not no_effect.identical(clip, dual_clip)
