@@ -120,15 +120,22 @@ def build_figures(
         skipped.append(f"figure 2 and clipping curves: {err}")
         for stem in ("figure2_training_curves", "clipping_curves"):
             writers.remove_stale(out_dir, stem)
-    for name, builder, stem in (("delta", figures.figure3, "figure3_delta"), ("passk", figures.figure4, "figure4")):
-        try:
-            table = FIGURE_TABLES[name](_select(runs, runs_dir, experiment or TABLES[name]))
-            if not table.rows:
-                raise ResultsError(f"the runs have no {'ATR δ values' if name == 'delta' else 'per-sample files'}")
-            written += builder(table, out_dir)
-        except ResultsError as err:
-            skipped.append(f"{stem}: {err}")
-            writers.remove_stale(out_dir, stem if name == "delta" else "figure4_passk")
+    try:
+        chosen = _select(runs, runs_dir, experiment or TABLES["delta"])
+        if not tables.delta_groups(chosen):
+            raise ResultsError("the runs have no ATR δ values")
+        written += figures.figure3(chosen, out_dir)
+    except ResultsError as err:
+        skipped.append(f"figure3_delta: {err}")
+        writers.remove_stale(out_dir, "figure3_delta")
+    try:
+        table = tables.passk_table(_select(runs, runs_dir, experiment or TABLES["passk"]))
+        if not table.rows:
+            raise ResultsError("the runs have no per-sample files")
+        written += figures.figure4(table, out_dir, methods)
+    except ResultsError as err:
+        skipped.append(f"figure4: {err}")
+        writers.remove_stale(out_dir, "figure4_passk")
     return written, skipped
 
 
@@ -346,7 +353,9 @@ def _command(argv: list[str]) -> int:
         default=0,
         help="table3's std over seeds: 0 as in the paper (default), 1 for the sample std",
     )
-    parser.add_argument("--methods", default=None, help="figures: comma-separated methods to draw (default all)")
+    parser.add_argument(
+        "--methods", default=None, help="figures 2, 4 and the clipping curves: comma-separated methods (default all)"
+    )
     opts = parser.parse_args(argv)
     if opts.what not in COMMANDS:
         parser.error(f"unknown table {opts.what!r}; allowed: {', '.join(COMMANDS)}")
