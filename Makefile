@@ -140,8 +140,8 @@ RESULTS = $(PY) -m atr_grpo.results $(1) --runs $(RUNS) $(if $(EXPERIMENT),--exp
 tables: install ## Every table the runs support, into OUT/tables (EXPERIMENT=NAME, RUNS=DIR, OUT=DIR)
 	$(call RESULTS,all,tables)
 
-figures: install ## Every figure the runs support, into OUT/figures (EXPERIMENT=NAME, RUNS=DIR, OUT=DIR)
-	$(call RESULTS,figures,figures)
+figures: install ## Every figure the runs support, into OUT/figures (EXPERIMENT=NAME, RUNS=DIR, OUT=DIR, METHODS=a,b)
+	$(call RESULTS,figures,figures) $(if $(METHODS),--methods $(METHODS))
 
 clean: ## Remove caches (never touches results/runs)
 	rm -rf .pytest_cache .ruff_cache

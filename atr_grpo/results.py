@@ -5,13 +5,14 @@
 `python -m atr_grpo.results pack --runs DIR`
 
 Reads only the run directories under --runs (found by their config.yaml) and writes the paper's tables as
-CSV, Markdown and LaTeX, plus `<table>_vs_paper.md` where the paper publishes the numbers
+CSV, Markdown and LaTeX, plus `<table>_vs_paper.md` where a row has a number the paper publishes
 (results/paper/), or its figures as PNG and PDF. Each table takes the runs of one experiment:
   table2 → table2, table3 → table3, seeds and seeds_auc (each run's final value or AUC, IQM and the seed-level
   tests against clip) → table3, delta → ablate_delta (Figure 3), passk → passk_curve (Figure 4);
   binding (clip_binding: does the rule act or react to noise), endpoints (step 0, final, best, AUC per method) and
   bounds (per run: completion length, how often each bound fired) → every run; figures 2 and the clipping
-  curves → table2. --experiment takes another (e.g. `demo` on a CPU).
+  curves → table2. --experiment NAME takes that experiment's runs for every table and figure instead
+  (`make tables EXPERIMENT=NAME`, `make figures EXPERIMENT=NAME`).
 `all` builds every table whose runs exist and names the others. Runs with missing evaluations are listed
 in the outputs and on stderr, never silently dropped; a line of a run file that is not JSON (a torn last line too)
 stops the command with exit status 2, naming the file and the line. Only files this command wrote are ever
