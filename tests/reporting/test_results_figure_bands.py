@@ -158,8 +158,9 @@ def test_figure1_shows_every_bar_it_labels_or_says_where_it_cuts_them():
             "-m atr_grpo.results all --runs results/power/runs --experiment power --out results/power/tables",
         ),
         (
-            ["figures", "EXPERIMENT=mine", "RUNS=elsewhere/runs", "OUT=/tmp/talk"],
-            "-m atr_grpo.results figures --runs elsewhere/runs --experiment mine --out /tmp/talk/figures",
+            ["figures", "EXPERIMENT=mine", "RUNS=elsewhere/runs", "OUT=/tmp/talk", "METHODS=atr,clip"],
+            "-m atr_grpo.results figures --runs elsewhere/runs --experiment mine --out /tmp/talk/figures --methods "
+            "atr,clip",
         ),
         (["figures"], "-m atr_grpo.results figures --runs results/runs --out results/figures"),
     ],
