@@ -70,14 +70,15 @@ def eval_series(metric: str) -> Callable[[Run], Series]:
     return series
 
 
-def method_styles(methods: list[str]) -> dict[str, dict[str, str]]:
-    """{method: color, linestyle, marker}: the sorted methods take the next of each, so two methods share neither
-    the colour nor the line style nor the marker while there are enough of them (8, 4, 10 before a repeat)."""
+def line_styles(names: list[str]) -> dict[str, dict[str, str]]:
+    """{name: color, linestyle, marker} for the lines of a figure (methods, or models): the sorted names take the
+    next of each, so two lines share neither colour nor line style nor marker while there are enough of them (8, 4,
+    10 before a repeat)."""
     return {
-        method: {
+        name: {
             "color": COLORS[i % len(COLORS)],
             "linestyle": LINESTYLES[i % len(LINESTYLES)],
             "marker": MARKERS[i % len(MARKERS)],
         }
-        for i, method in enumerate(sorted(methods))
+        for i, name in enumerate(sorted(names))
     }

@@ -32,7 +32,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from atr_grpo.clipping import RULES, build_rule, kl3_ratio_bounds  # noqa: E402
 from atr_grpo.plugins import load_rule_plugins  # noqa: E402
 from atr_grpo.reporting import tables  # noqa: E402
-from atr_grpo.reporting.curves import BAND, SeedCurve, eval_series, method_styles, metric_series, seed_curve  # noqa: E402
+from atr_grpo.reporting.curves import BAND, SeedCurve, eval_series, line_styles, metric_series, seed_curve  # noqa: E402
 from atr_grpo.reporting.runs import AVERAGE, Run, mean_std  # noqa: E402
 from atr_grpo.reporting.writers import claim_outputs  # noqa: E402
 
@@ -190,7 +190,7 @@ def draw_figure2(runs: list[Run], window: int = 100, methods: list[str] | None =
     window = smoothing_window(runs, window)
     smooth = lambda values, steps: moving_average(values, window, steps)  # noqa: E731
     panels = [("reward", "return"), ("entropy", "entropy"), ("completion_length", "completion length")]
-    styles = method_styles(sorted({m for by_method in groups.values() for m in by_method}))
+    styles = line_styles(sorted({m for by_method in groups.values() for m in by_method}))
     fig, axes = _grid(len(groups), 4, 4.0)
     for row, (model, by_method) in zip(axes, groups.items()):
         for rank, (method, group) in enumerate(by_method.items()):
@@ -224,7 +224,7 @@ def draw_clipping(runs: list[Run], methods: list[str] | None = None) -> plt.Figu
     window = smoothing_window(runs, 20)
     smooth = lambda values, steps: moving_average(values, window, steps)  # noqa: E731
     log_smooth = lambda values, steps: smooth([math.log(v) for v in values], steps)  # noqa: E731
-    styles = method_styles(sorted({m for by_method in groups.values() for m in by_method}))
+    styles = line_styles(sorted({m for by_method in groups.values() for m in by_method}))
     fig, axes = _grid(len(groups), 2, 5.5)
     for (ax_frac, ax_ratio), (model, by_method) in zip(axes, groups.items()):
         for rank, (method, group) in enumerate(by_method.items()):
@@ -266,7 +266,7 @@ def draw_figure3(runs: list[Run]) -> plt.Figure:
     runs, metrics, _ = tables.prepare(runs)
     by_delta = tables.delta_groups(runs)
     models = sorted({model for model, _ in by_delta})
-    styles = method_styles(models)
+    styles = line_styles(models)
     fig, axes = _grid(1, len(metrics), 4.5)
     for ax, metric in zip(axes[0], metrics):
         for model in models:
@@ -311,7 +311,7 @@ def draw_figure4(table: tables.Table, methods: list[str] | None = None) -> plt.F
     for r in average:
         lines[(r["model"], r["method"])][r["k"]][r["seed"]] = r
     several_models = len({model for model, _ in lines}) > 1
-    styles = method_styles([f"{model} {method}" for model, method in lines])
+    styles = line_styles([f"{model} {method}" for model, method in lines])
     for ax, metric in zip(axes[0], ("mean@k", "pass@k")):
         for rank, ((model, method), by_k) in enumerate(sorted(lines.items())):
             ks = sorted(by_k)

@@ -82,7 +82,7 @@ def test_methods_differ_in_line_style_and_marker_not_only_colour(seeded):
     atr, clip = _line(ax, "atr (n=3)"), _line(ax, "clip (n=3)")
     assert atr.get_linestyle() != clip.get_linestyle()
     assert atr.get_marker() != clip.get_marker()
-    styles = curves.method_styles([f"m{i}" for i in range(4)])
+    styles = curves.line_styles([f"m{i}" for i in range(4)])
     assert len({(s["linestyle"], s["marker"]) for s in styles.values()}) == 4
     assert len({s["linestyle"] for s in styles.values()}) == 4
 
