@@ -99,7 +99,6 @@ bench-stats: install ## Bootstrap intervals and paired tests of table2 on a Tabl
 # DRY_RUN=1 prints one command per run and runs nothing. ARGS is passed on (e.g. ARGS="hydra/launcher=slurm").
 # Finished runs (the committed ones included) are never re-run: the last line says how many were re-run.
 # RERUN=1 OUT=DIR re-runs every run of the target into DIR/runs (tables and figures into DIR), a fresh folder.
-RUNS ?= results/runs
 RERUN_ON = $(filter 1 true yes,$(RERUN))
 NEED_OUT = $(if $(OUT),$(OUT),$(error RERUN=1 needs OUT=DIR, a fresh folder for the re-run))
 LAUNCH = $(PY) -m atr_grpo.launch $(if $(filter 1 true yes,$(DRY_RUN)),--dry-run) $(if $(RERUN_ON),--runs $(NEED_OUT)/runs)
@@ -130,11 +129,22 @@ reproduce-power: install ## CPU experiment with power: clip, clip_higher, atr, g
 	$(REPRODUCE) power $(if $(filter 1 true yes,$(DRY_RUN)),,--jobs 2 --runs results/power/runs \
 		--out $(if $(RERUN_ON),$(NEED_OUT),results/power) --methods clip,clip_higher,atr,gspo) $(ARGS)
 
-tables: install ## Rebuild results/tables/ from the run directories under RUNS
-	$(PY) -m atr_grpo.results all --runs $(RUNS) --out results/tables
+# ---- tables and figures of any experiment: `make tables EXPERIMENT=power` ----
+# EXPERIMENT=NAME takes that experiment's runs for every table and figure (without it each takes the paper's
+# experiment: table2, table3, ablate_delta, passk_curve). They are read from RUNS and written to OUT/tables and
+# OUT/figures; both default to the experiment's own folder, results/NAME/ as reproduce-* writes it, where it has
+# runs, and to results/ otherwise.
+EXPERIMENT ?=
+HOME_DIR = $(if $(and $(EXPERIMENT),$(wildcard results/$(EXPERIMENT)/runs)),results/$(EXPERIMENT),results)
+RUNS ?= $(HOME_DIR)/runs
+RESULTS = $(PY) -m atr_grpo.results $(1) --runs $(RUNS) $(if $(EXPERIMENT),--experiment $(EXPERIMENT)) \
+	--out $(or $(OUT),$(HOME_DIR))/$(2)
 
-figures: install ## Rebuild results/figures/ from the run directories under RUNS
-	$(PY) -m atr_grpo.results figures --runs $(RUNS) --out results/figures
+tables: install ## Every table the runs support, into OUT/tables (EXPERIMENT=NAME, RUNS=DIR, OUT=DIR)
+	$(call RESULTS,all,tables)
+
+figures: install ## Every figure the runs support, into OUT/figures (EXPERIMENT=NAME, RUNS=DIR, OUT=DIR, METHODS=a,b)
+	$(call RESULTS,figures,figures) $(if $(METHODS),--methods $(METHODS))
 
 clean: ## Remove caches (never touches results/runs)
 	rm -rf .pytest_cache .ruff_cache

@@ -6,13 +6,14 @@
 `python -m atr_grpo.results pack --runs DIR`
 
 Reads only the run directories under --runs (found by their config.yaml) and writes the paper's tables as
-CSV, Markdown and LaTeX, plus `<table>_vs_paper.md` where the paper publishes the numbers
+CSV, Markdown and LaTeX, plus `<table>_vs_paper.md` where a row has a number the paper publishes
 (results/paper/), or its figures as PNG and PDF. Each table takes the runs of one experiment:
   table2 → table2, table3 → table3, seeds and seeds_auc (each run's final value or AUC, IQM and the seed-level
   tests against clip) → table3, delta → ablate_delta (Figure 3), passk → passk_curve (Figure 4);
   binding (clip_binding: does the rule act or react to noise), endpoints (step 0, final, best, AUC per method) and
   bounds (per run: completion length, how often each bound fired) → every run; figures 2 and the clipping
-  curves → table2. --experiment takes another (e.g. `demo` on a CPU).
+  curves → table2. --experiment NAME takes that experiment's runs for every table and figure instead
+  (`make tables EXPERIMENT=NAME`, `make figures EXPERIMENT=NAME`).
 `all` builds every table whose runs exist and names the others. Runs with missing evaluations are listed
 in the outputs and on stderr, never silently dropped; a line of a run file that is not JSON (a torn last line too)
 stops the command with exit status 2, naming the file and the line. Only files this command wrote are ever
@@ -159,15 +160,22 @@ def build_figures(
         skipped.append(f"figure 2 and clipping curves: {err}")
         for stem in ("figure2_training_curves", "clipping_curves"):
             writers.remove_stale(out_dir, stem)
-    for name, builder, stem in (("delta", figures.figure3, "figure3_delta"), ("passk", figures.figure4, "figure4")):
-        try:
-            table = FIGURE_TABLES[name](_select(runs, runs_dir, experiment or TABLES[name]))
-            if not table.rows:
-                raise ResultsError(f"the runs have no {'ATR δ values' if name == 'delta' else 'per-sample files'}")
-            written += builder(table, out_dir)
-        except ResultsError as err:
-            skipped.append(f"{stem}: {err}")
-            writers.remove_stale(out_dir, stem if name == "delta" else "figure4_passk")
+    try:
+        chosen = _select(runs, runs_dir, experiment or TABLES["delta"])
+        if not tables.delta_groups(chosen):
+            raise ResultsError("the runs have no ATR δ values")
+        written += figures.figure3(chosen, out_dir)
+    except ResultsError as err:
+        skipped.append(f"figure3_delta: {err}")
+        writers.remove_stale(out_dir, "figure3_delta")
+    try:
+        table = tables.passk_table(_select(runs, runs_dir, experiment or TABLES["passk"]))
+        if not table.rows:
+            raise ResultsError("the runs have no per-sample files")
+        written += figures.figure4(table, out_dir, methods)
+    except ResultsError as err:
+        skipped.append(f"figure4: {err}")
+        writers.remove_stale(out_dir, "figure4_passk")
     return written, skipped
 
 
@@ -446,7 +454,9 @@ def _command(argv: list[str]) -> int:
         default=0,
         help="table3's std over seeds: 0 as in the paper (default), 1 for the sample std",
     )
-    parser.add_argument("--methods", default=None, help="figures: comma-separated methods to draw (default all)")
+    parser.add_argument(
+        "--methods", default=None, help="figures 2, 4 and the clipping curves: comma-separated methods (default all)"
+    )
     opts = parser.parse_args(argv)
     if opts.what not in COMMANDS:
         parser.error(f"unknown table {opts.what!r}; allowed: {', '.join(COMMANDS)}")

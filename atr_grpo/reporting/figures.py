@@ -3,12 +3,16 @@
 figure1_kl3_bounds       KL3 = w − 1 − log w against w, the [l_δ, u_δ] band and a symmetric clip; beside it the
                          ratio interval of every registered rule that has one, and the bounds that depend on
                          π_old (DCPO, DPPO) against π_old (needs no runs)
-figure2_training_curves  return, entropy, completion length (100-step moving average) and Average Mean@K per
+figure2_training_curves  return, entropy, completion length (trailing moving average over 100 steps, or over a
+                         tenth of the run when that is shorter; the window is in the title) and Average Mean@K per
                          evaluation step; a row per model, a line per method
 figure3_delta            final Average Mean@K / Pass@K against δ (ATR runs)
-figure4_passk            Average Mean@K / Pass@K against K (an evaluation with n samples per problem)
-clipping_curves          clip fraction and the ratio w (mean, min–max band) per step; a row per model
-Every function returns the files it wrote.
+figure4_passk            Average Mean@K / Pass@K against K (an evaluation with n samples per problem); the paper's
+                         points (§6.4) only beside runs of the paper's models
+clipping_curves          clip fraction and the ratio w (its smoothed min and max) per step; a row per model
+Every curve is the mean over seeds with a band of ± 1 SD over them and its n in the legend (reporting/curves.py);
+each method keeps one colour, line style and marker. `draw_*` return the matplotlib Figure, the others the files
+they wrote.
 """
 
 from __future__ import annotations
@@ -27,8 +31,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from atr_grpo.clipping import RULES, build_rule, kl3_ratio_bounds  # noqa: E402
 from atr_grpo.plugins import load_rule_plugins  # noqa: E402
-from atr_grpo.reporting.runs import AVERAGE, Run  # noqa: E402
-from atr_grpo.reporting.tables import PAPER_DIR, Table  # noqa: E402
+from atr_grpo.reporting import tables  # noqa: E402
+from atr_grpo.reporting.curves import BAND, SeedCurve, eval_series, line_styles, metric_series, seed_curve  # noqa: E402
+from atr_grpo.reporting.runs import AVERAGE, Run, mean_std  # noqa: E402
 from atr_grpo.reporting.writers import claim_outputs  # noqa: E402
 
 
@@ -86,9 +91,10 @@ def rule_old_prob_bounds(old_probs: list[float]) -> dict[str, tuple[list[float],
     return curves
 
 
-def figure1(out_dir: Path, delta: float = 0.07, eps: float | None = None) -> list[Path]:
+def draw_figure1(delta: float = 0.07, eps: float | None = None, right_edge: float = 2.2) -> plt.Figure:
     """(a) As in §4, the symmetric clip is drawn with ε = 1 − l_δ: both share the lower bound, and the KL3 region
-    reaches further up (u_δ − 1 > ε). (b) The registry's ratio intervals at their defaults, ATR's highlighted.
+    reaches further up (u_δ − 1 > ε). (b) The registry's ratio intervals at their defaults, ATR's highlighted; the
+    axis stops at `right_edge`, and a bar that goes on ends in an arrow, its end written out (the label says so).
     (c) The rules whose interval depends on π_old(y_t), against it, over ATR's constant band."""
     low, high = kl3_ratio_bounds(delta)
     eps = 1 - low if eps is None else eps
@@ -104,16 +110,21 @@ def figure1(out_dir: Path, delta: float = 0.07, eps: float | None = None) -> lis
     ax.set(xlabel="ratio w = π_θ / π_old", ylabel="KL3", ylim=(0, 0.3), title="(a) the KL3 trust region")
     ax.legend(fontsize=7, loc="upper center")
 
-    right_edge = 2.2  # intervals reaching further are drawn to the edge, their end written out
     rows = rule_intervals()
     for y, (name, lo, hi) in enumerate(rows):
         color = "tab:blue" if name == "atr" else "dimgray"
-        ax_rules.plot([lo, min(hi, right_edge)], [y, y], color=color, linewidth=5 if name == "atr" else 3)
-        end = "∞" if math.isinf(hi) else f"{hi:.3g}"
-        ax_rules.text(min(hi, right_edge) + 0.03, y, f"[{lo:.3g}, {end}]", va="center", fontsize=7)
+        end = min(hi, right_edge)
+        ax_rules.plot([lo, end], [y, y], color=color, linewidth=5 if name == "atr" else 3, solid_capstyle="butt")
+        if hi > right_edge:
+            ax_rules.plot([right_edge], [y], marker=">", markersize=8, color=color)
+        text = "∞" if math.isinf(hi) else f"{hi:.3g}"
+        ax_rules.text(end + 0.06, y, f"[{lo:.3g}, {text}]", va="center", fontsize=7)
     ax_rules.axvline(1.0, color="black", linewidth=0.8)
     ax_rules.set_yticks(range(len(rows)), [name for name, _, _ in rows], fontsize=8)
-    ax_rules.set(xlim=(0, right_edge + 0.5), xlabel="ratio w", title="(b) ratio interval of each rule (defaults)")
+    cut = any(hi > right_edge for _, _, hi in rows)
+    label = f"ratio w (axis cut at w = {right_edge:g}: a bar ending in ▶ goes on to the end in brackets)"
+    ax_rules.set(xlim=(0, right_edge + 0.5), xlabel=label if cut else "ratio w")
+    ax_rules.set_title("(b) ratio interval of each rule (defaults)")
     ax_rules.invert_yaxis()
 
     old_probs = [10 ** (-3 + 3 * i / 120) for i in range(120)]  # 1e-3 … 0.94
@@ -125,7 +136,11 @@ def figure1(out_dir: Path, delta: float = 0.07, eps: float | None = None) -> lis
     ax_prob.set_title("(c) bounds that depend on π_old (a lowest w of 0 is not drawn)", fontsize=10)
     ax_prob.legend(fontsize=6, ncol=2, loc="upper right")
     fig.suptitle(f"Figure 1: the KL3 trust region (δ = {delta:g}) among the registry's rules", fontsize=11)
-    return _save(fig, out_dir, "figure1_kl3_bounds")
+    return fig
+
+
+def figure1(out_dir: Path, delta: float = 0.07, eps: float | None = None) -> list[Path]:
+    return _save(draw_figure1(delta, eps), out_dir, "figure1_kl3_bounds")
 
 
 def _by_model_method(runs: list[Run], methods: list[str] | None) -> dict[str, dict[str, list[Run]]]:
@@ -136,26 +151,33 @@ def _by_model_method(runs: list[Run], methods: list[str] | None) -> dict[str, di
     return {model: dict(sorted(by_method.items())) for model, by_method in sorted(groups.items())}
 
 
-def _curve(runs: list[Run], key: str) -> tuple[list[int], list[float]]:
-    """Per step, the mean over seeds of a metrics.jsonl key (at the steps where it was logged)."""
-    values: dict[int, list[float]] = defaultdict(list)
-    for run in runs:
-        for row in run.metrics:
-            value = row.get(key)
-            if isinstance(value, (int, float)) and not math.isnan(value):
-                values[int(row["step"])].append(float(value))
-    steps = sorted(values)
-    return steps, [sum(values[s]) / len(values[s]) for s in steps]
+def _draw(
+    ax: plt.Axes, curve: SeedCurve, style: dict[str, str], label: str | None, rank: float = 0.0, logs: bool = False
+) -> None:
+    """The seeds' mean as a line with about 8 markers (shifted by `rank` ∈ [0, 1) so that methods' markers do not
+    sit on each other), and ± 1 SD around it where two or more runs have the step. With `logs` the curve holds
+    logarithms and is drawn as exp: the geometric mean, the band ×/÷ the geometric SD."""
+    if not curve.steps:
+        return
+    shown = math.exp if logs else float
+    every = max(1, len(curve.steps) // 8)
+    means = [shown(m) for m in curve.mean]
+    ax.plot(curve.steps, means, label=label, markersize=4, markevery=(int(rank * every), every), **style)
+    spread = [
+        (s, shown(m - sd), shown(m + sd)) for s, m, sd in zip(curve.steps, curve.mean, curve.sd) if not math.isnan(sd)
+    ]
+    if len(spread) > 1:
+        ax.fill_between(*zip(*spread), color=style["color"], alpha=0.12, linewidth=0)
 
 
-def _eval_curve(runs: list[Run], metric: str) -> tuple[list[int], list[float]]:
-    values: dict[int, list[float]] = defaultdict(list)
-    for run in runs:
-        for step, row in run.eval_table(metric).items():
-            if AVERAGE in row:
-                values[step].append(row[AVERAGE])
-    steps = sorted(values)
-    return steps, [sum(values[s]) / len(values[s]) for s in steps]
+def _row_legend(row: list[plt.Axes]) -> None:
+    """One legend for a row, right of its last panel; a panel whose curves are labelled otherwise (a different n:
+    some runs lack that metric) gets its own as well."""
+    labels = row[-1].get_legend_handles_labels()[1]
+    row[-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
+    for ax in row[:-1]:
+        if ax.get_legend_handles_labels()[1] != labels:
+            ax.legend(fontsize=6)
 
 
 def _grid(n_rows: int, n_cols: int, width: float) -> tuple[plt.Figure, list[list[plt.Axes]]]:
@@ -163,95 +185,153 @@ def _grid(n_rows: int, n_cols: int, width: float) -> tuple[plt.Figure, list[list
     return fig, [list(row) for row in axes]
 
 
-def figure2(runs: list[Run], out_dir: Path, window: int = 100, methods: list[str] | None = None) -> list[Path]:
+def draw_figure2(runs: list[Run], window: int = 100, methods: list[str] | None = None) -> plt.Figure:
     groups = _by_model_method(runs, methods)
     window = smoothing_window(runs, window)
+    smooth = lambda values, steps: moving_average(values, window, steps)  # noqa: E731
     panels = [("reward", "return"), ("entropy", "entropy"), ("completion_length", "completion length")]
+    styles = line_styles(sorted({m for by_method in groups.values() for m in by_method}))
     fig, axes = _grid(len(groups), 4, 4.0)
     for row, (model, by_method) in zip(axes, groups.items()):
-        for method, group in by_method.items():
+        for rank, (method, group) in enumerate(by_method.items()):
             for ax, (key, _) in zip(row, panels):
-                steps, values = _curve(group, key)
-                if steps:
-                    ax.plot(steps, moving_average(values, window, steps), label=method)
-            steps, values = _eval_curve(group, f"mean@{group[0].k}")
-            row[3].plot(steps, values, marker="o", markersize=3, label=method)
-        for ax, (_, title) in zip(row, panels):
+                curve = seed_curve(group, metric_series(key, smooth))
+                _draw(ax, curve, styles[method], curve.label(method), rank / len(by_method))
+            curve = seed_curve(group, eval_series(f"mean@{group[0].k}"))
+            _draw(row[3], curve, styles[method], curve.label(method))
+        k = next(iter(by_method.values()))[0].k
+        titles = [title for _, title in panels] + [f"Average Mean@{k} (%)"]
+        for ax, title in zip(row, titles):
             ax.set_title(f"{model}: {title}", fontsize=10)
             ax.set_xlabel("step")
-        row[3].set_title(f"{model}: Average Mean@{next(iter(by_method.values()))[0].k} (%)", fontsize=10)
-        row[3].set_xlabel("step")
-        row[3].legend(fontsize=7)
-    fig.suptitle(f"Figure 2: training curves ({window}-step moving average) and evaluation", fontsize=11)
-    return _save(fig, out_dir, "figure2_training_curves")
+        _row_legend(row)
+    fig.suptitle(
+        f"Figure 2: training curves ({window}-step trailing moving average) and evaluation; mean over seeds, {BAND}",
+        fontsize=11,
+    )
+    return fig
+
+
+def figure2(runs: list[Run], out_dir: Path, window: int = 100, methods: list[str] | None = None) -> list[Path]:
+    return _save(draw_figure2(runs, window, methods), out_dir, "figure2_training_curves")
+
+
+def draw_clipping(runs: list[Run], methods: list[str] | None = None) -> plt.Figure:
+    """clip/frac, and the ratio's per-step min and max. Each is smoothed per run (the min and max swing from step to
+    step as rollouts are reused), then averaged over seeds; the ratio on a log axis, as log w, so that w = 1/2 and
+    w = 2 lie as far from 1 and its band stays above 0."""
+    groups = _by_model_method(runs, methods)
+    window = smoothing_window(runs, 20)
+    smooth = lambda values, steps: moving_average(values, window, steps)  # noqa: E731
+    log_smooth = lambda values, steps: smooth([math.log(v) for v in values], steps)  # noqa: E731
+    styles = line_styles(sorted({m for by_method in groups.values() for m in by_method}))
+    fig, axes = _grid(len(groups), 2, 5.5)
+    for (ax_frac, ax_ratio), (model, by_method) in zip(axes, groups.items()):
+        for rank, (method, group) in enumerate(by_method.items()):
+            shift = rank / len(by_method)
+            curve = seed_curve(group, metric_series("clip/frac", smooth))
+            _draw(ax_frac, curve, styles[method], curve.label(method), shift)
+            high = seed_curve(group, metric_series("ratio/max", log_smooth, positive=True))
+            _draw(ax_ratio, high, styles[method], high.label(method), shift, logs=True)
+            low = seed_curve(group, metric_series("ratio/min", log_smooth, positive=True))
+            _draw(ax_ratio, low, styles[method], None, shift, logs=True)
+        ax_ratio.axhline(1.0, color="black", linewidth=0.8)
+        ax_frac.set_title(f"{model}: clip/frac ({window}-step moving average)", fontsize=10)
+        ax_ratio.set_title(f"{model}: ratio w, min (below 1) and max (above 1), {window}-step average", fontsize=10)
+        ax_frac.set(xlabel="step", ylabel="fraction of tokens clipped")
+        ax_ratio.set(xlabel="step", ylabel="w = π_θ / π_old (log axis)", yscale="log")
+        _row_legend([ax_frac, ax_ratio])
+    fig.suptitle(f"Clipping: mean over seeds, {BAND} (the ratio's: geometric)", fontsize=11)
+    return fig
 
 
 def figure_clipping(runs: list[Run], out_dir: Path, methods: list[str] | None = None) -> list[Path]:
-    groups = _by_model_method(runs, methods)
-    window = smoothing_window(runs, 20)
-    fig, axes = _grid(len(groups), 2, 5.0)
-    for (ax_frac, ax_ratio), (model, by_method) in zip(axes, groups.items()):
-        for method, group in by_method.items():
-            steps, frac = _curve(group, "clip/frac")
-            if steps:
-                ax_frac.plot(steps, moving_average(frac, window, steps), label=method)
-            steps, mean = _curve(group, "ratio/mean")
-            low_steps, low = _curve(group, "ratio/min")
-            high_steps, high = _curve(group, "ratio/max")
-            if steps:
-                line = ax_ratio.plot(steps, mean, label=method)[0]
-                if low_steps == high_steps == steps:  # a band only where all three were logged together
-                    ax_ratio.fill_between(steps, low, high, color=line.get_color(), alpha=0.12)
-        ax_frac.set_title(f"{model}: clip/frac ({window}-step moving average)", fontsize=10)
-        ax_ratio.set_title(f"{model}: ratio w, mean (band: min–max)", fontsize=10)
-        ax_frac.set_xlabel("step")
-        ax_ratio.set(xlabel="step", yscale="log")
-        ax_frac.legend(fontsize=7)
-    return _save(fig, out_dir, "clipping_curves")
+    return _save(draw_clipping(runs, methods), out_dir, "clipping_curves")
 
 
-def figure3(table: Table, out_dir: Path) -> list[Path]:
-    metrics = [c for c in table.columns if "@" in c]
+def _error_line(ax: plt.Axes, xs: list, values: list[list[float]], style: dict[str, str], label: str) -> None:
+    """The mean of each x's values, with ± 1 SD bars where there are two or more."""
+    pairs = [mean_std(v, ddof=1) for v in values]
+    means, sds = [m for m, _ in pairs], [0.0 if math.isnan(sd) else sd for _, sd in pairs]
+    ax.errorbar(xs, means, yerr=sds, label=label, capsize=3, markersize=5, **style)
+
+
+def _n_label(name: str, counts: list[int]) -> str:
+    n = f"{min(counts)}" if min(counts) == max(counts) else f"{min(counts)}–{max(counts)}"
+    return f"{name} (n={n})"
+
+
+def draw_figure3(runs: list[Run]) -> plt.Figure:
+    """Per model, the final Average of each ATR run against its δ: the mean over seeds, ± 1 SD."""
+    runs, metrics, _ = tables.prepare(runs)
+    by_delta = tables.delta_groups(runs)
+    models = sorted({model for model, _ in by_delta})
+    styles = line_styles(models)
     fig, axes = _grid(1, len(metrics), 4.5)
     for ax, metric in zip(axes[0], metrics):
-        for model in sorted({r["model"] for r in table.rows}):
-            rows = sorted((r for r in table.rows if r["model"] == model), key=lambda r: r["delta"])
-            ax.plot([r["delta"] for r in rows], [r[metric] for r in rows], marker="o", label=model)
+        for model in models:
+            points = [
+                (d, finals)
+                for (m, d), g in by_delta.items()
+                if m == model
+                if (finals := tables.final_averages(g, metric))
+            ]
+            if points:
+                label = _n_label(model, [len(finals) for _, finals in points])
+                _error_line(ax, [d for d, _ in points], [f for _, f in points], styles[model], label)
         name = metric[0].upper() + metric[1:]
         ax.set(xlabel="δ", ylabel=f"Average {name} (%)", title=f"Figure 3: {name} with varying δ")
         ax.legend(fontsize=7)
-    return _save(fig, out_dir, "figure3_delta")
+    fig.suptitle("Final evaluation, mean over seeds (bars: ± 1 SD over seeds)", fontsize=11)
+    return fig
 
 
-def _paper_points(metric: str) -> list[tuple[int, float]]:
-    """The (K, value) points §6.4 states in numbers (results/paper/passk.csv)."""
-    path = PAPER_DIR / "passk.csv"
+def figure3(runs: list[Run], out_dir: Path) -> list[Path]:
+    return _save(draw_figure3(runs), out_dir, "figure3_delta")
+
+
+def paper_points(metric: str, model: str) -> list[tuple[int, float]]:
+    """The (K, value) points of `model` that §6.4 states in numbers (results/paper/passk.csv)."""
+    path = tables.PAPER_DIR / "passk.csv"
     if not path.exists():
         return []
     with path.open() as handle:
         return [
             (int(r["k"]), float(r[metric]))
             for r in csv.DictReader(handle)
-            if r["benchmark"] == AVERAGE and r.get(metric)
+            if r["benchmark"] == AVERAGE and r["model"] == model and r.get(metric)
         ]
 
 
-def figure4(table: Table, out_dir: Path) -> list[Path]:
+def draw_figure4(table: tables.Table, methods: list[str] | None = None) -> plt.Figure:
+    """Per model × method, the Average against K: mean over seeds, ± 1 SD; the paper's points beside its models."""
     fig, axes = _grid(1, 2, 5.0)
-    average = [r for r in table.rows if r["benchmark"] == AVERAGE]
-    keys = sorted({(r["model"], r["method"], r["seed"]) for r in average})
-    several_seeds = len({key[:2] for key in keys}) < len(keys)
+    average = [r for r in table.rows if r["benchmark"] == AVERAGE and (methods is None or r["method"] in methods)]
+    lines: dict[tuple[str, str], dict[int, dict[int, dict]]] = defaultdict(lambda: defaultdict(dict))
+    for r in average:
+        lines[(r["model"], r["method"])][r["k"]][r["seed"]] = r
+    several_models = len({model for model, _ in lines}) > 1
+    styles = line_styles([f"{model} {method}" for model, method in lines])
     for ax, metric in zip(axes[0], ("mean@k", "pass@k")):
-        for model, method, seed in keys:
-            rows = [r for r in average if (r["model"], r["method"], r["seed"]) == (model, method, seed)]
-            label = f"{model} {method}" + (f" s{seed}" if several_seeds else "")
-            ax.plot([r["k"] for r in rows], [r[metric] for r in rows], marker=".", label=label)
-        points = _paper_points(metric)
-        if points:
-            ax.scatter(*zip(*points), marker="x", color="black", zorder=3, label="paper (§6.4)")
+        for rank, ((model, method), by_k) in enumerate(sorted(lines.items())):
+            ks = sorted(by_k)
+            name = f"{model} {method}" if several_models else method
+            label = _n_label(name, [len(by_k[k]) for k in ks])
+            values = [[r[metric] for r in by_k[k].values()] for k in ks]
+            shift = 2 ** (0.24 * (rank / max(1, len(lines) - 1) - 0.5))  # side by side: the bars do not overlap
+            _error_line(ax, [k * shift for k in ks], values, styles[f"{model} {method}"], label)
+        for model in sorted({model for model, _ in lines}):
+            points = paper_points(metric, model)
+            if points:
+                ax.scatter(*zip(*points), marker="x", color="black", zorder=3, label=f"paper (§6.4), {model}")
         name = metric[0].upper() + metric[1:].replace("@k", "@K")
         ax.set_xscale("log", base=2)
         ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda value, _: f"{value:g}"))
         ax.set(xlabel="K", ylabel=f"Average {name} (%)", title=f"Figure 4: {name} with varying K")
-        ax.legend(fontsize=7)
-    return _save(fig, out_dir, "figure4_passk")
+    _row_legend(axes[0])
+    fig.suptitle("Last evaluation, mean over seeds (bars: ± 1 SD over seeds)", fontsize=11)
+    return fig
+
+
+def figure4(table: tables.Table, out_dir: Path, methods: list[str] | None = None) -> list[Path]:
+    return _save(draw_figure4(table, methods), out_dir, "figure4_passk")

@@ -267,7 +267,7 @@ def table3(
         for (m, _method), group in groups.items():
             eps = group[0].clipping.get("eps")
             if m == model and group[0].clipping.get("name") == "clip" and eps in tuned_eps:
-                finals = [v for r in group if (v := _final(r, metrics[0], AVERAGE)) is not None]
+                finals = final_averages(group, metrics[0])
                 if finals:
                     candidates[eps] = (sum(finals) / len(finals), group)
         if len(candidates) > 1:
@@ -290,17 +290,27 @@ def table3(
     return Table("table3", columns, sort_rows(rows, "table3"), missing, notes, formats, alpha)
 
 
-def delta_table(runs: list[Run]) -> Table:
-    runs, metrics, missing = prepare(runs)
+def delta_groups(runs: list[Run]) -> dict[tuple[str, float], list[Run]]:
+    """The ATR runs with a δ, by (model, δ), sorted (Figure 3's points)."""
     by_delta: dict[tuple[str, float], list[Run]] = defaultdict(list)
     for run in runs:
         if run.clipping.get("name") == "atr" and "delta" in run.clipping:
             by_delta[(run.model, float(run.clipping["delta"]))].append(run)
+    return dict(sorted(by_delta.items()))
+
+
+def final_averages(group: list[Run], metric: str) -> list[float]:
+    """Each run's final Average of `metric`, for the runs that have one."""
+    return [v for r in group if (v := _final(r, metric, AVERAGE)) is not None]
+
+
+def delta_table(runs: list[Run]) -> Table:
+    runs, metrics, missing = prepare(runs)
     rows = []
-    for (model, delta), group in sorted(by_delta.items()):
+    for (model, delta), group in delta_groups(runs).items():
         row: dict[str, Any] = {"model": model, "delta": delta}
         for metric in metrics:
-            finals = [v for r in group if (v := _final(r, metric, AVERAGE)) is not None]
+            finals = final_averages(group, metric)
             row[metric] = two_decimals(sum(finals) / len(finals)) if finals else math.nan
         rows.append({**row, "n_seeds": len(group)})
     notes = ["ATR runs by δ: final Average over the benchmarks, mean over seeds (Figure 3)"]

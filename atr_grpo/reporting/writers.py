@@ -1,7 +1,8 @@
-"""The tables' files: `<name>.csv`, `.md` and `.tex`, and `<name>_vs_paper.md` where the paper publishes the
-numbers (results/paper/). Tables 2 and 3 are laid out as in the paper (a row per model × method, the best value of
-a column in bold, † where the Holm-adjusted seed test rejects); the seeds table as `compare` prints it. Only files
-this tool wrote (listed in the folder's manifest) are ever overwritten, and never inside a run directory.
+"""The tables' files: `<name>.csv`, `.md` and `.tex`, and `<name>_vs_paper.md` where at least one row has a
+number the paper publishes (results/paper/); runs of other models (the tiny CPU model) get none. Tables 2 and 3 are
+laid out as in the paper (a row per model × method, the best value of a column in bold, † where the Holm-adjusted
+seed test rejects); the seeds table as `compare` prints it. Only files this tool wrote (listed in the folder's
+manifest) are ever overwritten, and never inside a run directory.
 """
 
 from __future__ import annotations
@@ -46,18 +47,27 @@ def claim_outputs(out_dir: Path, names: list[str]) -> list[Path]:
     return [out_dir / name for name in names]
 
 
-def remove_stale(out_dir: Path, prefix: str) -> list[Path]:
-    """Delete this tool's earlier outputs named `<prefix>.*` / `<prefix>_*` (their runs are gone), only those."""
+def _owned(out_dir: Path) -> list[str]:
     manifest = Path(out_dir) / MANIFEST
-    if not manifest.exists():
-        return []
-    owned = json.loads(manifest.read_text())
-    stale = [n for n in owned if n.split(".")[0] == prefix or n.startswith(prefix + "_")]
+    return json.loads(manifest.read_text()) if manifest.exists() else []
+
+
+def remove_owned(out_dir: Path, names: list[str]) -> list[Path]:
+    """Delete those of `names` that this tool wrote in `out_dir` (listed in its manifest), only those."""
+    owned = _owned(out_dir)
+    stale = [n for n in owned if n in names]
     removed = [Path(out_dir) / n for n in stale if (Path(out_dir) / n).exists()]
     for path in removed:
         path.unlink()
-    rundir.write_json(manifest, sorted(set(owned) - set(stale)))
+    if stale:
+        rundir.write_json(Path(out_dir) / MANIFEST, sorted(set(owned) - set(stale)))
     return removed
+
+
+def remove_stale(out_dir: Path, prefix: str) -> list[Path]:
+    """Delete this tool's earlier outputs named `<prefix>.*` / `<prefix>_*` (their runs are gone), only those."""
+    owned = _owned(out_dir)
+    return remove_owned(out_dir, [n for n in owned if n.split(".")[0] == prefix or n.startswith(prefix + "_")])
 
 
 def _fmt(value: Any, spec: str = ".2f") -> str:
@@ -232,7 +242,8 @@ COMPARED = {
 
 
 def compare_with_paper(table: Table, paper_csv: Path) -> str:
-    """Markdown: our value next to the paper's and the difference (ours − paper), cell by cell."""
+    """Markdown: our value next to the paper's and the difference (ours − paper), cell by cell; "" when no row of
+    ours has a published counterpart (other models than the paper's, e.g. the tiny CPU model)."""
     if table.name not in COMPARED or not paper_csv.exists():
         return ""
     keys, values = COMPARED[table.name]
@@ -258,6 +269,8 @@ def compare_with_paper(table: Table, paper_csv: Path) -> str:
             diff = ours - theirs
             cells += [_fmt(ours), _fmt(theirs), "–" if math.isnan(diff) else f"{diff:+.2f}"]
         lines.append("| " + " | ".join([*key, *cells]) + " |")
+    if not matched:
+        return ""
     lines += [
         "",
         f"_{len(matched)} of our {len(table.rows)} rows have a published counterpart; "
@@ -267,8 +280,11 @@ def compare_with_paper(table: Table, paper_csv: Path) -> str:
 
 
 def write_table(table: Table, out_dir: Path) -> list[Path]:
-    """`<name>.csv`, `<name>.md`, `<name>.tex` and, where the paper has the table, `<name>_vs_paper.md`."""
+    """`<name>.csv`, `<name>.md`, `<name>.tex` and, where a row has a published counterpart, `<name>_vs_paper.md`
+    (an earlier one of ours is removed when none has)."""
     comparison = compare_with_paper(table, PAPER_DIR / f"{table.name}.csv")
+    if not comparison:
+        remove_owned(out_dir, [f"{table.name}_vs_paper.md"])
     names = [f"{table.name}.{ext}" for ext in ("csv", "md", "tex")] + [f"{table.name}_vs_paper.md"] * bool(comparison)
     paths = claim_outputs(out_dir, names)
     write_csv(table, paths[0])
