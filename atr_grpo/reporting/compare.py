@@ -22,13 +22,10 @@ import math
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Any
 
 from atr_grpo.reporting import cells, no_effect, stats
 from atr_grpo.reporting.runs import AVERAGE, Run, refuse_repeats
-
-if TYPE_CHECKING:
-    from atr_grpo.reporting.planned import PlannedResult
 
 METRIC_PATTERN = re.compile(r"^(mean|pass)@[1-9][0-9]*$")
 
@@ -53,7 +50,7 @@ class Row:
     left_out: list[str] = field(default_factory=list)  # methods that could not be paired with B, and why
     endpoint: str = "final"
     level: float = float("nan")  # the level its test uses: Holm's first step α / m, or the plan's (`planned`)
-    planned: PlannedResult | None = None  # set when the experiment's analysis plan tests this comparison
+    planned: Any = None  # a planned.PlannedResult when the experiment's analysis plan tests this comparison
     warnings: list[str] = field(default_factory=list)  # what the comparison cannot show (`no_effect`)
 
 
