@@ -13,6 +13,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from atr_grpo import rundir
 from atr_grpo.cache import cache_dir
+from atr_grpo.clipping.bounds import kl3_ratio_bounds
 from atr_grpo.config import CLIPPING_SCHEMAS, EvaluateConfig, TrainConfig, unknown_key_message
 from atr_grpo.distributed import log_suffix
 from atr_grpo.errors import ConfigError
@@ -51,6 +52,13 @@ def register_configs() -> None:
     OmegaConf.register_new_resolver("atr_run_name", rundir.run_name, replace=True)
     OmegaConf.register_new_resolver("atr_cache", lambda name: str(cache_dir(name)), replace=True)
     OmegaConf.register_new_resolver("atr_rank_suffix", log_suffix, replace=True)
+    # ATR's box under min semantics, exact (Thm 4.1-4.2): `clipping.eps_low: ${atr_kl3_eps_low:0.07}`
+    OmegaConf.register_new_resolver(
+        "atr_kl3_eps_low", lambda delta: 1.0 - kl3_ratio_bounds(float(delta))[0], replace=True
+    )
+    OmegaConf.register_new_resolver(
+        "atr_kl3_eps_high", lambda delta: kl3_ratio_bounds(float(delta))[1] - 1.0, replace=True
+    )
     store = ConfigStore.instance()
     store.store(name="train_schema", node=_root_schema(TrainConfig))
     store.store(name="evaluate_schema", node=_root_schema(EvaluateConfig))

@@ -4,6 +4,7 @@
 `python -m atr_grpo.results compare --eval DIR_A DIR_B [--step-a N] [--step-b N]` (two models on the same problems)
 `python -m atr_grpo.results regrade --runs DIR`
 `python -m atr_grpo.results pack --runs DIR`
+`python -m atr_grpo.results diverge RUN_A RUN_B` (where two runs expected to be the same part)
 
 Reads only the run directories under --runs (found by their config.yaml) and writes the paper's tables as
 CSV, Markdown and LaTeX, plus `<table>_vs_paper.md` where a row has a number the paper publishes
@@ -71,7 +72,7 @@ TABLES = {
 FIGURE_TABLES = {"delta": tables.delta_table, "passk": tables.passk_table}
 # tables of any experiment's training runs (reporting/endpoints.py)
 RUN_TABLES = {"endpoints": endpoints.endpoints_table, "bounds": endpoints.bounds_table}
-COMMANDS = (*TABLES, "all", "figures", "compare", "regrade", "pack")
+COMMANDS = (*TABLES, "all", "figures", "compare", "regrade", "pack", "diverge")
 # tables whose rows are methods compared within one study (its Holm family): they take the runs of one study
 STUDY_TABLES = ("table2", "table3", "seeds", "seeds_auc", "delta", "passk")
 
@@ -431,6 +432,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _command(argv: list[str]) -> int:
+    if argv and argv[0] == "diverge":
+        from atr_grpo.reporting import divergence
+
+        return divergence.main(argv[1:])
     if argv and argv[0] == "pack":
         return pack_main(argv[1:])
     if argv and argv[0] == "compare" and "--eval" in argv[1:]:

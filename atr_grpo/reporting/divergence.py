@@ -1,0 +1,129 @@
+"""Where two runs part: `python -m atr_grpo.results diverge RUN_A RUN_B`.
+
+For runs expected to be the same run (ATR under min semantics against clip_higher at ATR's exact box, Thm
+4.1–4.2), this reports the largest difference in every evaluation and training metric, and where they first
+differ: the first optimizer step whose logged metrics differ (and which metrics), the first evaluation step and
+benchmark whose summary differs, and there the first sample whose completion differs, with the character at which
+the two texts part. Training metrics are logged per optimizer step, so the step is as fine as the files allow;
+the per-token ratios of training are not saved.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from atr_grpo import rundir
+from atr_grpo.evaluation.outputs import find_sample_file
+from atr_grpo.reporting.no_effect import OUTCOME_SKIP
+from atr_grpo.reporting.runs import Run, load_run, metric_number
+
+
+@dataclass
+class Divergence:
+    largest: dict[str, float] = field(default_factory=dict)  # metric → largest |A − B| over steps
+    first_training_step: int | None = None
+    first_training_metrics: list[str] = field(default_factory=list)
+    first_evaluation: tuple[int, str] | None = None  # (step, benchmark)
+    first_sample: dict[str, Any] | None = None  # problem_id, sample, offset, the two texts from there
+
+    @property
+    def identical(self) -> bool:
+        return self.first_training_step is None and self.first_evaluation is None
+
+
+def _numbers(record: dict[str, Any]) -> dict[str, float]:
+    values = {k: metric_number(v) for k, v in record.items() if k not in OUTCOME_SKIP and k != "step"}
+    return {k: v for k, v in values.items() if v is not None and math.isfinite(v)}
+
+
+def _note_largest(largest: dict[str, float], prefix: str, a: dict[str, float], b: dict[str, float]) -> list[str]:
+    """Record |a − b| per shared metric under `prefix`; the metrics that differ."""
+    differ = []
+    for key in sorted(set(a) & set(b)):
+        gap = abs(a[key] - b[key])
+        largest[prefix + key] = max(largest.get(prefix + key, 0.0), gap)
+        if gap:
+            differ.append(key)
+    return differ
+
+
+def _first_sample(a: Run, b: Run, step: int, benchmark: str) -> dict[str, Any] | None:
+    files = [find_sample_file(run.path, step, benchmark) for run in (a, b)]
+    if None in files:
+        return None
+    for left, right in zip(*(rundir.iter_jsonl(f, whole=True) for f in files), strict=False):
+        text_a, text_b = str(left.get("completion")), str(right.get("completion"))
+        if text_a != text_b:
+            offset = next((i for i, (x, y) in enumerate(zip(text_a, text_b, strict=False)) if x != y), None)
+            offset = min(len(text_a), len(text_b)) if offset is None else offset
+            return {
+                "problem_id": left.get("problem_id"),
+                "sample": left.get("sample"),
+                "offset": offset,
+                "a": text_a[offset : offset + 40],
+                "b": text_b[offset : offset + 40],
+            }
+    return None
+
+
+def divergence(a: Run, b: Run) -> Divergence:
+    """Where runs `a` and `b` first differ, and their largest difference in every metric."""
+    found = Divergence()
+    steps_b = {row.get("step"): row for row in b.metrics}
+    for row in a.metrics:
+        other = steps_b.get(row.get("step"))
+        if other is None:
+            continue
+        differ = _note_largest(found.largest, "train/", _numbers(row), _numbers(other))
+        if differ and found.first_training_step is None:
+            found.first_training_step, found.first_training_metrics = int(row["step"]), differ
+    for key in sorted(set(a.summary) & set(b.summary)):
+        step, benchmark = key
+        differ = _note_largest(found.largest, f"eval/{benchmark}/", _numbers(a.summary[key]), _numbers(b.summary[key]))
+        sample = _first_sample(a, b, step, benchmark)
+        if (differ or sample) and found.first_evaluation is None:
+            found.first_evaluation, found.first_sample = key, sample
+    return found
+
+
+def report(a: Run, b: Run, found: Divergence) -> str:
+    lines = [f"A: {a.path}", f"B: {b.path}"]
+    if found.identical:
+        lines.append("identical: every shared training metric, evaluation metric and sample agrees")
+    if found.first_training_step is not None:
+        shown = ", ".join(found.first_training_metrics[:6])
+        lines.append(f"training parts at optimizer step {found.first_training_step} ({shown})")
+    if found.first_evaluation is not None:
+        step, benchmark = found.first_evaluation
+        lines.append(f"evaluation parts at step {step}, {benchmark}")
+        if found.first_sample is not None:
+            s = found.first_sample
+            lines.append(
+                f"  first differing sample: problem {s['problem_id']}, sample {s['sample']}, from character "
+                f"{s['offset']}: A {s['a']!r} / B {s['b']!r}"
+            )
+    lines += ["", "| metric | largest abs. difference |", "|---|---:|"]
+    lines += [f"| {key} | {gap:.3g} |" for key, gap in sorted(found.largest.items()) if key.startswith("eval/")]
+    worst = sorted(((gap, key) for key, gap in found.largest.items() if key.startswith("train/")), reverse=True)
+    lines += [f"| {key} | {gap:.3g} |" for gap, key in worst[:8]]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m atr_grpo.results diverge", description=__doc__)
+    parser.add_argument("run_a", type=Path)
+    parser.add_argument("run_b", type=Path)
+    opts = parser.parse_args(argv)
+    runs = []
+    for path in (opts.run_a, opts.run_b):
+        if not (path / rundir.CONFIG_FILE).is_file():
+            print(f"error: {path} is not a run directory (no {rundir.CONFIG_FILE})", file=sys.stderr)
+            return 2
+        runs.append(load_run(path))
+    print(report(*runs, divergence(*runs)), end="")
+    return 0
