@@ -1,7 +1,7 @@
 """Two tables that say whether an experiment can tell rules apart: its endpoints per method, and per run whether
 each of the rule's bounds acted at all.
 
-- endpoints: per (experiment, model, method, benchmark, metric), over the seeds, the step-0 value (`start`), the
+- endpoints: per (experiment and study, model, method, benchmark, metric), over the seeds, the step-0 value (`start`), the
   final and best values and the AUC, each as the mean over seeds with its seed SD (ddof 1), and the number of
   seeds. The AUC of a run is the mean of its evaluations after step 0 (step 0 is the same adapter for every
   method, so it carries no information about the rule): less noisy than the last point, and it counts how soon a
@@ -69,7 +69,7 @@ def endpoints_table(runs: list[Run]) -> Table:
     kept = refuse_repeats([run for run in runs if run.max_steps is not None])
     groups: dict[tuple[str, str, str], list[Run]] = defaultdict(list)
     for run in kept:
-        groups[(run.experiment, run.model, run.method)].append(run)
+        groups[(run.scope, run.model, run.method)].append(run)
     rows = []
     for (experiment, model, method), group in sorted(groups.items()):
         k = group[0].k
@@ -115,7 +115,7 @@ def bounds_table(runs: list[Run]) -> Table:
     columns = ["experiment", "model", "method", "seed", "steps", "completion_length", "clip_frac"]
     columns += [f"{kind}_{bound}" for bound in bounds for kind in ("fired", "frac")]
     rows = []
-    for run in sorted(kept, key=lambda r: (r.experiment, r.model, r.method, r.seed)):
+    for run in sorted(kept, key=lambda r: (r.scope, r.model, r.method, r.seed)):
         steps = [row for row in run.metrics if metric_number(row.get("clip/frac")) is not None]
         lengths = [v for row in run.metrics if (v := metric_number(row.get(LENGTH_KEY))) is not None]
         fracs = [float(r["clip/frac"]) for r in steps]

@@ -52,6 +52,12 @@ class Run:
         return rundir.study_of(self.config)
 
     @property
+    def scope(self) -> str:
+        """The `experiment` column of the per-run tables: the experiment, with its study after " / " when the
+        study has a name of its own."""
+        return self.experiment if self.study == self.experiment else f"{self.experiment} / {self.study}"
+
+    @property
     def model(self) -> str:
         return str(self._section("model").get("name", "?"))
 
@@ -398,4 +404,4 @@ def mean_or_nan(values: list[float]) -> float:
 
 def run_columns(run: Run) -> dict[str, Any]:
     """The columns that name a run in the per-run tables."""
-    return {"experiment": run.experiment, "model": run.model, "method": run.method, "seed": run.seed}
+    return {"experiment": run.scope, "model": run.model, "method": run.method, "seed": run.seed}

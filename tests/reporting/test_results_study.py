@@ -205,3 +205,36 @@ def test_a_metric_only_one_rule_logs_does_not_make_runs_differ(tmp_path):
     (dual / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     clip, dual_clip = find_runs(root)
     assert not no_effect.identical(clip, dual_clip)
+
+
+def test_the_per_run_tables_keep_two_studies_of_one_experiment_apart(tmp_path):
+    """Two studies of one experiment may both hold a method called `clip`: the endpoints table gives each its
+    own row, named `<experiment> / <study>`."""
+    from helpers.run_trees import evals_of, make_run
+    from omegaconf import OmegaConf
+
+    from atr_grpo.reporting.endpoints import endpoints_table
+    from atr_grpo.reporting.runs import find_runs
+
+    for study, value in (("lr_sweep", 0.2), ("g_sweep", 0.4)):
+        for seed in (0, 1):
+            path = make_run(
+                tmp_path,
+                "smoke",
+                "tiny",
+                "clip",
+                {"name": "clip"},
+                seed,
+                evals_of({0: (0.1,) * 3, 100: (value,) * 3}),
+                name=f"{study}-s{seed}",
+            )
+            config = OmegaConf.load(path / "config.yaml")
+            config.study = study
+            OmegaConf.save(config, path / "config.yaml")
+    rows = [
+        r for r in endpoints_table(find_runs(tmp_path)).rows if r["benchmark"] == "average" and r["metric"] == "mean@8"
+    ]
+    assert sorted((r["experiment"], r["method"], r["final"]) for r in rows) == [
+        ("smoke / g_sweep", "clip", 40.0),
+        ("smoke / lr_sweep", "clip", 20.0),
+    ]
