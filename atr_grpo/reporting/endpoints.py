@@ -1,11 +1,11 @@
 """Two tables that say whether an experiment can tell rules apart: its endpoints per method, and per run whether
 each of the rule's bounds acted at all.
 
-- endpoints: per (experiment and study, model, method, benchmark, metric), over the seeds, the step-0 value (`start`), the
-  final and best values and the AUC, each as the mean over seeds with its seed SD (ddof 1), and the number of
-  seeds. The AUC of a run is the mean of its evaluations after step 0 (step 0 is the same adapter for every
-  method, so it carries no information about the rule): less noisy than the last point, and it counts how soon a
-  rule gains as well as where it ends. `auc_minus_start` is the mean over seeds of AUC − step 0.
+- endpoints: per (experiment and study, model, method, benchmark, metric), over the seeds, the step-0 value
+  (`start`), the final and best values and the AUC, each as the mean over seeds with its seed SD (ddof 1), and
+  the number of seeds. The AUC of a run is the mean of its evaluations after step 0 (step 0 is the same adapter
+  for every method, so it carries no information about the rule): less noisy than the last point, and it counts
+  how soon a rule gains as well as where it ends. `auc_minus_start` is the mean over seeds of AUC − step 0.
 - bounds: one row per training run: the mean completion length over training (generation steps, from
   metrics.jsonl), and for every `clip/frac_*` key the rule logs (low, high, dual, ...) the fraction of optimizer
   steps on which that bound froze any token (`fired_<bound>`) and its mean frozen fraction (`frac_<bound>`). A
