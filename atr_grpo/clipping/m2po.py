@@ -42,8 +42,8 @@ def largest_until_mean_at_most(values: Tensor, eligible: Tensor, bound: float) -
     ranked = keys.neg_().view(torch.float32).double()  # the values in that order (no gather)
     count = torch.count_nonzero(eligible)
     suffix = ranked.flip(0).cumsum(0).flip(0)  # suffix[j] = v_j + … + v_{n−1}
-    position = torch.arange(flat.numel(), device=flat.device)
-    left = (count - position).double()  # entries from j to the last eligible one (≤ 0 past it: never over)
+    position = torch.arange(flat.numel(), dtype=torch.float64, device=flat.device)  # whole numbers, exact
+    left = count - position  # entries from j to the last eligible one (≤ 0 past it: never over)
     taken = torch.count_nonzero(suffix > bound * left.clamp(min=0.5))
     chosen = torch.zeros_like(eligible.flatten())
     return chosen.scatter(0, order, position < taken).view_as(values)
@@ -116,8 +116,9 @@ class M2PO(ClipRule):
             loss=ratio * batch.advantages * kept.neg_(),
             frozen_low=masked & (log_ratio < 0),
             frozen_high=masked & (log_ratio >= 0),
-            # logged as the batch's mean (log w)² over every valid token, and the fraction of them the mask chooses from
-            extra={"m2po/m2": second_moment, "m2po/eligible": eligible},
+            # logged: the batch's mean (log w)² over its valid tokens (log w is 0 on the others: the sum over all is
+            # theirs, the same float as a mean of per-token values), and the fraction of them the mask chooses from
+            extra={"m2po/m2": second_moment.sum() / batch.mask.sum().clamp(min=1).float(), "m2po/eligible": eligible},
         )
 
     def bounds_text(self) -> str:

@@ -1,9 +1,9 @@
-"""The cheaper passes of BandPO-KL, M2PO, BAPO and the dual clip compute, bit for bit, what their first
-implementations computed.
+"""The cheaper passes of BandPO-KL's root-finder, M2PO, BAPO and the dual clip compute, bit for bit, what their
+first implementations computed (tests/helpers/first_implementations.py). BandPO-KL's rule now starts its
+root-finder from a table, which changes its floats: tests/clipping/test_kl_band_start.py checks that.
 
-Each reference below is the first implementation, kept here as written then (torch.where selections, a gather after
-the sort, out-of-place Newton steps). The batches hold the edge cases: ratios exactly at the bounds, masked tokens,
-zero advantages, tied values. `torch.equal` counts −0.0 equal to 0.0 (a masked token's loss may be either).
+The batches hold the edge cases: ratios exactly at the bounds, masked tokens, zero advantages, tied values.
+`torch.equal` counts −0.0 equal to 0.0 (a masked token's loss may be either).
 """
 
 from __future__ import annotations
@@ -12,100 +12,24 @@ import math
 
 import pytest
 import torch
+from helpers.first_implementations import (
+    edge_batch,
+    first_bapo_contributions,
+    first_dual_clip_loss,
+    first_kl_band_root,
+    first_largest_until_mean_at_most,
+    first_trust_region_tokens,
+)
 
 from atr_grpo.clipping import build_rule, make_batch
-from atr_grpo.clipping.bandpo import _log_probs, kl_band_root
+from atr_grpo.clipping.bandpo import kl_band_root
 from atr_grpo.clipping.bapo import contributions
-from atr_grpo.clipping.base import LOG_RATIO_LIMIT, ratio_from_log
+from atr_grpo.clipping.base import ratio_from_log
 from atr_grpo.clipping.m2po import largest_until_mean_at_most, trust_region_tokens
 from atr_grpo.clipping.ratio import ppo_clip_terms
 
 
-# ------------------------------------------------------------------------------------- the first implementations
-def first_kl_band_root(log_q, log_not_q, delta, steps):
-    q, not_q = torch.exp(log_q), torch.exp(log_not_q)
-    offset = q * log_q + not_q * log_not_q - delta
-    chi2 = q + torch.sqrt(2 * delta * q * not_q)
-    y = torch.minimum(-offset / not_q, -torch.log1p(-chi2.clamp(max=1.0)))
-    for _ in range(steps):
-        minus_p = torch.expm1(-y)
-        excess = offset - q * torch.log(-minus_p) + not_q * y
-        slope = not_q + q * (1 + minus_p) / minus_p
-        y = y - excess / slope
-    return y
-
-
-def first_kl_side_bound(old_logp, rising, delta):
-    log_q, log_not_q = _log_probs(old_logp)
-    root = first_kl_band_root(
-        torch.where(rising, log_q, log_not_q), torch.where(rising, log_not_q, log_q), delta, steps=3
-    )
-    log_p = torch.where(rising, torch.log(-torch.expm1(-root)), -root)
-    return torch.exp(log_p - log_q)
-
-
-def first_dual_clip_loss(batch, ratio, low, high, dual_c):
-    negative = batch.advantages < 0
-    return -torch.clamp(ratio, torch.where(negative, low, 0.0), torch.where(negative, dual_c, high)) * batch.advantages
-
-
-def first_largest_until_mean_at_most(values, eligible, bound):
-    flat, chosen_from = values.flatten(), eligible.flatten()
-    keys = torch.where(chosen_from, -flat.view(torch.int32), 1)
-    order = torch.sort(keys, stable=True).indices
-    count = torch.count_nonzero(chosen_from)
-    position = torch.arange(flat.numel())
-    ranked = torch.where(position < count, flat[order].double(), 0.0)
-    suffix = ranked.flip(0).cumsum(0).flip(0)
-    left = (count - position).double()
-    taken = torch.count_nonzero(suffix > bound * left.clamp(min=0.5))
-    return torch.zeros_like(chosen_from).scatter(0, order, position < taken).view_as(values)
-
-
-def first_trust_region_tokens(batch):
-    log_ratio, advantages = batch.log_ratio, batch.advantages
-    return batch.mask & (((advantages > 0) & (log_ratio > 0)) | ((advantages < 0) & (log_ratio < 0)))
-
-
-def first_bapo_buckets(batch, low_grid, low_step, high_grid, high_step):
-    ratio = torch.exp(batch.log_ratio.detach().float().clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)).flatten()
-    advantages = batch.advantages.flatten()
-
-    def bucket(grid, step):
-        return torch.ceil((ratio - grid[0]) / step).clamp(0, grid.numel())
-
-    return torch.where(advantages > 0, bucket(high_grid, high_step), high_grid.numel() + 1 + bucket(low_grid, low_step))
-
-
-def first_bapo_contributions(batch, low_grid, low_step, high_grid, high_step):
-    ratio = torch.exp(batch.log_ratio.detach().float().clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)).flatten()
-    buckets = first_bapo_buckets(batch, low_grid, low_step, high_grid, high_step)
-    weight = batch.advantages.flatten().abs()
-    values = torch.stack([weight * ratio, weight]).double()
-    highs, lows = high_grid.numel(), low_grid.numel()
-    sums = values.new_zeros(2, highs + 1 + lows + 1).index_add_(1, buckets.long(), values)
-    below, total = sums[:, : highs + 1].cumsum(1)[:, :-1], sums[:, : highs + 1].sum(1)
-    positive = below[0] + high_grid * (total[1] - below[1])
-    below, total = sums[:, highs + 1 :].cumsum(1)[:, :-1], sums[:, highs + 1 :].sum(1)
-    return positive, low_grid * below[1] + (total[0] - below[0])
-
-
 # ------------------------------------------------------------------------------------------------------ batches
-def edge_batch(seed, batch=8, steps=300, spread=0.4):
-    """float32 log-probs with masked tokens, a fully masked row, zero advantages (a whole row and single tokens),
-    π_old from 1e-12 to 1 − 1e-7, and log w spread by `spread`."""
-    g = torch.Generator().manual_seed(seed)
-    old = -torch.rand(batch, steps, generator=g) * 6
-    old[0, :8] = torch.tensor([math.log(1e-12), -40.0, -70.0, -1e-7, -1e-6, -1e-5, 0.0, -1e-3])
-    logp = old + torch.randn(batch, steps, generator=g) * spread
-    advantages = torch.randn(batch, steps, generator=g)
-    advantages[1] = 0.0
-    advantages[2, ::5] = 0.0
-    mask = torch.rand(batch, steps, generator=g) > 0.15
-    mask[3] = False
-    return logp, old, advantages, mask
-
-
 def call_with_grad(rule, logp, old, advantages, mask):
     leaf = logp.clone().requires_grad_()
     out = rule(leaf, old, advantages, mask)
@@ -117,39 +41,13 @@ def call_with_grad(rule, logp, old, advantages, mask):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("delta", [1e-3, 0.05, 1.0, 5.0])
 def test_the_in_place_kl_band_root_is_the_first_one_bit_for_bit(dtype, delta):
-    """kl_band_root's in-place Newton steps give the first implementation's floats, on both sides, for π_old from
-    e^-60 to 1 − 1e-6 and 0 to 4 steps."""
+    """kl_band_root's in-place Newton steps from the closed-form start (`kl_band`, float64) give the first
+    implementation's floats, on both sides, for π_old from e^-60 to 1 − 1e-6 and 0 to 4 steps."""
     log_q = torch.linspace(-60.0, math.log1p(-1e-6), 4001, dtype=dtype)
     log_not_q = torch.log1p(-torch.exp(log_q))
     for a, b in ((log_q, log_not_q), (log_not_q, log_q)):
         for steps in range(5):
             assert torch.equal(kl_band_root(a, b, delta, steps), first_kl_band_root(a, b, delta, steps))
-
-
-@pytest.mark.parametrize("delta", [0.02, 0.05, 0.3])
-def test_bandpo_kl_side_bound_and_gradient_are_the_first_implementations(delta):
-    """The side bound picked by lerp (not torch.where) is the first one bit for bit, and the rule's loss and
-    gradient are PPO's clip with the dual clip on it, as computed first."""
-    rule = build_rule("bandpo_kl", delta=delta)
-    logp, old, advantages, mask = edge_batch(1)
-    batch = make_batch(logp, old, advantages, mask)
-    rising = batch.advantages > 0
-    bound = rule.side_bound(batch.old_logp, rising)
-    assert torch.equal(bound, first_kl_side_bound(batch.old_logp, rising, delta))
-    # ratios at the bounds and at the dual clip (to the last bit or two)
-    at = torch.log(bound.clamp(1e-6, rule.ratio_cap).double()).float()  # a band saturated at 0: near it
-    logp = old + torch.where(torch.arange(old.shape[1]) % 3 == 0, at, logp - old)
-    logp[:, 1::7] = old[:, 1::7] + math.log(rule.c)
-    out, grad = call_with_grad(rule, logp, old, advantages, mask)
-
-    leaf = logp.clone().requires_grad_()
-    batch = make_batch(leaf, old, advantages, mask)
-    ratio = ratio_from_log(batch.log_ratio)
-    first_bound = first_kl_side_bound(batch.old_logp, batch.advantages > 0, delta)
-    loss = first_dual_clip_loss(batch, ratio, first_bound, first_bound.clamp(max=rule.ratio_cap), rule.c)
-    loss = torch.where(mask, loss, 0.0)
-    loss.sum().backward()
-    assert torch.equal(out.loss, loss.detach()) and torch.equal(grad, leaf.grad)
 
 
 @pytest.mark.parametrize("low,high", [(0.8, 1.28), ("tensor", "tensor")])
@@ -217,6 +115,8 @@ def test_m2po_loss_gradient_and_metrics_are_the_first_implementations(scope):
     assert torch.equal(out.loss, loss.detach()) and torch.equal(grad, leaf.grad)
     frozen = float((masked & mask).sum() / mask.sum())
     assert out.metrics["clip/frac"] == pytest.approx(frozen, abs=1e-7)
+    first_m2 = torch.where(mask, batch.log_ratio.detach().square(), 0.0).sum() / mask.sum().clamp(min=1).float()
+    assert out.metrics["m2po/m2"] == float(first_m2)  # a 0-d value now, the same float as the mean over tokens
 
 
 # --------------------------------------------------------------------------------------------------------- BAPO
