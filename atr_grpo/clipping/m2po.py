@@ -32,21 +32,22 @@ def largest_until_mean_at_most(values: Tensor, eligible: Tensor, bound: float) -
     Sorted in decreasing order, v₀ ≥ … ≥ v_{n−1}, the loop takes v_j exactly when mean(v_j, …, v_{n−1}) > bound, and
     these means do not increase with j: the count of such j is the number taken. The sort is of the values' bits as
     int32 (a float ≥ 0 orders like its bits; an integer sort is a radix sort, ten times a float sort's speed on a
-    CPU), stable so that equal values keep their order. Suffix sums add the smallest values first, in float64.
+    CPU), in increasing order, so that a running sum adds the smallest values first (in float64) and its i-th entry
+    is the sum of all but the n − 1 − i largest. The sort is stable and of the entries in reverse order: equal values
+    sort last-first, so the `taken` last of the sort are the largest, the first in row-major order among ties.
 
-    The ineligible entries enter the sort as 0: they sort after every positive value, among the eligible zeros, and
+    The ineligible entries enter the sort as 0: they sort before every positive value, among the eligible zeros, and
     add 0 to every sum. A zero is never taken (the mean of a remainder of zeros is not > bound > 0), so the entries
     taken are those a sort of the eligible entries alone gives, with the same sums."""
     flat = values.flatten() * eligible.flatten()  # ineligible: 0 (a product, far cheaper than torch.where on a CPU)
-    keys, order = torch.sort(flat.view(torch.int32).neg(), stable=True)  # the largest first
-    ranked = keys.neg_().view(torch.float32).double()  # the values in that order (no gather)
+    keys, order = torch.sort(flat.view(torch.int32).flip(0), stable=True)  # the smallest first, ties last-first
+    below = keys.view(torch.float32).double().cumsum(0)  # below[i] = v_{n−1} + … + v_{n−1−i} (no gather, no flip)
     count = torch.count_nonzero(eligible)
-    suffix = ranked.flip(0).cumsum(0).flip(0)  # suffix[j] = v_j + … + v_{n−1}
-    position = torch.arange(flat.numel(), dtype=torch.float64, device=flat.device)  # whole numbers, exact
-    left = count - position  # entries from j to the last eligible one (≤ 0 past it: never over)
-    taken = torch.count_nonzero(suffix > bound * left.clamp(min=0.5))
+    rank = torch.arange(flat.numel(), dtype=torch.float64, device=flat.device)  # whole numbers, exact
+    left = rank + (count - (flat.numel() - 1))  # from the (n − 1 − i)-th largest to the last eligible (≤ 0: never over)
+    taken = torch.count_nonzero(below > bound * left.clamp(min=0.5))
     chosen = torch.zeros_like(eligible.flatten())
-    return chosen.scatter(0, order, position < taken).view_as(values)
+    return chosen.scatter(0, order, rank >= flat.numel() - taken).flip(0).view_as(values)
 
 
 def trust_region_tokens(batch: TokenBatch) -> Tensor:
