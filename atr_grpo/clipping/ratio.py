@@ -49,7 +49,8 @@ def ppo_clip_terms(
     # Each token's pair of bounds is picked by a 0/1 weight: a product and a lerp return one end bit for bit (lerp
     # at weight 0 or 1 adds 0·(end − start)), at a fraction of torch.where's cost on a CPU.
     pick = negative.to(ratio.dtype)
-    floor, ceiling = pick * low, torch.lerp(torch.as_tensor(high, dtype=ratio.dtype), ratio.new_tensor(dual_c), pick)
+    high = high if isinstance(high, Tensor) else ratio.new_tensor(high)
+    floor, ceiling = pick * low, torch.lerp(high, ratio.new_tensor(dual_c), pick)
     objective = torch.clamp(ratio, floor, ceiling) * adv
     dual = negative & (ratio > dual_c)
     return RuleTerms(
