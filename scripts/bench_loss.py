@@ -36,6 +36,17 @@ def target_of(name: str) -> float | None:
     return FAMILY_TARGETS.get(RULES[name].family, DEFAULT_TARGET)
 
 
+def chosen_rules(names: str | None) -> list[str]:
+    """The rules to time, sorted: every registered rule, or the comma-separated `names` and `clip` (the baseline)."""
+    if names is None:
+        return sorted(RULES)
+    chosen = {name.strip() for name in names.split(",") if name.strip()}
+    unknown = sorted(chosen - set(RULES))
+    if unknown:
+        raise SystemExit(f"--rules: unknown rule(s) {', '.join(unknown)}; allowed: {', '.join(sorted(RULES))}")
+    return sorted(chosen | {"clip"})
+
+
 def make_inputs(batch: int, steps: int, seed: int = 0) -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
     old = -torch.rand(batch, steps, generator=g) * 4
@@ -64,6 +75,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=100)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument("--quick", action="store_true", help="a small size and few rounds (a smoke check)")
+    parser.add_argument(
+        "--rules",
+        default=None,
+        help="comma-separated rules to time (default: every registered rule); clip is always in",
+    )
     opts = parser.parse_args(argv)
     if opts.quick:
         opts.batch, opts.steps, opts.rounds = 4, 256, 3
@@ -72,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
 
     inputs = make_inputs(opts.batch, opts.steps)
     load_rule_plugins()  # installed packages' rules are timed too
-    rules = {name: build_rule(name) for name in sorted(RULES)}
+    rules = {name: build_rule(name) for name in chosen_rules(opts.rules)}
     extras = {
         name: fixture_extras(rule.needs, inputs["old"], seed=1, owns_correction=rule.owns_correction)
         for name, rule in rules.items()

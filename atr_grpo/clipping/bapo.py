@@ -61,7 +61,9 @@ def contributions(
     def bucket(grid: Tensor, step: float) -> Tensor:  # w ≤ c_k ⇔ bucket ≤ k
         return torch.ceil((ratio - grid[0]) / step).clamp(0, grid.numel())
 
-    buckets = torch.where(advantages > 0, bucket(high_grid, high_step), highs + 1 + bucket(low_grid, low_step))
+    # each token's bucket picked by a 0/1 weight: lerp returns one end bit for bit, at a fraction of torch.where's cost
+    rising = (advantages > 0).to(ratio.dtype)
+    buckets = torch.lerp(bucket(low_grid, low_step).add_(highs + 1), bucket(high_grid, high_step), rising)
     weight = advantages.abs()
     values = torch.stack([weight * ratio, weight]).double()  # [2, tokens]
     sums = values.new_zeros(2, highs + 1 + lows + 1).index_add_(1, buckets.long(), values)
@@ -166,12 +168,7 @@ class BAPO(ClipRule):
     def terms(self, batch: TokenBatch, **_: Any) -> RuleTerms:
         low, high, rho = self.balanced_bounds(batch)
         clipped = ppo_clip_terms(batch, low.float(), high.float())
-        like = batch.log_ratio.detach()
-        clipped.extra = {
-            "bapo/c_low": low.float().expand_as(like),  # each logged as its value (the mean over valid tokens)
-            "bapo/c_high": high.float().expand_as(like),
-            "bapo/rho": rho.float().expand_as(like),
-        }
+        clipped.extra = {"bapo/c_low": low.float(), "bapo/c_high": high.float(), "bapo/rho": rho.float()}  # the batch's
         return clipped
 
     def bounds_text(self) -> str:

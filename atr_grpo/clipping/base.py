@@ -156,7 +156,8 @@ class RuleTerms:
     `frozen_low` / `frozen_high`: tokens whose gradient the rule zeroes or truncates, split by the side
     of the trust region the ratio is on (ratio < 1 / ratio ≥ 1). `frozen_other`: tokens frozen for a
     reason that is not the ratio (Clip-Cov's covariance selection). `extra`: rule-specific per-token
-    quantities, reported as their mean over valid tokens under the given metric name.
+    quantities, reported as their mean over valid tokens under the given metric name, or 0-d values of the
+    whole batch (BAPO's bounds), reported as they are (0 when no token is valid, as a mean would be).
     """
 
     loss: Tensor
@@ -204,6 +205,9 @@ def rule_metrics(batch: TokenBatch, terms: RuleTerms) -> dict[str, float]:
             "kl/kl3_mean": torch.where(valid, torch.expm1(log_ratio) - log_ratio, 0.0).sum() / count,
         }
         for key, value in terms.extra.items():
+            if value.dim() == 0:  # a value of the whole batch
+                stats[key] = torch.where(any_valid, value.float(), 0.0)
+                continue
             on_valid = value & valid if value.dtype == torch.bool else torch.where(valid, value.float(), 0.0)
             stats[key] = on_valid.sum() / count
         values = torch.stack([v.float() for v in stats.values()]).tolist()
