@@ -95,7 +95,7 @@ def slow_beyond(values, fast):
 
 
 # the class attributes of ClipRule that describe a rule; every other one is a trait (needs, acts_on_policy, ...)
-DESCRIPTIVE_ATTRIBUTES = ("name", "family", "params", "summary", "source")
+DESCRIPTIVE_ATTRIBUTES = ("name", "family", "params", "summary", "source", "act_metric")  # act_metric: reporting only
 
 
 def set_traits(rule_class) -> list[str]:
