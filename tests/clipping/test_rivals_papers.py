@@ -349,3 +349,19 @@ def test_bandpo_kl_and_tv_have_the_gradient_of_dppo(band, dppo, delta):
     dppos = build_rule(dppo, delta_low=delta, delta_high=delta).old_prob_bounds(q)
     for a, b in zip(mine, dppos):
         torch.testing.assert_close(a, b, rtol=2e-6, atol=1e-12)
+
+
+@pytest.mark.parametrize("steps", [1, 2, 7, 33, 300])
+def test_aspos_entropy_quantile_is_torchs_nanquantile(steps):
+    """The partial top-k gives the tokens above `torch.nanquantile` of each sequence's valid entropies, with rows of
+    no valid token, of one, and of ties."""
+    g = torch.Generator().manual_seed(steps)
+    entropy = torch.rand(6, steps, generator=g)
+    mask = torch.rand(6, steps, generator=g) > 0.3
+    mask[0], mask[1] = False, False
+    mask[1, 0] = True
+    entropy[2] = torch.round(entropy[2] * 3) / 3  # ties
+    rule = build_rule("aspo")
+    valid = torch.where(mask, entropy, torch.nan)
+    want = (valid > torch.nanquantile(valid, rule.entropy_quantile, dim=-1, keepdim=True)) & mask
+    assert torch.equal(rule.high_entropy(entropy, mask), want)
