@@ -98,7 +98,10 @@ class BAPO(ClipRule):
       batch, or one with no advantage, has ρ = 1: nothing to rebalance.
     - *Raising c_low cannot raise ρ* under Eq. 8 (a negative token's contribution |A|·max(w, c_low) grows with
       c_low), so when c_high = b⁺ falls short Algorithm 1 raises c_low to b⁻: the most low-probability negative tokens
-      frozen. The walk is evaluated as written all the same.
+      frozen. The walk is evaluated as written all the same. The authors' code (recipe/bapo/policy_loss.py at
+      7287044) walks the other way: c_low first ("adjust lower clip range first"), then c_high. Under its own
+      P / N that first walk can only lower the ratio, so it ends at b⁻ whenever the start falls short; the order
+      here is the paper's.
     - *The grid* is a + k·δ for whole k, reaching the end of a range within 1e-9 (so 3.0 is reached by 0.05 steps);
       Algorithm 1's loop also stops when c_low cannot step, which leaves c_high at a⁺ if b⁻ < a⁻ + δ₂: here c_high
       still walks its range then.
