@@ -392,26 +392,6 @@ def regrade_main(argv: list[str]) -> int:
     return 0
 
 
-def pack_main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m atr_grpo.results pack",
-        description=pack.__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--runs", type=Path, required=True, help="a folder of run directories")
-    opts = parser.parse_args(argv)
-    if not opts.runs.is_dir():
-        parser.error(f"--runs {opts.runs} is not a directory")
-    try:
-        done = pack.pack_runs(opts.runs)
-    except pack.PackError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    before, after = sum(b for _, b, _ in done), sum(a for _, _, a in done)
-    print(f"packed {len(done)} per-sample files under {opts.runs}: {before / 2**20:.1f} MiB -> {after / 2**20:.1f} MiB")
-    return 0
-
-
 # what follows a damaged run file's name and line
 DAMAGED_FILE_HINT = (
     "the results commands read every line of a run's files: repair or remove the damaged line (a torn last line is "
@@ -437,7 +417,7 @@ def _command(argv: list[str]) -> int:
 
         return divergence.main(argv[1:])
     if argv and argv[0] == "pack":
-        return pack_main(argv[1:])
+        return pack.main(argv[1:])
     if argv and argv[0] == "compare" and "--eval" in argv[1:]:
         from atr_grpo.reporting import eval_compare  # two evaluation folders (reporting/eval_compare.py)
 
