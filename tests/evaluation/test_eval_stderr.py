@@ -56,9 +56,16 @@ def test_the_summary_line_and_the_logged_metrics_carry_the_stderr(tmp_path):
     script = {"": [("\\boxed{84}", "stop")] * 2 + [("\\boxed{0}", "stop")] * 2}
     sampling = SamplingConfig(n=4, temperature=0.3, top_p=0.95, max_tokens=64, seed=3)
     metrics = run_evaluation(
-        ScriptedGenerator(script), FakeTokenizer(), [amc], sampling, tmp_path, 5, k=4, grader_workers=0,
+        ScriptedGenerator(script),
+        FakeTokenizer(),
+        [amc],
+        sampling,
+        tmp_path,
+        5,
+        k=4,
+        grader_workers=0,
         show_progress=False,
-    )  # fmt: skip
+    )
     (summary,) = rundir.read_jsonl(tmp_path / "eval" / "summary.jsonl")
     samples = rundir.read_jsonl(tmp_path / "eval" / "step_000005" / "amc23.jsonl")
     rows: dict = {}

@@ -22,9 +22,16 @@ def evaluated(run_dir):
     script = {"": [("\\boxed{84}", "stop"), ("no box", "stop"), ("\\boxed{0}", "length"), ("\\boxed{84}", "stop")]}
     sampling = SamplingConfig(n=4, temperature=0.3, top_p=0.95, max_tokens=64, seed=3)
     return run_evaluation(
-        ScriptedGenerator(script), FakeTokenizer(), [amc], sampling, run_dir, STEP, k=4, grader_workers=0,
+        ScriptedGenerator(script),
+        FakeTokenizer(),
+        [amc],
+        sampling,
+        run_dir,
+        STEP,
+        k=4,
+        grader_workers=0,
         show_progress=False,
-    )  # fmt: skip
+    )
 
 
 def test_the_completions_table_is_capped_and_read_back_from_the_offline_run(tmp_path):
