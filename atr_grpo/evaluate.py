@@ -61,13 +61,13 @@ def build_generator(cfg: EvaluateConfig, backend: str, benchmarks: list[Any]) ->
     return engines.vllm_generator(cfg.model, cfg.eval, longest, adapter=cfg.adapter), tokenizer
 
 
-def check_inputs(cfg: EvaluateConfig) -> None:
+def check_inputs(cfg: EvaluateConfig) -> int:
     """What must hold before anything loads: the adapter and out_dir usable, the adapter fitting the model, the
-    evaluation's step known (`evaluation_step`)."""
+    evaluation's step known. Returns that step (`evaluation_step`)."""
     cfg.check_inputs()
     if cfg.adapter is not None:
         check_adapter_base(cfg.model, cfg.adapter)
-    evaluation_step(cfg)
+    return evaluation_step(cfg)
 
 
 def evaluation_step(cfg: EvaluateConfig) -> int:
@@ -93,8 +93,7 @@ def evaluate(cfg: EvaluateConfig, config_yaml: str | None = None) -> dict[str, f
     from atr_grpo.evaluation import run_evaluation
 
     ev = cfg.eval
-    check_inputs(cfg)
-    step = evaluation_step(cfg)
+    step = check_inputs(cfg)
     benchmarks = engines.load_benchmarks(ev, cfg.data)
     generator, tokenizer = build_generator(cfg, decide_evaluation(ev).evaluation_backend, benchmarks)
     config_path = Path(cfg.out_dir) / rundir.CONFIG_FILE
@@ -104,7 +103,7 @@ def evaluate(cfg: EvaluateConfig, config_yaml: str | None = None) -> dict[str, f
         generator,
         tokenizer,
         benchmarks,
-        engines.sampling_config(ev, cfg.step),
+        engines.sampling_config(ev, step),  # the step read from the adapter too
         cfg.out_dir,
         step,
         system_prompt=cfg.prompt.system,

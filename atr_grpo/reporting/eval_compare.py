@@ -117,7 +117,8 @@ def differences(a: Side, b: Side, benchmark: str, metric: str) -> tuple[np.ndarr
         raise EvalCompareError(str(err)) from None
     _check_same_problems(a, b, benchmark, set(scores[0]), set(scores[1]))
     ids = sorted(scores[0])
-    return tuple(100.0 * np.array([side_scores[i] for i in ids]) for side_scores in scores)  # type: ignore[return-value]
+    score_a, score_b = (100.0 * np.array([side_scores[i] for i in ids]) for side_scores in scores)
+    return score_a, score_b
 
 
 def _row(name: str, metric: str, pairs: list[tuple[np.ndarray, np.ndarray]], resampling: stats.Resampling) -> EvalRow:

@@ -10,6 +10,7 @@ from atr_grpo import evaluate as evaluate_module
 from atr_grpo import rundir
 from atr_grpo.config_hydra import to_object
 from atr_grpo.errors import ConfigError
+from atr_grpo.evaluation.sampling import step_seed
 from atr_grpo.training.checkpoints import adapter_step
 
 FIXTURES = REPO / "tests" / "fixtures" / "eval"
@@ -102,7 +103,8 @@ def test_the_summary_files_the_evaluation_under_its_step(tmp_path, monkeypatch, 
         lambda cfg, backend, benchmarks: (ScriptedGenerator(script), FakeTokenizer()),
     )
     out_dir = tmp_path / "out"
-    evaluate_module.evaluate(config(out_dir, *extra))
+    evaluate_module.evaluate(config(out_dir, *extra, "eval.seed_by_step=true"))
     (row,) = rundir.read_jsonl(out_dir / "eval" / "summary.jsonl")
     assert row["step"] == expected
+    assert row["seed"] == step_seed(0, expected)  # the step read from the run draws what training's step drew
     assert (out_dir / "eval" / f"step_{expected:06d}" / "amc23.jsonl").exists()

@@ -15,7 +15,7 @@ def test_step_seeds_differ_by_step_and_seed_and_fit_a_config_seed():
     seeds = {(s, t): step_seed(s, t) for s in range(10) for t in (0, 32, 64, 96, 128)}
     assert len(set(seeds.values())) == len(seeds)
     assert all(0 <= v < 2**32 for v in seeds.values())
-    assert step_seed(3, 64) == step_seed(3, 64)
+    assert step_seed(3, 64) == 66987337  # a change of the derivation changes every evaluation stream: say so here
 
 
 def test_the_sampling_seed_follows_the_step_only_when_asked():

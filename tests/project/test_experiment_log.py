@@ -35,6 +35,7 @@ def test_every_committed_run_set_is_in_the_log():
     rows = _log_rows()
     for experiment in experiments:
         commits = _run_commits(experiment)
+        assert commits, f"results/{experiment}/runs holds no env.json with a git_commit"
         matches = [r for r in rows if r[1].split(",")[0] == experiment and all(c in r[3] for c in commits)]
         assert matches, f"results/{experiment}/runs (commits {dict(commits)}) is not in {LOG.name}"
         assert int(matches[0][2]) == sum(commits.values()), f"{experiment}: run count differs from {LOG.name}"
