@@ -34,6 +34,8 @@ class TrainerBatch:
     attention_mask: Tensor  # [B, prompt + T]
     logits_to_keep: int  # T
     temperature: float  # the sampling temperature the log-probs are computed at
+    # π_θ's entropy per completion token when the trainer's own forward pass computed it (TRL's path): no second pass
+    entropy: Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -87,7 +89,9 @@ def full_kl_from_trainer(batch: TrainerBatch) -> Tensor:
 
 
 def token_entropy_from_trainer(batch: TrainerBatch) -> Tensor:
-    """π_θ's entropy at each completion token, from one more no-grad forward."""
+    """π_θ's entropy at each completion token: the trainer's own, or else from one more no-grad forward."""
+    if batch.entropy is not None:
+        return batch.entropy.detach()
     return token_entropy(batch.model, batch.input_ids, batch.attention_mask, batch.logits_to_keep, batch.temperature)
 
 

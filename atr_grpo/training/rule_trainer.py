@@ -234,9 +234,10 @@ class RuleTrainerMixin(TruncationMixin, _Host):
         logits_to_keep: int,
         like: Tensor,
         has_old: bool,
+        entropy: Tensor | None = None,
     ) -> dict[str, Tensor]:
         """The δ in force (δ-rules) and the rule's declared extras (`training.extras`), in the layout of `like`
-        (`[B, logits_to_keep]`)."""
+        (`[B, logits_to_keep]`); `entropy`: π_θ's per-token entropy when the caller's forward pass computed it."""
         extras: dict[str, Tensor] = {}
         if self.delta_control is not None:  # a tensor: a new value does not recompile Unsloth's compiled loss
             extras["delta"] = torch.tensor(self.delta_control.delta, dtype=torch.float32, device=like.device)
@@ -252,6 +253,7 @@ class RuleTrainerMixin(TruncationMixin, _Host):
                 attention_mask=attention_mask,
                 logits_to_keep=logits_to_keep,
                 temperature=self.temperature,
+                entropy=entropy,
             )
             extras.update(trainer_extras(self.rule.needs, batch))
         return extras

@@ -1,6 +1,6 @@
 """Per-token entropy of π_θ(·|s_t) over the vocabulary: the trainer's value of the extra `token_entropy`
-(`training.extras`), which ASPO's entropy-dependent ε needs. It runs the model, so it lives here and not in
-`clipping/`.
+(`training.extras`), which ASPO's entropy-dependent ε needs, where the trainer's own forward pass did not compute
+it (TRL's path does, and passes it on). It runs the model, so it lives here and not in `clipping/`.
 
 One no-grad forward of the decoder gives the hidden states that predict the completion tokens; the logits are
 formed a chunk of tokens at a time, in float32, at the sampling temperature, so no `[B, T, V]` tensor exists.

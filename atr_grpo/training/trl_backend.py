@@ -72,7 +72,7 @@ class RuleGRPOTrainer(RuleTrainerMixin, GRPOTrainer):
             sampling_logp=sampling_logp,
             # TRL scales for gradient accumulation inside the loss (loss_is_scaled_for_ga)
             gradient_accumulation_steps=self.current_gradient_accumulation_steps if training else 1,
-            extras=self.rule_extras(model, input_ids, attention_mask, logits_to_keep, logp, has_old),
+            extras=self.rule_extras(model, input_ids, attention_mask, logits_to_keep, logp, has_old, entropies),
         )
         if training:
             self.record_loss(result, sampling_logp)

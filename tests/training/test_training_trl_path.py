@@ -191,3 +191,25 @@ def test_the_trl_path_weighs_each_token_by_the_rollout_correction(trainer):
     torch.testing.assert_close(ours, expected, rtol=1e-5, atol=1e-7)
     assert 0 < metrics["rollout/truncated_frac"] < 1 and metrics["rollout/weight_min"] == pytest.approx(0.8)
     assert trainer.args.vllm_importance_sampling_correction is False
+
+
+def test_the_token_entropy_the_trl_path_passes_on_is_what_a_second_forward_gives(trainer):
+    """ASPO's extra `token_entropy` on TRL's path is the entropy its own forward pass computed, not a second pass:
+    the two agree (same positions, same sampling temperature)."""
+    from atr_grpo.training.extras import TrainerBatch, token_entropy_from_trainer
+    from atr_grpo.training.token_entropy import token_entropy
+
+    inputs = make_inputs(trainer, seed=5)
+    ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1)
+    mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1)
+    steps = inputs["completion_ids"].size(1)
+    with torch.no_grad():
+        _, entropies, _ = trainer._get_per_token_logps_and_entropies(
+            trainer.model, ids, mask, steps, compute_entropy=True
+        )
+    batch = TrainerBatch(entropies, False, None, None, None, None, None, steps, trainer.temperature, entropies)
+    passed_on = token_entropy_from_trainer(batch)  # no model in the batch: a second pass would fail
+    second = token_entropy(trainer.model, ids, mask, steps, trainer.temperature)
+    valid = inputs["completion_mask"].bool()
+    assert passed_on[valid].std() > 0
+    torch.testing.assert_close(passed_on[valid].float(), second[valid], rtol=1e-4, atol=1e-5)
