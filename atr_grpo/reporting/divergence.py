@@ -85,8 +85,10 @@ def divergence(a: Run, b: Run) -> Divergence:
     for key in sorted(set(a.summary) & set(b.summary)):
         step, benchmark = key
         differ = _note_largest(found.largest, f"eval/{benchmark}/", _numbers(a.summary[key]), _numbers(b.summary[key]))
+        if found.first_evaluation is not None:
+            continue  # only the largest differences are still wanted: no more sample files to read
         sample = _first_sample(a, b, step, benchmark)
-        if (differ or sample) and found.first_evaluation is None:
+        if differ or sample:
             found.first_evaluation, found.first_sample = key, sample
     return found
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from atr_grpo import rundir
 from atr_grpo.evaluation.outputs import find_sample_file
-from atr_grpo.reporting.runs import Run, metric_number
+from atr_grpo.reporting.runs import Run, metric_number, varying_keys
 
 # what two runs of one outcome may still log differently: timings, labels, and settings echoed per step
 OUTCOME_SKIP = ("method", "learning_rate", "clip/delta", "step_time", "generate_s", "grade_s", "time_s")
@@ -75,8 +75,7 @@ def _seeds(seeds: list[int]) -> str:
 
 def _differing(a: Run, b: Run) -> list[str]:
     """The settings in which two runs differ (the config's method label aside)."""
-    keys = sorted(set(a.settings) | set(b.settings))
-    return [k for k in keys if k != "method" and a.settings.get(k) != b.settings.get(k)]
+    return [k for k in varying_keys([a, b]) if k != "method"]
 
 
 def pair_warnings(runs_a: list[Run], runs_b: list[Run]) -> list[str]:

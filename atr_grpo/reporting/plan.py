@@ -36,6 +36,7 @@ import yaml
 
 from atr_grpo import rundir
 from atr_grpo.reporting import cells, stats
+from atr_grpo.reporting.compare import METRIC_PATTERN
 from atr_grpo.reporting.runs import AVERAGE
 
 PLAN_FILE = "plan.yaml"
@@ -123,7 +124,7 @@ def load_plan(path: str | Path) -> Plan:
     if raw["endpoint"] not in cells.ENDPOINTS:
         raise _bad(path, "endpoint", raw["endpoint"], " or ".join(cells.ENDPOINTS))
     metric = raw["metric"]
-    if not isinstance(metric, str) or not _is_metric(metric):
+    if not isinstance(metric, str) or not METRIC_PATTERN.match(metric):
         raise _bad(path, "metric", metric, "mean@K or pass@K (e.g. mean@8)")
     if not isinstance(raw["benchmark"], str) or not raw["benchmark"]:
         raise _bad(path, "benchmark", raw["benchmark"], f"a benchmark the runs evaluate, or {AVERAGE}")
@@ -163,11 +164,6 @@ def _bad(path: Path, key: str, value: Any, allowed: str) -> PlanError:
 
 def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
-def _is_metric(text: str) -> bool:
-    name, _, k = text.partition("@")
-    return name in ("mean", "pass") and k.isdigit() and int(k) >= 1
 
 
 def _comparison(value: Any, key: str, path: Path) -> Comparison:

@@ -279,7 +279,7 @@ def name_methods(runs: list[Run]) -> None:
         if run.config:
             groups[(run.study, run.model, run.is_training)].append(run)
     for group in groups.values():
-        varying = _varying_keys(group)
+        varying = varying_keys(group)
         shown = [k for k in varying if not rundir.in_section(k, rundir.LABELLED_KEYS)]
         names = _names_with(group, shown)
         identities = {name: {r.key[2] for r, n in zip(group, names) if n == name} for name in names}
@@ -289,7 +289,7 @@ def name_methods(runs: list[Run]) -> None:
             run.label = name
 
 
-def _varying_keys(runs: list[Run]) -> list[str]:
+def varying_keys(runs: list[Run]) -> list[str]:
     """The settings whose value (or presence) is not the same in every run, sorted."""
     keys = sorted({k for run in runs for k in run.settings})
     return [k for k in keys if len({json.dumps(r.settings.get(k, UNSET), default=str) for r in runs}) > 1]
