@@ -166,6 +166,15 @@ class TrainConfig:
             tr.max_completion_length,
         )
 
+        tiny, data = self.model.tiny, self.data
+        if tiny is not None and data.source == "arithmetic" and data.chain_max > 1:
+            check(
+                tiny.pretrain_chain_ops < data.chain_min,
+                "model.tiny.pretrain_chain_ops",
+                f"< data.chain_min={data.chain_min} (longer pretraining chains could be evaluation problems)",
+                tiny.pretrain_chain_ops,
+            )
+
         if self.rollout.engine == "vllm":
             check_vllm_temperature(self.trainer.temperature, "trainer.temperature", "rollout.engine=vllm")
 

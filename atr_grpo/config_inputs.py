@@ -63,6 +63,16 @@ class TinyModelConfig:
     pretrain_learning_rate: float = 3e-3
     pretrain_max_operand: int = 49
     pretrain_operations: list[str] = field(default_factory=lambda: ["+", "-"])
+    # Worked questions of up to this many operations ("What is 12 + 7 - 5? 12 + 7 = 19. 19 - 5 = 14."): above 1
+    # the base model has met multi-step working, as a pretrained LLM has. Keep it below data.chain_min so that
+    # no evaluation problem is in the pretraining text.
+    pretrain_chain_ops: int = 1
+
+    def __post_init__(self) -> None:
+        require_positive("model.tiny.pretrain_chain_ops", self.pretrain_chain_ops)
+        if self.pretrain_chain_ops > 1:
+            for op in self.pretrain_operations:
+                require_one_of("model.tiny.pretrain_operations[] (with pretrain_chain_ops > 1)", op, CHAIN_OPERATIONS)
 
 
 @dataclass

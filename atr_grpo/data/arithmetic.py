@@ -99,7 +99,7 @@ def _draw(rng: random.Random, max_operand: int, operations: list[str]) -> Arithm
     return ArithmeticProblem(rng.randint(0, max_operand), rng.choice(operations), rng.randint(0, max_operand))
 
 
-def _draw_chain(rng: random.Random, max_operand: int, operations: list[str], chain: tuple[int, int]) -> ChainProblem:
+def draw_chain(rng: random.Random, max_operand: int, operations: list[str], chain: tuple[int, int]) -> ChainProblem:
     """lo..hi operations; each operand is drawn so that the running value stays in [0, max_operand]."""
     value = start = rng.randint(0, max_operand)
     steps = []
@@ -149,7 +149,7 @@ def make_splits(
                 f"with max_operand={max_operand} and operations={operations}"
             )
     else:
-        draw = lambda: _draw_chain(rng, max_operand, operations, chain)  # noqa: E731
+        draw = lambda: draw_chain(rng, max_operand, operations, chain)  # noqa: E731
     eval_set: list[Problem] = []
     seen: set[Problem] = set()
     attempts = 0
