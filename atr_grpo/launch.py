@@ -3,13 +3,15 @@ one fresh process per run.
 
 PLAN is an experiment whose file (`conf/experiment/<PLAN>.yaml`) has a `plan:` key, which is data: `app` (train,
 the default, or evaluate), an optional list of `runs` (override lists) and a `grid` (key → values, crossed with
-every run); every run starts with `experiment=<PLAN>`. Hydra composes the rest of the file into each run's config
-(the schema drops `plan`: atr_grpo.config_hydra.PLAN_KEY). Each run is a one-job Hydra
-multirun (`python -m atr_grpo.train -m ...`), so its run directory is named from its overrides exactly as in a
-sweep. Finished runs (trained, and every scheduled evaluation recorded) are skipped; interrupted ones, and
-trained ones whose evaluations failed or wait, are launched again (a re-launch of the same config continues
-from its checkpoint, or evaluates what is left), and a failed run does not stop the others. vLLM does not
-give GPU memory back, so every run gets its own process.
+every run); every run starts with `experiment=<PLAN>`. An entry of `runs` may instead be a mapping, `{overrides:
+[...], grid: {seed: [0, 1, 2]}}`, whose grid narrows the plan's for that entry alone (a check run on some seeds):
+each of its keys must be in the plan's grid, with values among the plan's. Hydra composes the rest of the file into
+each run's config (the schema drops `plan`: atr_grpo.config_hydra.PLAN_KEY). Each run is a one-job Hydra multirun
+(`python -m atr_grpo.train -m ...`), so its run directory is named from its overrides exactly as in a sweep.
+Finished runs (trained, and every scheduled evaluation recorded) are skipped; interrupted ones, and trained ones
+whose evaluations failed or wait, are launched again (a re-launch of the same config continues from its checkpoint,
+or evaluates what is left), and a failed run does not stop the others. vLLM does not give GPU memory back, so every
+run gets its own process.
 
 `--runs DIR` puts every run directory in DIR (DIR/<run name>) instead of the experiment's own folder: the way to
 re-run committed experiments from scratch without touching the committed runs. `--jobs N` runs N runs at once
@@ -53,21 +55,27 @@ class Plan:
     common: list[str]
     runs: list[list[str]]
     grid: dict[str, list[str]]
+    narrowed: list[dict[str, list[str]]] = field(default_factory=list)  # per entry of `runs`: its own grid values
+
+    def grid_of(self, i: int) -> dict[str, list[str]]:
+        """The grid that entry `i` of `runs` is crossed with: the plan's, with the entry's narrowed keys."""
+        return {**self.grid, **(self.narrowed[i] if i < len(self.narrowed) else {})}
 
     def expand(self, extra: list[str] = ()) -> list[list[str]]:
         """The overrides of every run: common + run + one grid point + extra."""
-        keys = list(self.grid)
-        points = list(itertools.product(*(self.grid[k] for k in keys))) or [()]
-        return [
-            [*self.common, *run, *(f"{k}={v}" for k, v in zip(keys, point)), *extra]
-            for run in self.runs
-            for point in points
-        ]
+        jobs = []
+        for i, run in enumerate(self.runs):
+            grid = self.grid_of(i)
+            for point in itertools.product(*grid.values()):
+                jobs.append([*self.common, *run, *(f"{k}={v}" for k, v in zip(grid, point)), *extra])
+        return jobs
 
     def sweeps(self, extra: list[str] = ()) -> list[list[str]]:
         """One multirun per entry of `runs`, the grid as comma-separated sweeps (the SLURM form)."""
-        grid = [f"{k}={','.join(v)}" for k, v in self.grid.items()]
-        return [[*self.common, *run, *grid, *extra] for run in self.runs]
+        return [
+            [*self.common, *run, *(f"{k}={','.join(v)}" for k, v in self.grid_of(i).items()), *extra]
+            for i, run in enumerate(self.runs)
+        ]
 
 
 def _read_plan(path: Path) -> dict | None:
@@ -96,8 +104,34 @@ def load_plan(name: str) -> Plan:
     if app not in APPS:
         raise PlanError(f"{path}: plan.app must be one of {', '.join(APPS)}, got {app!r}")
     grid = {str(k): [str(v) for v in values] for k, values in (raw.get("grid") or {}).items()}
-    runs = [[str(o) for o in run] for run in (raw.get("runs") or [[]])]
-    return Plan(name, app, [f"experiment={name}"], runs, grid)
+    entries = [_run_entry(path, i, entry, grid) for i, entry in enumerate(raw.get("runs") or [[]])]
+    runs, narrowed = [overrides for overrides, _ in entries], [own for _, own in entries]
+    return Plan(name, app, [f"experiment={name}"], runs, grid, narrowed)
+
+
+def _run_entry(path: Path, i: int, entry: object, grid: dict[str, list[str]]) -> tuple[list[str], dict]:
+    """One entry of `runs`: its overrides, and the grid keys it narrows (see the module's docstring)."""
+    if isinstance(entry, list):
+        return [str(o) for o in entry], {}
+    where = f"{path}: plan.runs[{i}]"
+    if (
+        not isinstance(entry, dict)
+        or set(entry) - {"overrides", "grid"}
+        or not isinstance(entry.get("overrides"), list)
+    ):
+        raise PlanError(
+            f"{where} must be a list of overrides or a mapping with overrides: [...] and grid: {{...}}, got {entry!r}"
+        )
+    own = {str(k): [str(v) for v in values] for k, values in (entry.get("grid") or {}).items()}
+    for key, values in own.items():
+        if key not in grid:
+            raise PlanError(
+                f"{where}.grid.{key}: not a key of plan.grid ({', '.join(grid) or 'none'}); a run narrows the grid"
+            )
+        outside = [v for v in values if v not in grid[key]]
+        if outside or not values:
+            raise PlanError(f"{where}.grid.{key}: {outside or 'no values'}; allowed: among plan.grid.{key} {grid[key]}")
+    return [str(o) for o in entry["overrides"]], own
 
 
 def command(app: str, overrides: list[str], multirun: bool = True) -> list[str]:
