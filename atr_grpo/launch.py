@@ -80,8 +80,9 @@ class Plan:
 
 def _read_plan(path: Path) -> dict | None:
     """The `plan:` of an experiment file as plain data (None when it has none); the rest of the file is Hydra's."""
-    from atr_grpo.config_hydra import PLAN_KEY
+    from atr_grpo.config_hydra import PLAN_KEY, register_configs
 
+    register_configs()  # the package's resolvers (an exact ATR box: `${atr_kl3_eps_low:0.07}`) resolve in a plan too
     plan = OmegaConf.load(path).get(PLAN_KEY)
     return None if plan is None else OmegaConf.to_container(plan, resolve=True)
 

@@ -65,3 +65,13 @@ def test_a_bad_entry_is_refused_naming_it(tmp_path, monkeypatch, entry, needle):
     with pytest.raises(launch.PlanError) as err:
         _plan(tmp_path, monkeypatch, f"plan:\n  runs:\n    - {entry}\n  grid:\n    seed: [0, 1]\n")
     assert needle in str(err.value)
+
+
+def test_power2_runs_the_identity_check_at_atrs_exact_box_on_three_seeds():
+    from atr_grpo.clipping.bounds import kl3_ratio_bounds
+
+    runs = launch.load_plan("power2").expand()
+    low, high = kl3_ratio_bounds(0.07)
+    identity = [r for r in runs if f"clipping.eps_low={1.0 - low!r}" in r and f"clipping.eps_high={high - 1.0!r}" in r]
+    assert len(runs) == 5 * 10 + 3
+    assert [r[-1] for r in identity] == ["seed=0", "seed=1", "seed=2"]
