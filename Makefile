@@ -125,9 +125,9 @@ reproduce-mini: install ## CPU mini-reproduction: Table 2's 7 methods + ATR's de
 	$(REPRODUCE) mini $(if $(filter 1 true yes,$(DRY_RUN)),,--runs results/mini/runs \
 		--out $(if $(RERUN_ON),$(NEED_OUT),results/mini) --methods clip,clip_higher,dual_clip,dcpo,clip_cov,sapo,atr) $(ARGS)
 
-reproduce-power: install ## CPU experiment with power: clip, clip_higher, atr, gspo x 10 seeds on 3-5-step chains (~2 h)
-	$(REPRODUCE) power $(if $(filter 1 true yes,$(DRY_RUN)),,--jobs 2 --runs results/power/runs \
-		--out $(if $(RERUN_ON),$(NEED_OUT),results/power) --methods clip,clip_higher,atr,gspo) $(ARGS)
+reproduce-power: install ## CPU experiment power2: clip at 3 widths, clip_higher, atr x 10 seeds + identity check (~2 h)
+	$(REPRODUCE) power2 $(if $(filter 1 true yes,$(DRY_RUN)),,--jobs 2 --runs results/power2/runs \
+		--out $(if $(RERUN_ON),$(NEED_OUT),results/power2) --methods clip,clip-eps0.329,clip-eps0.422,clip_higher,atr) $(ARGS)
 
 # ---- tables and figures of any experiment: `make tables EXPERIMENT=power` ----
 # EXPERIMENT=NAME takes that experiment's runs for every table and figure (without it each takes the paper's
