@@ -1,5 +1,5 @@
-"""`python -m atr_grpo.results {table2,table3,seeds,seeds_auc,delta,passk,clip_binding,endpoints,bounds,all,figures}
-  --runs DIR --out DIR`
+"""`python -m atr_grpo.results {table2,table3,seeds,seeds_auc,delta,passk,clip_binding,endpoints,bounds,timing,all,
+  figures} --runs DIR --out DIR`
 `python -m atr_grpo.results compare A B --runs DIR [--benchmark B] [--metric mean@8] [--endpoint auc]`
 `python -m atr_grpo.results compare --eval DIR_A DIR_B [--step-a N] [--step-b N]` (two models on the same problems)
 `python -m atr_grpo.results regrade --runs DIR`
@@ -12,7 +12,8 @@ CSV, Markdown and LaTeX, plus `<table>_vs_paper.md` where a row has a number the
   table2 → table2, table3 → table3, seeds and seeds_auc (each run's final value or AUC, IQM and the seed-level
   tests against clip) → table3, delta → ablate_delta (Figure 3), passk → passk_curve (Figure 4);
   binding (clip_binding: does the rule act or react to noise), endpoints (step 0, final, best, AUC per method) and
-  bounds (per run: completion length, how often each bound fired) → every run; figures 2 and the clipping
+  bounds (per run: completion length, how often each bound fired) and timing (per run: wall, training and
+  evaluation seconds) → every run; figures 2 and the clipping
   curves → table2. --experiment NAME takes that experiment's runs for every table and figure instead
   (`make tables EXPERIMENT=NAME`, `make figures EXPERIMENT=NAME`).
 `all` builds every table whose runs exist and names the others. Runs with missing evaluations are listed
@@ -55,6 +56,7 @@ from atr_grpo.reporting import (
 )
 from atr_grpo.reporting.no_effect import study_warnings
 from atr_grpo.reporting.runs import RepeatedRuns, Run, find_runs, refuse_repeats
+from atr_grpo.reporting.timing import timing_table
 
 # each table's experiment; None = every run
 TABLES = {
@@ -67,11 +69,12 @@ TABLES = {
     "clip_binding": None,
     "endpoints": None,
     "bounds": None,
+    "timing": None,
 }
 # the data of figures 3 and 4
 FIGURE_TABLES = {"delta": tables.delta_table, "passk": tables.passk_table}
-# tables of any experiment's training runs (reporting/endpoints.py)
-RUN_TABLES = {"endpoints": endpoints.endpoints_table, "bounds": endpoints.bounds_table}
+# tables of any experiment's training runs (reporting/endpoints.py, reporting/timing.py)
+RUN_TABLES = {"endpoints": endpoints.endpoints_table, "bounds": endpoints.bounds_table, "timing": timing_table}
 COMMANDS = (*TABLES, "all", "figures", "compare", "regrade", "pack", "diverge")
 # tables whose rows are methods compared within one study (its Holm family): they take the runs of one study
 STUDY_TABLES = ("table2", "table3", "seeds", "seeds_auc", "delta", "passk")

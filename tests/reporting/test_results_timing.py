@@ -1,0 +1,64 @@
+"""The timing table (per run: wall, training and evaluation seconds) on runs whose times are known exactly."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from helpers.run_trees import make_run
+
+from atr_grpo import results
+from atr_grpo.reporting.runs import find_runs
+from atr_grpo.reporting.timing import timing_table
+
+
+def _rewrite(path, name, edit):
+    rows = [edit(json.loads(line)) for line in (path / name).read_text().splitlines()]
+    (path / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def timed_run(root, method, seed, step0_shared, done_seconds):
+    evals = {s: {"arithmetic": (0.2, 0.5)} for s in (0, 2, 4)}
+    bench = ["arithmetic"]
+    path = make_run(root, "power2", "tiny", method, {"name": method}, seed, evals, max_steps=4, benchmarks=bench)
+    times = {0: 30.0, 2: 20.0, 4: 25.0}
+
+    def summary(row):
+        row["time_s"] = times[row["step"]]
+        if row["step"] == 0 and step0_shared:
+            row["shared_start"] = "f6de41cdc17e37f2"  # copied: its time was spent by another run
+        return row
+
+    _rewrite(path / "eval", "summary.jsonl", summary)
+    _rewrite(path, "metrics.jsonl", lambda row: {**row, "step_time": 1.5 * row["step"]})  # 1.5+3+4.5+6 = 15
+    if done_seconds is not None:
+        (path / "DONE").write_text(json.dumps({"step": 4, "seconds": done_seconds}))
+    return path
+
+
+def test_each_run_splits_its_wall_time_into_training_its_own_evaluations_and_the_rest(tmp_path):
+    timed_run(tmp_path, "clip", 0, step0_shared=False, done_seconds=100.0)
+    timed_run(tmp_path, "atr", 0, step0_shared=True, done_seconds=80.0)
+    timed_run(tmp_path, "atr", 1, step0_shared=True, done_seconds=None)
+    table = timing_table(find_runs(tmp_path))
+    rows = {(r["method"], r["seed"]): r for r in table.rows}
+    clip = rows[("clip", 0)]
+    assert (clip["wall_s"], clip["train_s"], clip["eval_s"], clip["evals"], clip["other_s"]) == (100, 15, 75, 3, 10)
+    atr = rows[("atr", 0)]  # step 0 came from the cache: two evaluations of its own
+    assert (atr["wall_s"], atr["train_s"], atr["eval_s"], atr["evals"], atr["other_s"]) == (80, 15, 45, 2, 20)
+    unfinished = rows[("atr", 1)]
+    assert math.isnan(unfinished["wall_s"]) and math.isnan(unfinished["other_s"])
+    assert table.missing == ["atr seed 1: no DONE (not finished)"]
+    assert "2 finished runs: 180 s of run time in all, median 90.0 s a run (80.0–100.0)" in table.notes[1]
+
+
+def test_results_writes_the_timing_table_with_the_others(tmp_path):
+    timed_run(tmp_path / "runs", "clip", 0, step0_shared=False, done_seconds=100.0)
+    out = tmp_path / "tables"
+    assert results.main(["timing", "--runs", str(tmp_path / "runs"), "--out", str(out)]) == 0
+    text = (out / "timing.md").read_text()
+    assert "| power2 | tiny | clip | 0 | 100.0 | 15.0 | 75.0 | 3 | 10.0 |" in text
+    csv_lines = (out / "timing.csv").read_text().splitlines()
+    assert csv_lines[0] == "experiment,model,method,seed,wall_s,train_s,eval_s,evals,other_s"
+    assert pytest.approx(float(csv_lines[1].split(",")[4])) == 100.0
