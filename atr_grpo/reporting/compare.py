@@ -24,7 +24,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from atr_grpo.reporting import cells, no_effect, stats
+from atr_grpo.reporting import cells, eval_noise, no_effect, stats
 from atr_grpo.reporting.runs import AVERAGE, Run, refuse_repeats
 
 METRIC_PATTERN = re.compile(r"^(mean|pass)@[1-9][0-9]*$")
@@ -52,6 +52,7 @@ class Row:
     level: float = float("nan")  # the level its test uses: Holm's first step α / m, or the plan's (`planned`)
     planned: Any = None  # a planned.PlannedResult when the experiment's analysis plan tests this comparison
     warnings: list[str] = field(default_factory=list)  # what the comparison cannot show (`no_effect`)
+    evaluation_sd: float = float("nan")  # a seed's difference from the draws alone, in points (`eval_noise`)
 
 
 def _names(runs: list[Run], attribute: str) -> str:
@@ -193,7 +194,13 @@ def _compare_cell(
     holm = holm_against(method_b, method_a, methods, p_value, metric, key, configured, resampling, endpoint, step)
     mean_a, mean_b = (100 * float(stats.estimate(s.arrays())) for s in (a, b))
     level = stats.holm_level(1 - resampling.confidence, len(holm[1]))
-    return Row(experiment, model, key, metric, mean_a, mean_b, difference, a.steps, b.steps, *holm, a.endpoint, level)
+    row = Row(experiment, model, key, metric, mean_a, mean_b, difference, a.steps, b.steps, *holm, a.endpoint, level)
+    ordered = sorted(runs_a, key=lambda r: r.seed)  # the seed order of `a` and of the differences
+    by_seed = {r.seed: r for r in runs_b}
+    steps_b = [b.steps[b.seeds.index(r.seed)] for r in ordered]
+    partners = [by_seed[r.seed] for r in ordered]
+    row.evaluation_sd = eval_noise.evaluation_sd(ordered, partners, a.steps, steps_b, metric, key, configured)
+    return row
 
 
 def seed_design_note(n_seeds: list[int], resampling: stats.Resampling, alpha: float) -> str:
@@ -294,6 +301,14 @@ def _block_notes(block: list[Row], method_a: str, method_b: str, resampling: sta
                 f"{r.benchmark} {r.metric}: the analysis plan's {r.planned.role} comparison. Its family is the "
                 f"plan's ({', '.join(r.family)}; serial gatekeeping), its p (Holm) the gatekept p, its MDE, power "
                 f"and TOST at level {r.level:.3g}: {r.planned.describe()}."
+            )
+    for r in block:
+        if not math.isnan(r.evaluation_sd):
+            half = r.evaluation_sd < r.difference.sd / 2
+            lines.append(
+                f"{r.benchmark} {r.metric}: evaluation noise of a seed's difference {r.evaluation_sd:.2f} points (the "
+                f"draws alone, from the paired samples' spread), seed SD of the differences "
+                f"{r.difference.sd:.2f}: {'below' if half else 'not below'} half of it."
             )
     lines.append(f"Seeds: {seed_design_note([len(r.difference.seeds) for r in block], resampling, alpha)}.")
     lines.append("")

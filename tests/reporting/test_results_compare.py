@@ -388,3 +388,20 @@ def test_cells_without_per_sample_files_say_so(tmp_path):
     assert cell(rows, method="atr", benchmark="amc23", metric="mean@8")["p_seeds_vs_clip"] == "nan"  # no baseline
     assert cell(rows, method="atr", benchmark="amc23", metric="mean@8")["ci_low"] != "nan"
     assert set(BENCHES) <= {r["benchmark"] for r in rows}
+
+
+def test_compare_gives_the_evaluation_noise_of_a_seeds_difference_from_the_paired_samples(tree):
+    """atr has 2 more correct samples than clip on every problem: per problem the 8 paired differences are two 1s
+    and six 0s, s² = 1.5 / 7, so a problem's Mean@8 difference varies by s² / 8 over draws; 30 problems give
+    SD √(1.5 / 7 / 8 / 30) = 2.99 points on a benchmark, and 2.99 / √3 = 1.73 on the Average of three."""
+    out = run_cli("compare", "atr", "clip", "--runs", tree, "--experiment", "table3", "--resamples", RESAMPLES)[1]
+    noise = 100 * math.sqrt(1.5 / 7 / 8 / 30)
+    assert f"{noise:.2f}" == "2.99" and f"{noise / math.sqrt(3):.2f}" == "1.73"
+    assert (
+        "amc23 mean@8: evaluation noise of a seed's difference 2.99 points (the draws alone, from the paired "
+        "samples' spread), seed SD of the differences 0.00: not below half of it." in out
+    )
+    assert "average mean@8: evaluation noise of a seed's difference 1.73 points" in out
+    assert "pass@8: evaluation noise" not in out  # Pass@K has no such form
+    same = run_cli("compare", "kl1", "clip", "--runs", tree, "--experiment", "table3", "--resamples", RESAMPLES)[1]
+    assert "amc23 mean@8: evaluation noise of a seed's difference 0.00 points" in same  # the same samples
