@@ -4,8 +4,8 @@ and it meets the design it was run for.
 The runs are 4 methods × 10 seeds from one start point, every sample kept (gzipped, no weights); every run writes
 reasoning chains (mean completion length ≥ 48 tokens), clip and atr act (mean clip/frac ≥ 1 %) and step 0 is
 neither trivial nor saturated; every method's AUC is above it on average. The tables rebuild byte for byte, `compare`
-prints the seeds_auc table's numbers, and the minimum detectable effect quoted in docs/cpu-experiments.md is the
-one the committed per-seed differences give.
+prints the seeds_auc table's numbers, and the minimum detectable effects and evaluation noise quoted in
+docs/cpu-experiments.md are what the committed runs give.
 """
 
 from __future__ import annotations
@@ -131,3 +131,22 @@ def test_the_documented_per_comparison_mdes_are_the_committed_tables():
         if row["metric"] == "mean@8" and row["method"] != "clip":
             line = next(x for x in text.splitlines() if x.startswith(f"| {row['method']} ") and "of 10 |" in x)
             assert table_cells(line)[6] == row["mde_vs_clip"], row["method"]
+
+
+def test_the_documented_evaluation_noise_is_the_committed_runs():
+    """The docs quote each comparison's evaluation noise beside its seed SD, as `compare` computes them, to 2
+    decimals."""
+    text = " ".join((REPO / "docs" / "cpu-experiments.md").read_text().split())
+    runs = find_runs(RUNS)
+    noise, spread = [], []
+    for method in ("atr", "clip_higher", "gspo"):
+        (row,) = compare.compare_methods(
+            runs, method, "clip", stats.Resampling(200), ["arithmetic"], ["mean@8"], endpoint="auc"
+        )
+        noise.append(f"{row.evaluation_sd:.2f}")
+        spread.append(f"{row.difference.sd:.2f}")
+    quoted = (
+        f"is {noise[0]} points for atr, {noise[1]} for clip_higher and {noise[2]} for gspo, against seed SDs of the "
+        f"differences of {spread[0]}, {spread[1]} and {spread[2]}"
+    )
+    assert quoted in text
