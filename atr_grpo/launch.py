@@ -16,7 +16,8 @@ run gets its own process.
 `--runs DIR` puts every run directory in DIR (DIR/<run name>) instead of the experiment's own folder: the way to
 re-run committed experiments from scratch without touching the committed runs. `--jobs N` runs N runs at once
 (CPU plans whose runs use one thread each: `power` on 2 cores), each output line prefixed with its run's name.
-The last line says how many runs were launched and how many were finished already and not re-run.
+The last line says how many runs were launched, how many were finished already and not re-run, and the wall time
+the launched runs took.
 
 With `hydra/launcher=slurm` among the overrides, each entry of `runs` becomes one multirun over the grid,
 submitted as a SLURM job array through hydra-submitit-launcher.
@@ -29,6 +30,7 @@ import itertools
 import shlex
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -167,6 +169,8 @@ class Tally:
     failed: list[str] = field(default_factory=list)
     finished: list[Path] = field(default_factory=list)
     refused: bool = False  # the overrides did not compose: nothing ran
+    jobs: int = 1  # runs at once
+    seconds: float = 0.0  # wall time from the first launched run's start to the last one's end
 
     @property
     def exit_code(self) -> int:
@@ -179,6 +183,9 @@ class Tally:
             f"{f' ({len(self.failed)} failed)' if self.failed else ''}, "
             f"{len(self.finished)} already finished and not re-run"
         )
+        if self.launched:
+            took = f"{self.seconds / 60:.1f} min of wall time, {self.jobs} at once"
+            line += f"; the {len(self.launched)} launched took {took}"
         if self.finished and not self.launched:
             line += (
                 f"\nnothing was re-run: the {len(self.finished)} finished runs are used as they are; `--runs DIR` "
@@ -246,8 +253,10 @@ def run_plan(plan: Plan, extra: list[str], dry_run: bool, jobs: int = 1, runs_ro
         if _run_command(cmd, label if jobs > 1 else None) != 0:
             tally.failed.append(shlex.join(cmd))
 
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+    tally.jobs, started = max(1, jobs), time.monotonic()
+    with ThreadPoolExecutor(max_workers=tally.jobs) as pool:
         list(pool.map(start, pending))
+    tally.seconds = time.monotonic() - started
     print(tally.describe())
     for cmd in tally.failed:
         print(f"failed: {cmd}", file=sys.stderr)

@@ -156,6 +156,7 @@ def test_finished_runs_are_skipped_and_failures_reported(tmp_path, monkeypatch, 
     out = capsys.readouterr()
     assert "finished already, skipped" in out.out
     assert "toy: 1 of 3 runs ok; re-ran 2 (2 failed), 1 already finished and not re-run" in out.out
+    assert "; the 2 launched took 0.0 min of wall time, 1 at once" in out.out
     assert "failed:" in out.err
 
 
@@ -399,3 +400,17 @@ def test_a_plan_with_a_misspelled_override_is_refused_before_any_run(capsys):
     assert launch.main(["--dry-run", "mini", "trainer.lr=1e-4"]) == 2
     err = capsys.readouterr().err
     assert "'trainer.lr' is not a key of trainer" in err and "Traceback" not in err
+
+
+def test_a_launch_says_how_long_its_runs_took(monkeypatch, capsys):
+    plan = launch.Plan("toy", "train", ["experiment=smoke"], [[]], {"seed": ["0", "1", "2"]})
+    monkeypatch.setattr(launch, "run_complete", lambda target: False)
+    monkeypatch.setattr(launch.subprocess, "run", lambda cmd, cwd: subprocess.CompletedProcess(cmd, 0))
+    clock = iter([1000.0, 1000.0 + 6 * 60 + 18])  # the pool's start and end: 6.3 min
+    monkeypatch.setattr(launch.time, "monotonic", lambda: next(clock))
+    tally = launch.run_plan(plan, [], dry_run=False, jobs=2)
+    assert (tally.seconds, tally.jobs, len(tally.launched)) == (378.0, 2, 3)
+    assert (
+        "toy: 3 of 3 runs ok; re-ran 3, 0 already finished and not re-run; the 3 launched took 6.3 min of wall time, "
+        "2 at once" in capsys.readouterr().out
+    )
