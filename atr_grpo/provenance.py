@@ -117,18 +117,20 @@ def read_start_point(run_dir: str | Path) -> dict[str, Any] | None:
 
 
 def check_start_points(runs: list[Any]) -> tuple[list[str], list[str]]:
-    """(errors, notes) for runs about to be paired (`Run`s: .path, .experiment, .model).
+    """(errors, notes) for runs about to be paired (`Run`s: .path, .experiment, .model, .seed).
 
-    Within one experiment and model every run must have started from the same base model and adapter: an error
-    names the runs of each starting point otherwise. Runs that record none (made before env.json recorded it)
-    cannot be checked: a note says how many, and that their pairing assumes one starting point.
+    Runs are paired by seed, so within one experiment, model and seed every run must have started from the same
+    base model and adapter: an error names the runs of each starting point otherwise. Seeds may start from points
+    of their own (sampled start points, e.g. `sft.seed: ${seed}`): a note says how many. Runs that record none
+    (made before env.json recorded it) cannot be checked: a note says how many, and that their pairing assumes
+    one starting point.
     """
     errors, notes = [], []
     groups: dict[tuple[str, str], list[Any]] = {}
     for run in runs:
         groups.setdefault((run.experiment, run.model), []).append(run)
     for (experiment, model), group in sorted(groups.items()):
-        by_start: dict[tuple[Any, ...], list[str]] = {}
+        by_seed: dict[int, dict[tuple[Any, ...], list[str]]] = {}
         described: dict[tuple[Any, ...], str] = {}
         unrecorded = []
         for run in sorted(group, key=lambda r: r.path.name):
@@ -136,13 +138,19 @@ def check_start_points(runs: list[Any]) -> tuple[list[str], list[str]]:
             if start is None:
                 unrecorded.append(run.path.name)
                 continue
-            by_start.setdefault(identity(start), []).append(run.path.name)
+            by_seed.setdefault(run.seed, {}).setdefault(identity(start), []).append(run.path.name)
             described[identity(start)] = describe(start)
-        if len(by_start) > 1:
+        split = {seed: by_start for seed, by_start in sorted(by_seed.items()) if len(by_start) > 1}
+        for seed, by_start in split.items():
             listing = "; ".join(f"{described[key]}: {', '.join(names)}" for key, names in by_start.items())
             errors.append(
-                f"{experiment}/{model}: the runs started from different base models or SFT adapters, so "
-                f"they cannot be paired ({listing})"
+                f"{experiment}/{model}, seed {seed}: the runs started from different base models or SFT adapters, "
+                f"so they cannot be paired ({listing})"
+            )
+        if not split and len(described) > 1:
+            notes.append(
+                f"{experiment}/{model}: {len(described)} starting points over {len(by_seed)} seeds; the runs of "
+                "each seed share theirs, so the pairing holds and the seed spread includes the start points'"
             )
         if unrecorded:
             notes.append(

@@ -282,7 +282,7 @@ def name_methods(runs: list[Run]) -> None:
         varying = varying_keys(group)
         shown = [k for k in varying if not rundir.in_section(k, rundir.LABELLED_KEYS)]
         names = _names_with(group, shown)
-        identities = {name: {r.key[2] for r, n in zip(group, names) if n == name} for name in names}
+        identities = {name: {_identity(r, varying) for r, n in zip(group, names) if n == name} for name in names}
         if any(len(found) > 1 for found in identities.values()):
             names = _names_with(group, [k for k in varying if k != "method"])
         for run, name in zip(group, names):
@@ -290,9 +290,24 @@ def name_methods(runs: list[Run]) -> None:
 
 
 def varying_keys(runs: list[Run]) -> list[str]:
-    """The settings whose value (or presence) is not the same in every run, sorted."""
+    """The settings whose value (or presence) is not the same in every run, sorted; those that follow the seed
+    (equal to it in every run, as `sft.seed: ${seed}` or `eval.seed: ${seed}`) belong to the seed, not the method."""
     keys = sorted({k for run in runs for k in run.settings})
-    return [k for k in keys if len({json.dumps(r.settings.get(k, UNSET), default=str) for r in runs}) > 1]
+    return [
+        k
+        for k in keys
+        if len({json.dumps(r.settings.get(k, UNSET), default=str) for r in runs}) > 1
+        and not all(_is_seed(r.settings.get(k), r.seed) for r in runs)
+    ]
+
+
+def _identity(run: Run, keys: list[str]) -> str:
+    """The run's values of `keys`: two runs of one method agree on every setting that varies, not on the seed."""
+    return json.dumps({k: run.settings.get(k, UNSET) for k in keys}, sort_keys=True, default=str)
+
+
+def _is_seed(value: Any, seed: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value == seed
 
 
 UNSET = "–"  # a setting a run's config.yaml does not have (written before the key existed)

@@ -1,6 +1,6 @@
 """Where a run started: the weights hash is stable and sees only the weights, env.json records the start point once,
-and `results compare` / the tables refuse to pair runs from different starting points, naming them (runs that
-record none still work, with a note)."""
+and `results compare` / the tables refuse to pair the runs of one seed that started from different points, naming
+them; seeds with start points of their own are paired with a note, and so are runs that record none."""
 
 from __future__ import annotations
 
@@ -74,11 +74,26 @@ def test_runs_from_different_adapters_are_not_paired_and_are_named(tmp_path):
     root = tree_with_starts(tmp_path / "runs", odd)
     errors, notes = check_start_points(find_runs(root))
     assert len(errors) == 1 and not notes
-    assert "sha256 222222222222): power__atr__s1" in errors[0] and "power__clip__s0" in errors[0]
+    assert errors[0].startswith("power/qwen3-1.7b, seed 1: the runs started from different")
+    assert "sha256 222222222222): power__atr__s1" in errors[0] and "power__clip__s1" in errors[0]
+    assert "__s0" not in errors[0]  # seed 0's runs agree
     for argv in (["compare", "atr", "clip"], ["table2", "--out", str(tmp_path / "t")]):
         code, out, err = cli(*argv, "--runs", str(root), "--experiment", "power", "--resamples", "200")
         assert code == 2 and out == "" and "power__atr__s1" in err and "cannot be paired" in err
     assert not (tmp_path / "t").exists()
+
+
+def test_seeds_with_start_points_of_their_own_are_paired_with_a_note(tmp_path):
+    """Sampled start points: each seed trains its own adapter and its methods share it."""
+    per_seed = {(m, s): start(str(s + 1) * 64) for m in ("clip", "atr") for s in range(2)}
+    errors, notes = check_start_points(find_runs(tree_with_starts(tmp_path / "runs", per_seed)))
+    assert errors == []
+    assert notes == [
+        "power/qwen3-1.7b: 2 starting points over 2 seeds; the runs of each seed share theirs, so the pairing "
+        "holds and the seed spread includes the start points'"
+    ]
+    code, out, err = cli("compare", "atr", "clip", "--runs", str(tmp_path / "runs"), "--resamples", "200")
+    assert code == 0 and "atr" in out and "note: power/qwen3-1.7b: 2 starting points over 2 seeds" in err
 
 
 def test_runs_that_agree_or_record_nothing_are_compared_with_a_note(tmp_path):

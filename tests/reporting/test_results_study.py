@@ -79,6 +79,26 @@ def test_a_learning_rate_sweep_gives_two_methods_named_by_the_rate(tmp_path):
     assert sorted({r["method"] for r in rows}) == [SLOW, FAST]
 
 
+def test_settings_that_follow_the_seed_belong_to_the_seed_not_the_method(tmp_path):
+    """Sampled start points and draws (`sft.seed: ${seed}`, `eval.seed: ${seed}`) leave one method per rule; an
+    SFT seed swept apart from the seed is a setting of the method."""
+    root, paths = tmp_path / "runs", {}
+    for seed in range(2):
+        for method, extra in (("clip", 0), ("atr", 1)):
+            paths[method, seed] = sampled_run(root, "sweep", method, seed, method_matrices(extra, seed))
+            with_settings(paths[method, seed], sft__seed=seed, eval__seed=seed)
+    assert sorted({run.method for run in find_runs(root)}) == ["atr", "clip"]
+    code, out, err = run_cli("compare", "atr", "clip", "--runs", root, "--resamples", RESAMPLES)
+    assert code == 0 and "## atr − clip: sweep, qwen3-1.7b (seeds 0, 1;" in out, err
+    with_settings(paths["atr", 1], sft__seed=7)
+    assert sorted({run.method for run in find_runs(root)}) == [
+        "atr · sft.seed=0",
+        "atr · sft.seed=7",
+        "clip · sft.seed=0",
+        "clip · sft.seed=1",
+    ]
+
+
 def test_runs_that_differ_only_in_where_they_ran_are_refused_naming_both(tmp_path):
     root = lr_sweep(tmp_path / "runs")
     again = sampled_run(root, "sweep", "clip", 0, method_matrices(0, 0), name="clip-lr-again-s0")
