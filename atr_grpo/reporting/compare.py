@@ -286,12 +286,13 @@ def _block_notes(block: list[Row], method_a: str, method_b: str, resampling: sta
             f"\nsteps differ between the paired runs: {method_a} {_reads(block[0].steps_a)}, {method_b} "
             f"{_reads(block[0].steps_b)}"
         )
-    family = sorted({m for r in block for m in r.family})
-    lines += [
-        "",
-        f"Holm family: {len(family)} method(s) compared with {method_b} in each benchmark × metric "
-        f"column: {', '.join(family)}.",
-    ]
+    family = sorted({m for r in block if r.planned is None for m in r.family})  # planned rows: the plan's, below
+    lines.append("")
+    if family:
+        lines.append(
+            f"Holm family: {len(family)} method(s) compared with {method_b} in each benchmark × metric column"
+            f"{' the analysis plan does not name' if any(r.planned for r in block) else ''}: {', '.join(family)}."
+        )
     left_out = sorted({m for r in block for m in r.left_out})
     if left_out:
         lines.append(f"Left out of the family (cannot be paired with {method_b}): {'; '.join(left_out)}.")
@@ -323,7 +324,7 @@ def _method_notes(rows: list[Row], resampling: stats.Resampling) -> list[str]:
         lines += [
             "AUC: a run's value is the mean of its evaluations after step 0 (each problem's score averaged over "
             "those steps, then over the problems), the `auc` of the endpoints table; step 0 is left out because "
-            "it is the same adapter for every method.",
+            "it is the same adapter for every method of a seed.",
             "",
         ]
     lines += [

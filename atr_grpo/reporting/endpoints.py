@@ -100,7 +100,7 @@ def endpoints_table(runs: list[Run]) -> Table:
                     }
                 )
     notes = [
-        "percent; mean over seeds (seed SD with ddof 1); start = step 0, the same adapter for every method; "
+        "percent; mean over seeds (seed SD with ddof 1); start = step 0, from the adapter the methods of a seed share; "
         "final = last evaluation, best = maximum over evaluations after step 0 (chosen on the same problems, so "
         "biased upward); auc = mean of a run's evaluations after step 0"
     ]

@@ -200,6 +200,10 @@ def test_compare_prints_the_plans_family_mde_power_and_tost(experiment):
     assert "| 0.025 |" in row and "not established" in row  # the level Holm gives it among 2 secondaries
     (cell,) = [line for line in printed.splitlines() if line.startswith("| aime24 | mean@8 |")][:1]
     assert cell.split("|")[10].strip() == "1"  # p (Holm) is the plan's gatekept p
+    # the cells the plan does not name keep the methods' family; the planned cell's family is the plan's comparisons
+    (family,) = [line for line in printed.splitlines() if line.startswith("Holm family: ")]
+    assert family.endswith("column the analysis plan does not name: atr, clip_higher, gspo.")
+    assert "Its family is the plan's (atr − clip, clip_higher − clip, gspo − clip; serial gatekeeping)" in printed
 
 
 def test_a_plan_its_runs_cannot_answer_names_what_is_missing(experiment, tmp_path):
