@@ -1,21 +1,22 @@
 """The committed experiment power2 (`make reproduce-power`, results/power2/) is what its run files say, it was run
-under its analysis plan, and it meets the design the plan was written for.
+under its analysis plan, and it meets the design the plan was written for, but for one check.
 
 53 runs: clip at ε 0.2, 0.329 and 0.422, clip_higher and atr × seeds 0–9, and the identity check (clip_higher at
 ATR's exact box) on seeds 0–2. Each seed starts from its own SFT adapter and reads evaluation random numbers of
-its own at every step, shared by its methods. The design checks (the rules act, every AUC above step 0, chains of
-≥ 48 tokens, evaluation noise below half the seed SD of each planned difference) hold; the identity runs equal atr;
-the tables rebuild byte for byte; `compare` prints the plan's verdicts; and the docs quote what the runs give.
+its own at every step, shared by its methods. Three design checks hold (the rules act, every AUC above step 0,
+chains of ≥ 48 tokens); the fourth (evaluation noise below half the seed SD of each planned difference) fails, as
+the docs report with its numbers. The identity runs equal atr; the tables rebuild byte for byte; `compare` prints
+the plan's verdicts; and the docs quote what the runs give.
 """
 
 from __future__ import annotations
 
-import csv
 import json
 
 import pytest
 from conftest import REPO
 from helpers.committed_results import files_under, kept_by_git
+from helpers.run_trees import read_csv
 
 from atr_grpo import results
 from atr_grpo.evaluation.sampling import step_seed
@@ -33,20 +34,12 @@ IDENTITY = "clip_higher-eps_low0.329028-eps_high0.422217"  # clip_higher at ATR'
 IDENTITY_SEEDS = (0, 1, 2)
 EVAL_STEPS = [0, 32, 64, 96, 128]
 DOCS = REPO / "docs" / "cpu-experiments.md"
-
-
-PLANNED = [
-    ("atr", "clip"),
-    ("atr", "clip-eps0.329"),
-    ("atr", "clip-eps0.422"),
-    ("atr", "clip_higher"),
-    ("clip_higher", "clip"),
-]
+_PLAN = plan.load_plan(PLAN)
+PLANNED = [(c.a, c.b) for c in (_PLAN.primary, *_PLAN.secondary)]  # the primary, then the secondaries
 
 
 def _rows(name):
-    with (TABLES / f"{name}.csv").open() as handle:
-        return list(csv.DictReader(handle))
+    return read_csv(TABLES / f"{name}.csv")
 
 
 def _env(run):
