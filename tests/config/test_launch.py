@@ -21,7 +21,8 @@ from atr_grpo import launch, rundir
 from atr_grpo.config_hydra import PLAN_KEY, config_to_yaml, to_object
 from atr_grpo.errors import ConfigError
 from atr_grpo.hydra_app import check_sweep
-from atr_grpo.rundir import sweep_suffix
+from atr_grpo.rundir import naming
+from atr_grpo.rundir.naming import sweep_suffix
 
 TRAIN_EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml") if p.stem != "passk_curve")
 
@@ -382,7 +383,7 @@ def test_a_twelve_override_sweep_gets_names_that_fit_a_file_name():
 def test_a_multirun_job_resolves_the_name_the_launcher_expects(monkeypatch):
     job = ["experiment=mini", "clipping=atr", "clipping.delta=0.05", "seed=1", *TWELVE]
     expected = launch.run_dir_of(job).name
-    monkeypatch.setattr(rundir, "multirun_suffix", lambda: sweep_suffix(job))  # as inside the Hydra job
+    monkeypatch.setattr(naming, "multirun_suffix", lambda: sweep_suffix(job))  # as inside the Hydra job
     assert compose(job).run_name == expected and len(expected.encode()) == 255
 
 

@@ -1,52 +1,20 @@
-"""The run directory: its name, and the files every number in this project is computed from.
+"""A run's name and its method's identity: what the run is called, and which settings make two runs repeats.
 
 A run is named `<experiment>__<method>__s<seed>`, where `method` is the clipping rule plus its non-default
 parameters (`clip-eps0.3`); a job of a Hydra multirun appends the overrides its name does not already show
 (`__model=qwen3-8b`), so no two jobs of a sweep share a directory. A name longer than a file name may be (255
 bytes: about a dozen overrides) keeps its first 245 bytes and ends in `__` and 8 hex digits of its hash (`fit_name`).
-Its files:
-
-    <run_dir>/
-      config.yaml            fully resolved config of the run
-      env.json               package versions, git commit, python, device, number of processes, start time
-      metrics.jsonl          one JSON object per logged training step
-      checkpoints/           trainer checkpoints (resume continues from the newest)
-      eval/step_<step:06d>/<benchmark>.jsonl   one line per (problem, sample)
-      eval/summary.jsonl     one line per (step, benchmark)
-
-Writers here never truncate an existing file: JSONL files are appended to, JSON files are written
-through a temporary file and renamed, and a file that must not change is refused if present. The one exception
-is a JSONL file's torn last line (a killed write): it is moved to `<name>.torn` before the next append. A
-re-launch into a run directory continues the run only when its config is the saved one (`config_differences`).
+A re-launch into a run directory continues the run only when its config is the saved one (`config_differences`).
 """
 
 from __future__ import annotations
 
-import fcntl
-import gzip
 import hashlib
 import json
-import logging
-import os
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from omegaconf import OmegaConf
-
-log = logging.getLogger(__name__)
-
-CONFIG_FILE = "config.yaml"
-ENV_FILE = "env.json"
-METRICS_FILE = "metrics.jsonl"
-CHECKPOINT_DIR = "checkpoints"
-EVAL_DIR = "eval"
-SUMMARY_FILE = "summary.jsonl"
-DONE_FILE = "DONE"  # written when a training run reached its last step
-
-# Packages whose version changes what a run computes: env.json records them for every run.
-
 
 # Overrides already spelled out in the run name (or that do not change what a run computes)
 NAMED_KEYS = ("experiment", "seed", "clipping", "run_dir", "run_name", "resume", "logger", "hydra")
@@ -188,149 +156,6 @@ def multirun_suffix() -> str:
     return sweep_suffix(list(hydra_cfg.overrides.task))
 
 
-@contextmanager
-def file_lock(path: str | Path) -> Iterator[None]:
-    """An exclusive advisory lock on `path` (created if needed): serialises cache builds across processes."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def eval_step_dir(run_dir: str | Path, step: int) -> Path:
-    return Path(run_dir) / EVAL_DIR / f"step_{step:06d}"
-
-
-def summary_path(run_dir: str | Path) -> Path:
-    return Path(run_dir) / EVAL_DIR / SUMMARY_FILE
-
-
-def append_jsonl(path: str | Path, records: dict[str, Any] | Iterable[dict[str, Any]]) -> None:
-    """Append one record (a dict) or several to a JSONL file, creating parent folders."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if isinstance(records, dict):
-        records = [records]
-    set_torn_tail_aside(path)
-    with path.open("a", encoding="utf-8") as handle:
-        for record in records:
-            handle.write(json.dumps(record, ensure_ascii=False, allow_nan=True) + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-
-
-def set_torn_tail_aside(path: Path) -> None:
-    """A JSONL file that does not end in a newline ends in a write that was cut off (a killed process). Before the
-    next record is appended, that fragment is moved to `<name>.torn` (kept, never deleted), so the new record does
-    not glue onto it."""
-    if not path.exists() or path.stat().st_size == 0:
-        return
-    with path.open("rb+") as handle:
-        handle.seek(-1, os.SEEK_END)
-        if handle.read(1) == b"\n":
-            return
-        data = path.read_bytes()
-        keep = data.rfind(b"\n") + 1  # 0 when the whole file is one torn line
-        aside = path.with_name(path.name + ".torn")
-        with aside.open("ab") as torn:
-            torn.write(data[keep:] + b"\n")
-            torn.flush()
-            os.fsync(torn.fileno())
-        handle.truncate(keep)
-    log.warning("%s: its last line was cut off; the fragment is kept in %s", path, aside)
-
-
-class RunFileError(ValueError):
-    """A run file cannot be read (cut off, or changed into something else); the message names the file."""
-
-
-def _reason(err: BaseException) -> str:
-    """An exception's first line (YAML and JSON errors span several), for a one-line message."""
-    return (str(err).strip().splitlines() or [type(err).__name__])[0]
-
-
-def read_text(path: str | Path) -> str:
-    """The text of a file, decompressed when its name ends in `.gz` (committed per-sample files are)."""
-    path = Path(path)
-    if path.suffix != ".gz":
-        return path.read_text(encoding="utf-8")
-    try:
-        return gzip.decompress(path.read_bytes()).decode("utf-8")
-    except (EOFError, OSError) as err:  # gzip.BadGzipFile is an OSError
-        raise RunFileError(f"{path}: not a complete gzip file ({err})") from None
-
-
-def iter_jsonl(path: str | Path, whole: bool = False) -> Iterator[dict[str, Any]]:
-    """Records of a JSONL file (or `.jsonl.gz`). A torn last line (a run killed mid-write) is skipped and any
-    other bad line refused; with `whole` (readers that need every record: the results commands) it is refused too."""
-    lines = read_text(path).splitlines()
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            yield json.loads(line)
-        except json.JSONDecodeError:
-            if number == len(lines) and not whole:
-                return
-            torn = " (the last line: a write that was cut off?)" if number == len(lines) else ""
-            raise RunFileError(f"{path}:{number}: not valid JSON{torn}") from None
-
-
-def read_jsonl(path: str | Path, whole: bool = False) -> list[dict[str, Any]]:
-    return list(iter_jsonl(path, whole))
-
-
-def read_json(path: str | Path) -> Any:
-    try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as err:  # JSONDecodeError is a ValueError
-        raise RunFileError(f"{path}: not valid JSON ({_reason(err)})") from None
-
-
-def load_config(path: str | Path, resolve: bool = True) -> dict[str, Any]:
-    """A run's config.yaml as a plain dict; a file that is empty or not a YAML mapping is a RunFileError naming it."""
-    from omegaconf import DictConfig
-    from omegaconf.errors import OmegaConfBaseException
-    from yaml import YAMLError
-
-    try:
-        config = OmegaConf.load(path)
-        if not isinstance(config, DictConfig):
-            raise RunFileError(f"{path}: not a config (a YAML mapping of keys)")
-        if not config:  # a run's config.yaml holds its whole config: an empty one was cut off or emptied
-            raise RunFileError(f"{path}: damaged: empty (a run's config.yaml holds every key of its config)")
-        container = OmegaConf.to_container(config, resolve=resolve)
-        assert isinstance(container, dict)  # what to_container gives for a DictConfig
-        return {str(key): value for key, value in container.items()}
-    except (YAMLError, OmegaConfBaseException, UnicodeDecodeError) as err:
-        raise RunFileError(f"{path}: not a readable config ({_reason(err)})") from None
-
-
-def write_json(path: str | Path, obj: Any, overwrite: bool = True) -> None:
-    """Write JSON atomically (temporary file + rename). With overwrite=False an existing file is an error."""
-    path = Path(path)
-    if not overwrite and path.exists():
-        raise FileExistsError(f"{path} exists and is not overwritten")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(json.dumps(obj, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-
-
-def write_text(path: str | Path, text: str, overwrite: bool = True) -> None:
-    path = Path(path)
-    if not overwrite and path.exists():
-        raise FileExistsError(f"{path} exists and is not overwritten")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
 # ------------------------------------------------------------------------------- is a re-launch the same run?
 # keys that may change when a run is resumed (they do not change what the run computes)
 RESUMABLE_CHANGES = ("resume", "logger")
@@ -369,11 +194,3 @@ def config_differences(saved: dict[str, Any], current: dict[str, Any]) -> list[s
     a, b = _flatten(saved), _flatten(current)
     keys = sorted((set(a) | set(b)) - {"run_dir"})
     return [k for k in keys if not _same_value(k, a.get(k), b.get(k)) and not k.startswith(RESUMABLE_CHANGES)]
-
-
-def find_run_dirs(root: str | Path) -> list[Path]:
-    """Every run directory below `root`, recognised by its config.yaml, in a stable order."""
-    root = Path(root)
-    if not root.exists():
-        return []
-    return sorted(p.parent for p in root.rglob(CONFIG_FILE) if CHECKPOINT_DIR not in p.parts)
