@@ -93,9 +93,9 @@ def refuse_legacy_truncation(raw: DictConfig) -> None:
     trainer = raw.get("trainer") or {}
     if "mask_truncated_completions" in trainer and "truncation" not in trainer:
         raise ConfigError(
-            "invalid config: this config.yaml predates trainer.truncation (it has trainer.mask_truncated_completions, "
-            "and its reward graded the box of a truncated completion); start a new run, with "
-            "trainer.truncation=credit_box to train as it did"
+            f"invalid config: this {rundir.CONFIG_FILE} predates trainer.truncation (it has "
+            "trainer.mask_truncated_completions, and its reward graded the box of a truncated completion); start a new "
+            "run, with trainer.truncation=credit_box to train as it did"
         )
 
 

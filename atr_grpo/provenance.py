@@ -91,7 +91,7 @@ def record_start_point(run_dir: Path, start: dict[str, Any]) -> str | None:
         changed = sorted(k for k in start if recorded.get(k) != start[k])
         return (
             f"WARNING: {run_dir} started from another base model or SFT adapter than the cache holds now "
-            f"(differs: {', '.join(changed)}); env.json keeps the one it started from"
+            f"(differs: {', '.join(changed)}); {rundir.ENV_FILE} keeps the one it started from"
         )
     return None
 
@@ -155,7 +155,7 @@ def check_start_points(runs: list[Any]) -> tuple[list[str], list[str]]:
         if unrecorded:
             notes.append(
                 f"{experiment}/{model}: {len(unrecorded)} of {len(group)} runs record no starting adapter "
-                "(env.json start_point; runs made before it was recorded): their pairing assumes that they "
+                f"({rundir.ENV_FILE} start_point; runs made before it was recorded): their pairing assumes that they "
                 "all started from the same one"
             )
     return errors, notes

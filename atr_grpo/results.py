@@ -92,10 +92,10 @@ def _select(runs: list[Run], runs_dir: Path, experiment: str | None) -> list[Run
     for run in runs:
         found[run.experiment] = found.get(run.experiment, 0) + 1
     if not found:
-        raise ResultsError(f"no run directories (folders with a config.yaml) under {runs_dir}")
+        raise ResultsError(f"no run directories (folders with a {rundir.CONFIG_FILE}) under {runs_dir}")
     listing = ", ".join(f"{name} ({n} runs)" for name, n in sorted(found.items()))
     if experiment is None:
-        raise ResultsError(f"no readable config.yaml under {runs_dir} (found: {listing})")
+        raise ResultsError(f"no readable {rundir.CONFIG_FILE} under {runs_dir} (found: {listing})")
     raise ResultsError(
         f"no runs of experiment {experiment!r} under {runs_dir} (found: {listing}); --experiment NAME tabulates another"
     )
@@ -130,11 +130,11 @@ def build_table(
     elif name == "clip_binding":
         table = binding.binding_table(chosen)
         if not table.rows:
-            raise ResultsError("no run has clip/frac in its metrics.jsonl")
+            raise ResultsError(f"no run has clip/frac in its {rundir.METRICS_FILE}")
     elif name in RUN_TABLES:
         table = RUN_TABLES[name](chosen)
         if not table.rows:
-            raise ResultsError("no training run with evaluations after step 0 and metrics.jsonl")
+            raise ResultsError(f"no training run with evaluations after step 0 and {rundir.METRICS_FILE}")
     else:
         table = FIGURE_TABLES[name](chosen)
     for line in table.missing:
@@ -390,7 +390,7 @@ def regrade_main(argv: list[str]) -> int:
         changed += sum(c.changed for c in found)
     print(
         f"{changed} of {total} verdicts changed in {len(runs)} runs; summaries in "
-        f"<run>/eval/regrade/{identity['tag']}/summary.jsonl (tables: --grader {identity['tag']})"
+        f"{regrade.summary_path('<run>', identity['tag'])} (tables: --grader {identity['tag']})"
     )
     return 0
 

@@ -17,17 +17,16 @@ rename) before its summary line is appended. Hence:
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from atr_grpo import rundir
+from atr_grpo.rundir import files, layout
 
 
 def sample_file(run_dir: str | Path, step: int, benchmark: str) -> Path:
-    return rundir.eval_step_dir(run_dir, step) / f"{benchmark}.jsonl"
+    return layout.sample_file(run_dir, step, benchmark)
 
 
 def find_sample_file(run_dir: str | Path, step: int, benchmark: str) -> Path | None:
@@ -35,7 +34,7 @@ def find_sample_file(run_dir: str | Path, step: int, benchmark: str) -> Path | N
     `<benchmark>.jsonl.gz` (rundir.iter_jsonl reads both); None when neither exists. Both at once is an
     error, since they may differ."""
     plain = sample_file(run_dir, step, benchmark)
-    packed = plain.with_name(plain.name + ".gz")
+    packed = layout.packed(plain)
     if plain.exists() and packed.exists():
         raise ValueError(f"both {plain} and {packed.name} exist: keep one of them")
     return plain if plain.exists() else packed if packed.exists() else None
@@ -43,7 +42,7 @@ def find_sample_file(run_dir: str | Path, step: int, benchmark: str) -> Path | N
 
 def read_summary(run_dir: str | Path, whole: bool = False) -> dict[tuple[int, str], dict[str, Any]]:
     """The authoritative (last) summary line of every evaluated (step, benchmark)."""
-    return read_summary_file(rundir.summary_path(run_dir), whole)
+    return read_summary_file(layout.summary_path(run_dir), whole)
 
 
 def read_summary_file(path: Path, whole: bool = False) -> dict[tuple[int, str], dict[str, Any]]:
@@ -66,14 +65,7 @@ def move_aside(path: Path, tag: str) -> Path:
 
 def write_samples(path: Path, records: Iterable[dict[str, Any]]) -> None:
     """Write the per-sample file through a temporary file, so that a partial file never has the real name."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with tmp.open("w", encoding="utf-8") as handle:
-        for record in records:
-            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    files.write_jsonl(path, records)
 
 
 COMPLETION_COLUMNS = ("problem_id", "sample", "prompt", "completion", "gold", "extracted", "status")

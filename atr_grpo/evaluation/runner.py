@@ -169,7 +169,7 @@ def run_evaluation(
     for benchmark in benchmarks:
         key = (step, benchmark.name)
         if key in done and not force:
-            log.info("step %d, %s: already in summary.jsonl; skipped", step, benchmark.name)
+            log.info("step %d, %s: already in %s; skipped", step, benchmark.name, rundir.SUMMARY_FILE)
             rows[benchmark.name] = done[key]
             continue
         path = sample_file(run_dir, step, benchmark.name)

@@ -21,9 +21,7 @@ from typing import Any
 
 from atr_grpo import rundir
 from atr_grpo.evaluation.outputs import read_summary
-
-ADAPTERS_DIR = "adapters"
-FAILURES_FILE = "failures.jsonl"
+from atr_grpo.rundir import layout, records
 
 
 def scheduled_steps(max_steps: int, every_steps: int, at_start: bool) -> list[int]:
@@ -35,19 +33,19 @@ def scheduled_steps(max_steps: int, every_steps: int, at_start: bool) -> list[in
 
 
 def adapter_dir(run_dir: str | Path, step: int) -> Path:
-    return Path(run_dir) / rundir.EVAL_DIR / ADAPTERS_DIR / f"step_{step:06d}"
+    return layout.adapter_dir(run_dir, step)
 
 
 def saved_adapters(run_dir: str | Path) -> dict[int, Path]:
     """The adapters waiting in eval/adapters/, by step (complete ones only: they carry their config file)."""
-    folder = Path(run_dir) / rundir.EVAL_DIR / ADAPTERS_DIR
+    folder = layout.adapters_dir(run_dir)
     if not folder.exists():
         return {}
     found = {}
-    for path in folder.glob("step_*"):
-        suffix = path.name.split("_", 1)[1]
-        if suffix.isdigit() and (path / "adapter_config.json").exists():
-            found[int(suffix)] = path
+    for path in folder.iterdir():
+        step = layout.step_of(path.name)
+        if step is not None and (path / "adapter_config.json").exists():
+            found[step] = path
     return found
 
 
@@ -57,7 +55,7 @@ def remove_adapter(run_dir: str | Path, step: int) -> None:
 
 
 def failures_path(run_dir: str | Path) -> Path:
-    return Path(run_dir) / rundir.EVAL_DIR / FAILURES_FILE
+    return layout.failures_path(run_dir)
 
 
 def record_failure(run_dir: str | Path, step: int, stage: str, error: BaseException) -> dict[str, Any]:
@@ -134,15 +132,15 @@ def run_evaluation_state(run_dir: str | Path, config: dict[str, Any]) -> Evaluat
     if not ev.get("enabled", False):
         return None
     scheduled = scheduled_steps(int(trainer["max_steps"]), int(ev["every_steps"]), bool(ev.get("at_start", True)))
-    done_file = Path(run_dir) / rundir.DONE_FILE
-    trained_to = int(rundir.read_json(done_file)["step"]) if done_file.exists() else -1
+    done = records.read_done(run_dir)
+    trained_to = done.step if done is not None else -1
     return evaluation_state(run_dir, scheduled, list(ev["benchmarks"]), trained_to)
 
 
 def run_complete(run_dir: str | Path) -> bool:
     """Trained to its last step and every scheduled evaluation recorded: a run there is nothing left to do for."""
     run_dir = Path(run_dir)
-    if not (run_dir / rundir.DONE_FILE).exists():
+    if not records.is_done(run_dir):
         return False
-    state = run_evaluation_state(run_dir, rundir.load_config(run_dir / rundir.CONFIG_FILE))
+    state = run_evaluation_state(run_dir, rundir.load_config(layout.config_path(run_dir)))
     return state is None or state.complete

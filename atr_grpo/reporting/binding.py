@@ -24,6 +24,7 @@ import math
 import statistics
 from typing import Any
 
+from atr_grpo import rundir
 from atr_grpo.reporting.runs import Run, mean_or_nan, metric_number, refuse_repeats, run_columns
 from atr_grpo.reporting.tables import Table
 
@@ -66,7 +67,7 @@ def binding_row(run: Run) -> tuple[dict[str, Any], list[str]]:
     per_rollout, why = steps_per_rollout(run)
     notes = [] if per_rollout is not None else [f"{run.path}: no noise floor: {why}"]
     if not steps:
-        notes.append(f"{run.path}: no clip/frac in metrics.jsonl")
+        notes.append(f"{run.path}: no clip/frac in {rundir.METRICS_FILE}")
     fracs = [float(r["clip/frac"]) for r in steps]
     row: dict[str, Any] = {
         **run_columns(run),
@@ -87,7 +88,7 @@ def binding_row(run: Run) -> tuple[dict[str, Any], list[str]]:
     row["noise_floor"] = statistics.median(spreads) if spreads else math.nan
     row["noise_floor_max"] = max(spreads) if spreads else math.nan
     if per_rollout and fresh and not spreads:
-        notes.append(f"{run.path}: no ratio/min, ratio/max in metrics.jsonl: no noise floor")
+        notes.append(f"{run.path}: no ratio/min, ratio/max in {rundir.METRICS_FILE}: no noise floor")
     for key in ROLLOUT_KEYS:
         row[key.split("/")[1]] = mean_or_nan([v for r in steps if (v := metric_number(r.get(key))) is not None])
     return row, notes

@@ -32,6 +32,7 @@ from atr_grpo import rundir
 from atr_grpo.reporting import stats
 from atr_grpo.reporting.compare import METRIC_PATTERN
 from atr_grpo.reporting.runs import AVERAGE, MissingSamples, Run
+from atr_grpo.rundir import layout
 
 # summary fields that say how the samples were made and graded: a difference is named in a note
 SETTINGS = ("n", "temperature", "top_p", "top_k", "max_tokens", "seed", "prompt_hash", "enable_thinking", "grader")
@@ -69,8 +70,8 @@ class EvalRow:
 
 def open_side(label: str, folder: Path, step: int | None) -> Side:
     """The folder's evaluations at `step` (default: its last evaluated step)."""
-    if not (folder / rundir.EVAL_DIR / "summary.jsonl").is_file():
-        raise EvalCompareError(f"{label}: {folder} holds no evaluations (no eval/summary.jsonl)")
+    if not layout.summary_path(folder).is_file():
+        raise EvalCompareError(f"{label}: {folder} holds no evaluations (no {layout.summary_path('')})")
     if not (folder / rundir.CONFIG_FILE).is_file():
         raise EvalCompareError(f"{label}: {folder} has no {rundir.CONFIG_FILE} (its k is unknown)")
     run = Run(folder, rundir.load_config(folder / rundir.CONFIG_FILE))

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from atr_grpo import rundir
+from atr_grpo.rundir import layout
 
 
 class PackError(RuntimeError):
@@ -52,7 +53,7 @@ def pack_runs(root: str | Path) -> list[tuple[Path, int, int]]:
     """Pack every per-sample file of every run directory under `root`; returns (file, before, after) each."""
     done = []
     for run_dir in rundir.find_run_dirs(root):
-        for path in sorted((run_dir / rundir.EVAL_DIR).glob("step_*/*.jsonl")):
+        for path in layout.sample_files(run_dir):
             done.append((path, *pack_file(path)))
     return done
 

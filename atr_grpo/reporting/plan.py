@@ -224,7 +224,7 @@ def _run_status(run: Path, plan_path: Path, commit: str) -> str:
     env = run / rundir.ENV_FILE
     recorded = rundir.read_json(env).get("git_commit") if env.exists() else None
     if not recorded:
-        return "cannot verify (env.json records no git commit)"
+        return f"cannot verify ({rundir.ENV_FILE} records no git commit)"
     run_commit = str(recorded).removesuffix("-dirty")
     ancestry = _git(["merge-base", "--is-ancestor", commit, run_commit], plan_path.parent)
     if ancestry.returncode == 0:

@@ -31,31 +31,29 @@ from atr_grpo import run_environment, rundir
 from atr_grpo.evaluation import gold, grader
 from atr_grpo.evaluation.metrics import summarize
 from atr_grpo.evaluation.outputs import find_sample_file, move_aside, read_summary, read_summary_file, write_samples
+from atr_grpo.rundir import layout
 
-REGRADE_DIR = "regrade"
-GRADER_FILE = "grader.json"
-CHANGES_FILE = "changes.jsonl"
 GRADER_PACKAGES = ("math-verify", "latex2sympy2_extended", "sympy")
 GRADER_MODULES = (grader, gold)  # the code that decides a verdict: grading, and the reading of gold answers
 
 
 # ------------------------------------------------------------------------------------------------ layout
 def regrade_dir(run_dir: str | Path, tag: str) -> Path:
-    return Path(run_dir) / rundir.EVAL_DIR / REGRADE_DIR / tag
+    return layout.regrade_dir(run_dir, tag)
 
 
 def summary_path(run_dir: str | Path, tag: str) -> Path:
-    return regrade_dir(run_dir, tag) / rundir.SUMMARY_FILE
+    return regrade_dir(run_dir, tag) / layout.SUMMARY_FILE
 
 
 def verdict_file(run_dir: str | Path, tag: str, step: int, benchmark: str) -> Path:
-    return regrade_dir(run_dir, tag) / f"step_{step:06d}" / f"{benchmark}.jsonl"
+    return layout.sample_file_in(regrade_dir(run_dir, tag), step, benchmark)
 
 
 def tags(run_dir: str | Path) -> list[str]:
     """The regrades a run has (folders with a summary)."""
-    root = Path(run_dir) / rundir.EVAL_DIR / REGRADE_DIR
-    return sorted(p.parent.name for p in root.glob(f"*/{rundir.SUMMARY_FILE}")) if root.is_dir() else []
+    root = layout.regrades_dir(run_dir)
+    return sorted(p.parent.name for p in root.glob(f"*/{layout.SUMMARY_FILE}")) if root.is_dir() else []
 
 
 # ------------------------------------------------------------------------------------------------ identity
@@ -154,8 +152,8 @@ def regrade_run(
     run_dir, tag = Path(run_dir), identity["tag"]
     out_dir = regrade_dir(run_dir, tag)
     with rundir.file_lock(out_dir / ".lock"):
-        if not (out_dir / GRADER_FILE).exists():
-            rundir.write_json(out_dir / GRADER_FILE, identity, overwrite=False)
+        if not (out_dir / layout.GRADER_FILE).exists():
+            rundir.write_json(out_dir / layout.GRADER_FILE, identity, overwrite=False)
         todo, reused = _pending(run_dir, tag, warn)
         originals = {(s, b): rundir.read_jsonl(path, whole=True) for s, b, path, _ in todo}
         jobs = [
@@ -248,7 +246,7 @@ def _write_evaluation(
         move_aside(path, "replaced" if (step, bench) in _regraded(run_dir, tag) else "interrupted")
     write_samples(path, regraded.records)
     if regraded.changed_lines:
-        rundir.append_jsonl(regrade_dir(run_dir, tag) / CHANGES_FILE, regraded.changed_lines)
+        rundir.append_jsonl(regrade_dir(run_dir, tag) / layout.CHANGES_FILE, regraded.changed_lines)
     matrix = regraded.matrix
     line = {
         "step": step,

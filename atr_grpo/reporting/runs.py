@@ -19,8 +19,9 @@ from typing import Any
 from atr_grpo import rundir
 from atr_grpo.evaluation.metrics import summarize
 from atr_grpo.evaluation.outputs import find_sample_file, read_summary, read_summary_file
-from atr_grpo.evaluation.schedule import FAILURES_FILE, read_failures
+from atr_grpo.evaluation.schedule import read_failures
 from atr_grpo.reporting import regrade
+from atr_grpo.rundir import layout
 
 AVERAGE = "average"
 
@@ -139,7 +140,7 @@ class Run:
         if key not in self._cache:
             if self.grader is None:
                 path = find_sample_file(self.path, step, benchmark)
-                wanted = f"eval/step_{step:06d}/{benchmark}.jsonl(.gz)"
+                wanted = f"{layout.sample_file('', step, benchmark)}(.gz)"
             else:
                 path = regrade.verdict_file(self.path, self.grader, step, benchmark)
                 wanted, path = str(path.relative_to(self.path)), path if path.exists() else None
@@ -165,7 +166,7 @@ class Run:
 
     @cached_property
     def metrics(self) -> list[dict[str, Any]]:
-        path = self.path / rundir.METRICS_FILE
+        path = layout.metrics_path(self.path)
         return rundir.read_jsonl(path, whole=True) if path.exists() else []
 
     @property
@@ -216,13 +217,13 @@ def load_run(path: Path, grader: str | None = None) -> Run:
     """The run at `path`; an unreadable config.yaml or summary record becomes a problem of the run. A line of
     eval/summary.jsonl that is not JSON raises RunFileError, which names the file and the line."""
     try:
-        config = rundir.load_config(path / rundir.CONFIG_FILE, resolve=False)
+        config = rundir.load_config(layout.config_path(path), resolve=False)
     except (OSError, rundir.RunFileError) as err:  # a half-written config must not stop the other tables
-        run = Run(path=path, config={}, problems=[f"config.yaml unreadable ({err})"], grader=grader)
+        run = Run(path=path, config={}, problems=[f"{layout.CONFIG_FILE} unreadable ({err})"], grader=grader)
         run.__dict__["summary"] = {}
         return run
     run = Run(path=path, config=config, grader=grader)
-    source = "eval/summary.jsonl" if grader is None else f"eval/regrade/{grader}/summary.jsonl"
+    source = layout.summary_path("") if grader is None else regrade.summary_path("", grader)
     try:
         summary = run.summary
     except rundir.RunFileError:  # a damaged line: named, and the results command stops (results.main)
@@ -255,7 +256,7 @@ def failed_evaluations(path: Path, config: dict[str, Any], summary: dict[tuple[i
     for record in read_failures(path):
         last_error[int(record["step"])] = str(record["error"])
     return [
-        f"evaluation at step {step} failed: {error} (traceback in eval/{FAILURES_FILE})"
+        f"evaluation at step {step} failed: {error} (traceback in {layout.failures_path('')})"
         for step, error in sorted(last_error.items())
         if not benchmarks or any((step, name) not in summary for name in benchmarks)
     ]

@@ -18,17 +18,17 @@ import math
 import statistics
 from typing import Any
 
-from atr_grpo import rundir
 from atr_grpo.reporting.runs import Run, metric_number, refuse_repeats, run_columns
 from atr_grpo.reporting.tables import Table
+from atr_grpo.rundir import records
 
 COLUMNS = ["experiment", "model", "method", "seed", "wall_s", "train_s", "eval_s", "evals", "other_s"]
 
 
 def run_seconds(run: Run) -> float:
     """DONE's `seconds` (math.nan when the run has no DONE or it names no time)."""
-    path = run.path / rundir.DONE_FILE
-    seconds = metric_number(rundir.read_json(path).get("seconds")) if path.exists() else None
+    done = records.read_done(run.path)
+    seconds = metric_number(done.seconds) if done is not None else None
     return math.nan if seconds is None else seconds
 
 

@@ -18,6 +18,7 @@ from atr_grpo import rundir
 from atr_grpo.reporting import cells, compare, stats
 from atr_grpo.reporting.runs import AVERAGE
 from atr_grpo.reporting.tables import BASE, PAPER_DIR, Table, column_name, column_order
+from atr_grpo.rundir import layout
 
 MANIFEST = ".atr_results_manifest.json"  # the files in --out that this tool wrote (and may overwrite)
 
@@ -32,7 +33,7 @@ def claim_outputs(out_dir: Path, names: list[str]) -> list[Path]:
     (listed in the folder's manifest)."""
     out_dir = Path(out_dir)
     for folder in (out_dir.resolve(), *out_dir.resolve().parents):
-        if (folder / rundir.CONFIG_FILE).exists() and any((folder / f).exists() for f in ("eval", "metrics.jsonl")):
+        if layout.is_run_dir(folder):
             raise OutputError(f"--out {out_dir} is inside the run directory {folder}; choose a folder outside it")
     manifest = out_dir / MANIFEST
     owned = set(json.loads(manifest.read_text())) if manifest.exists() else set()

@@ -150,6 +150,19 @@ def write_json(path: str | Path, obj: Any, overwrite: bool = True) -> None:
     os.replace(tmp, path)
 
 
+def write_jsonl(path: str | Path, records: Iterable[dict[str, Any]]) -> None:
+    """Write a whole JSONL file through a temporary file, so that a partial file never has the real name."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    with tmp.open("w", encoding="utf-8") as handle:
+        for record in records:
+            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
 def write_text(path: str | Path, text: str, overwrite: bool = True) -> None:
     path = Path(path)
     if not overwrite and path.exists():

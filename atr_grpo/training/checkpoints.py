@@ -25,7 +25,6 @@ PREFIX = "checkpoint"  # transformers' PREFIX_CHECKPOINT_DIR
 PARTIAL_PREFIX = ".partial-"  # a checkpoint being written (its name does not match transformers' `checkpoint-*`)
 INCOMPLETE_PREFIX = "incomplete-"  # a cut-off checkpoint set aside when its step is saved again
 TRAINER_STATE = "trainer_state.json"  # written last by transformers' save
-FINAL_ADAPTER = "final_adapter"  # the run's adapter at its last step, beside the run's DONE file
 SFT_INFO = "sft_info.json"  # written beside an SFT adapter, the adapter GRPO starts from (step 0)
 
 
@@ -154,8 +153,7 @@ def adapter_step(adapter: str | Path) -> tuple[int, str]:
     `checkpoints/checkpoint-<N>` (N, checked against its trainer_state.json when there is one),
     `eval/adapters/step_<N>` (N), `final_adapter` (the step in the run's DONE file), or an SFT adapter (0: GRPO
     starts from it). Raises ValueError, naming the key `step`, for an adapter saved anywhere else."""
-    from atr_grpo import rundir
-    from atr_grpo.evaluation.schedule import ADAPTERS_DIR
+    from atr_grpo.rundir import layout, records
 
     path = Path(adapter).resolve()
     if checkpoint_step(path) is not None:
@@ -166,16 +164,16 @@ def adapter_step(adapter: str | Path) -> tuple[int, str]:
             if recorded is not None and int(recorded) != step:
                 raise ValueError(f"step: {path} is named step {step} but its {TRAINER_STATE} says {recorded}")
         return step, f"its folder name {path.name}"
-    prefix, _, number = path.name.partition("_")
-    if prefix == "step" and number.isdigit() and path.parent.name == ADAPTERS_DIR:
-        return int(number), f"its folder name {path.name}"
-    done = path.parent / rundir.DONE_FILE
-    if path.name == FINAL_ADAPTER and done.is_file():
-        return int(json.loads(done.read_text(encoding="utf-8"))["step"]), f"the run's {rundir.DONE_FILE} file"
+    step = layout.step_of(path.name)
+    if step is not None and path.parent.name == layout.ADAPTERS_DIR:
+        return step, f"its folder name {path.name}"
+    done = records.read_done(path.parent) if path.name == layout.FINAL_ADAPTER else None
+    if done is not None:
+        return done.step, f"the run's {layout.DONE_FILE} file"
     if (path / SFT_INFO).is_file():
         return 0, f"its {SFT_INFO} (an SFT adapter is where GRPO starts)"
     raise ValueError(
-        f"step: the training step of adapter {adapter} is unknown (it is not a run's checkpoints/checkpoint-<N>, "
-        f"eval/{ADAPTERS_DIR}/step_<N>, {FINAL_ADAPTER} beside a {rundir.DONE_FILE} file, or an SFT adapter "
-        f"with its {SFT_INFO}); pass step=N"
+        f"step: the training step of adapter {adapter} is unknown (it is not a run's "
+        f"{layout.CHECKPOINT_DIR}/{PREFIX}-<N>, {layout.EVAL_DIR}/{layout.ADAPTERS_DIR}/{layout.STEP_PREFIX}<N>, "
+        f"{layout.FINAL_ADAPTER} beside a {layout.DONE_FILE} file, or an SFT adapter with its {SFT_INFO}); pass step=N"
     )

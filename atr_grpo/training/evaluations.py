@@ -38,6 +38,7 @@ from atr_grpo.evaluation.schedule import (
     saved_adapters,
 )
 from atr_grpo.machine import Decision, Machine, decide_evaluation
+from atr_grpo.rundir import layout
 
 if TYPE_CHECKING:  # transformers' Trainer stack, slow to import, which the checks before training
     # (`check_evaluation_fits`, in the parent of the stage processes) do not need
@@ -71,7 +72,7 @@ def save_trainable(trainer: Any, directory: Path) -> None:
 def save_adapter(trainer: Any, run_dir: Path, step: int) -> Path:
     """The trainable adapter into eval/adapters/step_<N>, written whole or not at all (called on every process)."""
     target = adapter_dir(run_dir, step)
-    staging = target.with_name(target.name + ".partial")
+    staging = layout.staging_dir(target)
     main = distributed.is_main()
     if main:
         shutil.rmtree(staging, ignore_errors=True)
@@ -163,7 +164,7 @@ def evaluate_saved_adapters(cfg: TrainConfig, run_dir: Path, machine: Machine | 
     from atr_grpo.models import load_model_and_tokenizer, load_tokenizer
     from atr_grpo.training.run_logger import EvaluationMirror
 
-    config = rundir.load_config(run_dir / rundir.CONFIG_FILE)
+    config = rundir.load_config(layout.config_path(run_dir))
     state = run_evaluation_state(run_dir, config)
     mirror = EvaluationMirror(cfg, run_dir, state.done if state else [])  # W&B first gets the done steps it lacks
     if state is None or not state.pending:

@@ -39,6 +39,7 @@ from atr_grpo.errors import ConfigError
 from atr_grpo.evaluation.schedule import EvaluationState, record_failure, run_evaluation_state, saved_adapters
 from atr_grpo.machine import Decision, decide
 from atr_grpo.provenance import loaded_models
+from atr_grpo.rundir import layout, records
 from atr_grpo.training import checkpoints
 
 log = logging.getLogger(__name__)
@@ -66,7 +67,7 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
 
 def run_state(run_dir: Path) -> RunState:
     """The state of an existing run directory (for a stage process: nothing is written)."""
-    finished = (run_dir / rundir.DONE_FILE).exists()
+    finished = records.is_done(run_dir)
     return RunState(run_dir, None if finished else latest_checkpoint(run_dir), finished)
 
 
@@ -79,7 +80,9 @@ def prepare_run_dir(cfg: TrainConfig, config_yaml: str, decision: Decision) -> R
         if cfg.resume:
             raise RunDirError(f"resume=true but {run_dir} holds no run to continue (no {rundir.CONFIG_FILE})")
         if (run_dir / rundir.CHECKPOINT_DIR).exists() or (run_dir / rundir.METRICS_FILE).exists():
-            raise RunDirError(f"{run_dir} holds checkpoints or metrics but no config.yaml; refusing to write into it")
+            raise RunDirError(
+                f"{run_dir} holds checkpoints or metrics but no {rundir.CONFIG_FILE}; refusing to write into it"
+            )
         rundir.write_text(config_path, config_yaml, overwrite=False)
         env = {
             **run_environment.environment(cfg.trainer.num_threads),
@@ -187,15 +190,13 @@ class RunOutcome:
         evaluations = "" if self.evaluation is None else f"; {self.evaluation.describe()}"
         line = f"{self.run_dir}: {done}{evaluations}"
         if not self.ok and self.evaluation is not None and self.evaluation.failed:
-            line += (
-                f" (errors in {self.run_dir / rundir.EVAL_DIR / 'failures.jsonl'}; re-launch the same command to retry)"
-            )
+            line += f" (errors in {layout.failures_path(self.run_dir)}; re-launch the same command to retry)"
         return ("" if self.ok else "NOT COMPLETE: ") + line
 
 
 def run_outcome(run_dir: Path) -> RunOutcome:
     config = rundir.load_config(run_dir / rundir.CONFIG_FILE)
-    return RunOutcome(run_dir, (run_dir / rundir.DONE_FILE).exists(), run_evaluation_state(run_dir, config))
+    return RunOutcome(run_dir, records.is_done(run_dir), run_evaluation_state(run_dir, config))
 
 
 def _prepared(cfg: TrainConfig, config_yaml: str, decision: Decision) -> RunState:
@@ -336,17 +337,17 @@ def train_grpo(cfg: TrainConfig, state: RunState, decision: Decision, callbacks:
         for callback in callbacks:
             trainer.add_callback(callback)
         trainer.train(resume_from_checkpoint=str(state.resume_from) if state.resume_from else None)
-        final = state.run_dir / checkpoints.FINAL_ADAPTER
+        final = state.run_dir / layout.FINAL_ADAPTER
         if distributed.on_main(lambda: not final.exists()):  # one decision: saving may need every process
             save_trainable(trainer, final)
-        done = {
-            "step": trainer.state.global_step,
-            "seconds": round(time.time() - started, 1),
-            "backend": backend,
-            "rollout_engine": engine,
-            "world_size": distributed.world_size(),
-        }
-        distributed.on_main(lambda: rundir.write_json(state.run_dir / rundir.DONE_FILE, done))
+        done = records.Done(
+            step=trainer.state.global_step,
+            seconds=round(time.time() - started, 1),
+            backend=backend,
+            rollout_engine=engine,
+            world_size=distributed.world_size(),
+        )
+        distributed.on_main(lambda: records.write_done(state.run_dir, done))
     finally:
         if logger is not None:
             logger.finish(exit_code=0 if sys.exc_info()[0] is None else 1)  # a killed run shows as failed in W&B

@@ -28,6 +28,7 @@ from atr_grpo.config import TrainConfig
 from atr_grpo.distributed import process_batch, world_size
 from atr_grpo.losses import GRPOLoss, LossSettings, resolve_aggregation
 from atr_grpo.rule_random import micro_batch_stream
+from atr_grpo.rundir import layout
 from atr_grpo.training import checkpoints
 from atr_grpo.training.delta_control import DeltaControl
 from atr_grpo.training.extras import TrainerBatch, keeps_old_weights, trainer_extras
@@ -37,9 +38,6 @@ from atr_grpo.training.vocab_kl import adapter_snapshot
 from atr_grpo.truncation import Truncation
 
 log = logging.getLogger(__name__)
-
-# the δ in force after a checkpoint's step, in the checkpoint's folder
-DELTA_STATE_FILE = "delta_control.json"
 
 
 def resolve_flag(value: bool | str | None, default: bool) -> bool:
@@ -335,7 +333,7 @@ class RuleTrainerMixin(TruncationMixin, _Host):
         try:
             super()._save_checkpoint(model, trial)
             if self.delta_control is not None and self.args.should_save:
-                path = self._checkpoint_staging / checkpoint.name / DELTA_STATE_FILE
+                path = self._checkpoint_staging / checkpoint.name / layout.DELTA_STATE_FILE
                 rundir.write_json(path, self.delta_control.state_dict())
         finally:
             self._checkpoint_staging = None
@@ -350,7 +348,7 @@ class RuleTrainerMixin(TruncationMixin, _Host):
             from transformers.trainer_utils import get_last_checkpoint
 
             checkpoint = get_last_checkpoint(self.args.output_dir)
-        path = Path(str(checkpoint)) / DELTA_STATE_FILE
+        path = Path(str(checkpoint)) / layout.DELTA_STATE_FILE
         if path.exists():
             try:
                 control.load_state_dict(rundir.read_json(path))

@@ -27,6 +27,8 @@ from transformers import TrainerCallback
 from atr_grpo import rundir
 from atr_grpo.config import TrainConfig
 from atr_grpo.evaluation.runner import EVAL_STEP
+from atr_grpo.rundir import layout
+from atr_grpo.rundir.records import MetricsLine
 from atr_grpo.wandb_auth import api_key_available
 
 log = logging.getLogger(__name__)
@@ -41,9 +43,6 @@ SUMMARY_KEYS = ("train_runtime", "train_samples_per_second", "train_steps_per_se
 # `sampling/*` under the same names, averaged together: the rule's `rollout/*` keys measure the engine's
 # mismatch and the correction's weight, with one meaning on both paths
 MISLEADING_PREFIXES = ("clip_ratio/", "sampling/")
-WANDB_ID_FILE = "wandb_run_id"
-WANDB_EVAL_FILE = "wandb_eval.jsonl"  # the evaluation steps mirrored to W&B (run id, W&B step) and failed attempts
-DISCARDED_FILE = "metrics.discarded.jsonl"  # metric lines set aside on resume (W&B got them before the resume)
 
 
 def _clean(value: Any) -> Any:
@@ -57,7 +56,7 @@ class RunLogger:
 
     def __init__(self, cfg: TrainConfig, run_dir: str | Path) -> None:
         self.run_dir = Path(run_dir)
-        self.metrics_path = self.run_dir / rundir.METRICS_FILE
+        self.metrics_path = self.run_dir / layout.METRICS_FILE
         self.wandb_run = None
         self.eval_completions = cfg.logger.eval_completions
         if cfg.logger.name == "wandb":
@@ -72,7 +71,7 @@ class RunLogger:
             mode = None  # W&B reads WANDB_MODE itself (a mode passed to wandb.init would override it)
         elif mode == "auto":  # online only when credentials exist; never prompt
             mode = "online" if api_key_available() else "offline"
-        id_file = self.run_dir / WANDB_ID_FILE
+        id_file = self.run_dir / layout.WANDB_ID_FILE
         run_id = id_file.read_text().strip() if id_file.exists() else None  # None: W&B draws a new id
         run = wandb.init(
             project=lg.project,
@@ -94,7 +93,7 @@ class RunLogger:
         return run
 
     def log(self, step: int, metrics: dict[str, Any]) -> None:
-        record = {"step": int(step), **{k: _clean(v) for k, v in metrics.items()}}
+        record = MetricsLine(int(step), {k: _clean(v) for k, v in metrics.items()}).to_dict()
         rundir.append_jsonl(self.metrics_path, record)
         if self.wandb_run is not None:
             self.wandb_run.log({k: v for k, v in record.items() if k != "step" and v is not None}, step=int(step))
@@ -111,7 +110,7 @@ class RunLogger:
         wandb_step = int(step if wandb_step is None else wandb_step)
         self.wandb_run.log({EVAL_STEP: int(step), **metrics, **self._completion_tables(step)}, step=wandb_step)
         record = {"step": int(step), "wandb_step": wandb_step, "run_id": self.wandb_run.id}
-        rundir.append_jsonl(self.run_dir / WANDB_EVAL_FILE, record)
+        rundir.append_jsonl(self.run_dir / layout.WANDB_EVAL_FILE, record)
         return True
 
     def _completion_tables(self, step: int) -> dict[str, Any]:
@@ -145,7 +144,7 @@ def _records(path: Path) -> list[dict[str, Any]]:
 
 def mirrored_steps(run_dir: str | Path, run_id: str | None) -> set[int]:
     """The evaluation steps the W&B run `run_id` holds, by `wandb_eval.jsonl` (none for a run not started yet)."""
-    records = _records(Path(run_dir) / WANDB_EVAL_FILE)
+    records = _records(Path(run_dir) / layout.WANDB_EVAL_FILE)
     return {int(r["step"]) for r in records if run_id is not None and r.get("run_id") == run_id and "wandb_step" in r}
 
 
@@ -153,10 +152,14 @@ def next_wandb_step(run_dir: str | Path, run: Any) -> int:
     """A W&B step above every one the run has used: the server's count for a resumed online run (`starting_step`;
     0 offline) and, from the run directory, the training steps logged (kept or set aside) and mirrored evaluations."""
     run_dir = Path(run_dir)
-    used = [int(r["step"]) for name in (rundir.METRICS_FILE, DISCARDED_FILE) for r in _records(run_dir / name)]
+    used = [
+        int(r["step"])
+        for name in (layout.METRICS_FILE, layout.DISCARDED_METRICS_FILE)
+        for r in _records(run_dir / name)
+    ]
     used += [
         int(r["wandb_step"])
-        for r in _records(run_dir / WANDB_EVAL_FILE)
+        for r in _records(run_dir / layout.WANDB_EVAL_FILE)
         if r.get("run_id") == run.id and "wandb_step" in r
     ]
     return max([int(run.starting_step), *(step + 1 for step in used)])
@@ -181,7 +184,7 @@ class EvaluationMirror:
         self.missed: list[int] = []  # steps W&B did not get in this process
         if not self.wanted:
             return
-        id_file = self.run_dir / WANDB_ID_FILE
+        id_file = self.run_dir / layout.WANDB_ID_FILE
         already = mirrored_steps(self.run_dir, id_file.read_text().strip() if id_file.exists() else None)
         for step in sorted(set(done_steps) - already):
             self.log(step, self._recorded(step))
@@ -227,7 +230,7 @@ class EvaluationMirror:
             "error": f"{what}: {type(error).__name__}: {error}",
             "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
         }
-        rundir.append_jsonl(self.run_dir / WANDB_EVAL_FILE, record)
+        rundir.append_jsonl(self.run_dir / layout.WANDB_EVAL_FILE, record)
 
     def close(self) -> None:
         """Finish the W&B run (an exception that ends the process marks it failed there, by W&B's own exit hook),
@@ -240,10 +243,11 @@ class EvaluationMirror:
             self.logger = None
         if self.missed:
             log.error(
-                "W&B lacks the evaluations of steps %s (%s says why); eval/summary.jsonl has them, and "
+                "W&B lacks the evaluations of steps %s (%s says why); %s has them, and "
                 "`python -m atr_grpo.training.stages evaluate %s` mirrors them",
                 sorted(set(self.missed)),
-                self.run_dir / WANDB_EVAL_FILE,
+                self.run_dir / layout.WANDB_EVAL_FILE,
+                layout.summary_path(self.run_dir),
                 self.run_dir,
             )
 
@@ -266,7 +270,7 @@ class MetricsCallback(TrainerCallback):
         if not logs:
             return
         if any(key in logs for key in SUMMARY_KEYS):
-            rundir.write_json(self.logger.run_dir / "train_summary.json", {"step": state.global_step, **logs})
+            rundir.write_json(self.logger.run_dir / layout.TRAIN_SUMMARY_FILE, {"step": state.global_step, **logs})
             return
         metrics = {k: v for k, v in logs.items() if not k.startswith(MISLEADING_PREFIXES)}
         for old, new in RENAMED.items():
@@ -281,14 +285,14 @@ def truncate_metrics(run_dir: str | Path, last_step: int) -> int:
     They belong to updates that are about to be recomputed; they move to `metrics.discarded.jsonl`
     (appended, never deleted) so metrics.jsonl reads as one uninterrupted run. Returns how many moved.
     """
-    path = Path(run_dir) / rundir.METRICS_FILE
+    path = Path(run_dir) / layout.METRICS_FILE
     if not path.exists():
         return 0
     records = rundir.read_jsonl(path)
     keep = [r for r in records if r.get("step", 0) <= last_step]
     moved = [r for r in records if r.get("step", 0) > last_step]
     if moved:
-        rundir.append_jsonl(Path(run_dir) / DISCARDED_FILE, moved)
+        rundir.append_jsonl(Path(run_dir) / layout.DISCARDED_METRICS_FILE, moved)
         text = "".join(json.dumps(r) + "\n" for r in keep)
         rundir.write_text(path, text)
     return len(moved)

@@ -26,6 +26,7 @@ from atr_grpo.cache import cache_dir
 from atr_grpo.evaluation.outputs import find_sample_file, move_aside, read_summary, sample_file
 from atr_grpo.evaluation.runner import flat_metrics
 from atr_grpo.provenance import identity, read_start_point
+from atr_grpo.rundir import layout
 
 # the evaluation keys that do not change step 0's samples
 SCHEDULE_KEYS = ("enabled", "when", "keep_adapters", "every_steps", "at_start", "share_start")
@@ -84,9 +85,9 @@ def evaluate_start_once(
     key = start_key(cfg, start)
     entry = cache_dir("start_evals") / key
     with rundir.file_lock(entry.with_name(f"{key}.lock")):
-        if not (entry / rundir.EVAL_DIR / rundir.SUMMARY_FILE).exists():
+        if not layout.summary_path(entry).exists():
             metrics = evaluate()
-            staging = entry.with_name(f"{key}.partial")
+            staging = layout.staging_dir(entry)
             shutil.rmtree(staging, ignore_errors=True)  # an interrupted copy: ours to remove
             _copy(run_dir, staging, benchmarks, {})
             staging.rename(entry)

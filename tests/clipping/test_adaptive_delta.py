@@ -16,8 +16,9 @@ from helpers.rule_inputs import extras_for, loss_and_grad
 from atr_grpo.clipping import build_rule
 from atr_grpo.clipping.adaptive_delta import ERROR_CLIP, controlled_delta, delta_rules, scheduled_delta
 from atr_grpo.losses import LossSettings
+from atr_grpo.rundir import layout
 from atr_grpo.training.delta_control import DeltaControl
-from atr_grpo.training.rule_trainer import DELTA_STATE_FILE, DeltaStep, RuleTrainerMixin, delta_control
+from atr_grpo.training.rule_trainer import DeltaStep, RuleTrainerMixin, delta_control
 
 TARGET = 0.01
 
@@ -209,7 +210,7 @@ def test_the_trainer_passes_delta_as_a_tensor_logs_it_and_moves_it_after_each_st
     assert logged[1]["kl/kl3_mean"] > 1.2 * TARGET
     assert trainer.delta_control.delta == pytest.approx(0.07 * math.exp(-ERROR_CLIP), rel=1e-12)
     trainer._save_checkpoint(None, None)
-    saved = tmp_path / "checkpoint-2" / DELTA_STATE_FILE
+    saved = tmp_path / "checkpoint-2" / layout.DELTA_STATE_FILE
     assert saved.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-2"]  # renamed into place
 
     resumed = StepTrainer(controller(delta_rate=1.0), tmp_path)
@@ -227,7 +228,7 @@ def test_a_damaged_delta_state_is_named_in_one_line(tmp_path, content):
     from atr_grpo.rundir import RunFileError
 
     (tmp_path / "checkpoint-2").mkdir()
-    path = tmp_path / "checkpoint-2" / DELTA_STATE_FILE
+    path = tmp_path / "checkpoint-2" / layout.DELTA_STATE_FILE
     path.write_text(content)
     with pytest.raises(RunFileError, match=f"^{path}: ") as err:
         StepTrainer(controller(), tmp_path).train(resume_from_checkpoint=str(path.parent))

@@ -14,7 +14,7 @@ from conftest import REPO
 from helpers.wandb_offline_files import offline_runs
 
 from atr_grpo import rundir
-from atr_grpo.training.run_logger import WANDB_EVAL_FILE, WANDB_ID_FILE
+from atr_grpo.rundir import layout
 
 pytestmark = pytest.mark.slow
 
@@ -107,7 +107,7 @@ def test_the_offline_wandb_run_lives_in_the_run_directory_under_the_recorded_id(
     assert (wandb_smoke / rundir.DONE_FILE).exists()
     assert sorted(p.name for p in wandb_smoke.parent.iterdir()) == ["run"]
     (only,) = offline_runs(wandb_smoke)
-    run_id = (wandb_smoke / WANDB_ID_FILE).read_text().strip()
+    run_id = (wandb_smoke / layout.WANDB_ID_FILE).read_text().strip()
     assert only["run"]["run_id"] == run_id and run_id
     assert only["run"]["display_name"] == "smoke__atr__s0" and only["run"]["run_group"] == "smoke"
     assert only["run"]["config"]["update"]["method"] == "atr"  # what the W&B report groups the runs by
@@ -145,11 +145,11 @@ def test_a_relaunch_after_a_kill_continues_the_same_wandb_run(tmp_path, smoke_sf
     killed = run(["-c", KILL_AT_2, *SMOKE, f"run_dir={run_dir}", "eval=none"], tmp_path)
     assert killed.returncode != 0 and "killed after step 2" in killed.stderr, killed.stderr[-4000:]
     assert not (run_dir / rundir.DONE_FILE).exists()
-    run_id = (run_dir / WANDB_ID_FILE).read_text().strip()
+    run_id = (run_dir / layout.WANDB_ID_FILE).read_text().strip()
 
     relaunched = train(run_dir, "eval=none")
     assert relaunched.returncode == 0, relaunched.stderr[-4000:]
-    assert (run_dir / WANDB_ID_FILE).read_text().strip() == run_id
+    assert (run_dir / layout.WANDB_ID_FILE).read_text().strip() == run_id
     first, second = offline_runs(run_dir)
     assert first["run"]["run_id"] == second["run"]["run_id"] == run_id
     assert sorted(first["history"]) == [1, 2] and sorted(second["history"]) == [3, 4]
@@ -172,7 +172,7 @@ def test_evaluations_after_training_reach_the_training_runs_wandb_run_on_the_eva
     """eval.when=after: the evaluation stage continues the training run's W&B run (same id) and logs every
     benchmark's Mean@k / Pass@k equal to eval/summary.jsonl, each with eval/step = the step evaluated (0, 2, 4), the
     axis both processes define for eval/*, at W&B steps after training's (5, 6, 7), which W&B keeps."""
-    run_id = (wandb_smoke_after / WANDB_ID_FILE).read_text().strip()
+    run_id = (wandb_smoke_after / layout.WANDB_ID_FILE).read_text().strip()
     training, evaluation = offline_runs(wandb_smoke_after)
     assert training["run"]["run_id"] == evaluation["run"]["run_id"] == run_id
     assert training["exit"]["exit_code"] == evaluation["exit"]["exit_code"] == 0
@@ -192,7 +192,7 @@ def test_evaluations_after_training_reach_the_training_runs_wandb_run_on_the_eva
         for metric in ("mean@4", "pass@4", "mean@1", "pass@1"):
             assert logged[row["step"]][f"eval/arithmetic/{metric}"] == pytest.approx(row[metric], rel=1e-12)
             assert logged[row["step"]][f"eval/average/{metric}"] == pytest.approx(row[metric], rel=1e-12)
-    mirrored = rundir.read_jsonl(wandb_smoke_after / WANDB_EVAL_FILE)
+    mirrored = rundir.read_jsonl(wandb_smoke_after / layout.WANDB_EVAL_FILE)
     assert [(r["step"], r["wandb_step"], r["run_id"]) for r in mirrored] == [
         (0, 5, run_id),
         (2, 6, run_id),
@@ -204,13 +204,13 @@ def test_a_relaunch_logs_no_evaluation_twice(wandb_smoke_after):
     """Launched again, the finished run's kept adapters run the evaluation stage again: every step is in
     eval/summary.jsonl and in W&B, so nothing is evaluated or logged (no new W&B run, the same wandb_eval.jsonl)."""
     runs_before = sorted(p.name for p in (wandb_smoke_after / "wandb").glob("offline-run-*"))
-    mirrored_before = (wandb_smoke_after / WANDB_EVAL_FILE).read_bytes()
+    mirrored_before = (wandb_smoke_after / layout.WANDB_EVAL_FILE).read_bytes()
     summary_before = rundir.summary_path(wandb_smoke_after).read_bytes()
     result = train(wandb_smoke_after, *AFTER)
     assert result.returncode == 0, result.stderr[-4000:]
     assert "3 of 3 scheduled evaluations done" in result.stderr + result.stdout
     assert sorted(p.name for p in (wandb_smoke_after / "wandb").glob("offline-run-*")) == runs_before
-    assert (wandb_smoke_after / WANDB_EVAL_FILE).read_bytes() == mirrored_before
+    assert (wandb_smoke_after / layout.WANDB_EVAL_FILE).read_bytes() == mirrored_before
     assert rundir.summary_path(wandb_smoke_after).read_bytes() == summary_before
 
 
@@ -230,7 +230,7 @@ def test_a_step_evaluated_but_not_mirrored_reaches_wandb_once_on_relaunch(tmp_pa
     relaunched = train(run_dir, "eval.when=after", "eval.backend=hf")  # the run's command again
     assert relaunched.returncode == 0, relaunched.stderr[-4000:]
     assert rundir.read_jsonl(rundir.summary_path(run_dir)) == summary_rows, "nothing was evaluated again"
-    run_id = (run_dir / WANDB_ID_FILE).read_text().strip()
+    run_id = (run_dir / layout.WANDB_ID_FILE).read_text().strip()
     training, first_stage, second_stage = offline_runs(run_dir)
     assert {training["run"]["run_id"], first_stage["run"]["run_id"], second_stage["run"]["run_id"]} == {run_id}
     assert (first_stage["exit"]["exit_code"], second_stage["exit"]["exit_code"]) == (1, 0)  # a crash shows as failed

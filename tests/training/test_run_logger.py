@@ -9,13 +9,8 @@ from helpers.wandb_offline_files import offline_runs
 
 from atr_grpo import rundir
 from atr_grpo.evaluation.grader import STATUSES
-from atr_grpo.training.run_logger import (
-    WANDB_EVAL_FILE,
-    WANDB_ID_FILE,
-    EvaluationMirror,
-    MetricsCallback,
-    RunLogger,
-)
+from atr_grpo.rundir import layout
+from atr_grpo.training.run_logger import EvaluationMirror, MetricsCallback, RunLogger
 
 OFFLINE = ["experiment=smoke", "logger=wandb", "logger.mode=offline"]
 
@@ -55,14 +50,19 @@ def test_the_wandb_mirror_holds_each_step_and_a_relaunch_continues_its_run(tmp_p
     first.log(1, {"reward": 0.5, "clip/frac": 0.125, "entropy": float("nan")})
     first.log(2, {"clip/frac": 0.25})
     first.finish(exit_code=1)  # as a run that raised
-    run_id = (tmp_path / WANDB_ID_FILE).read_text().strip()
+    run_id = (tmp_path / layout.WANDB_ID_FILE).read_text().strip()
     second = RunLogger(cfg, tmp_path)
     assert not second.log_eval({"eval/arithmetic/mean@4": 0.25, "eval/arithmetic/pass@4": 0.5}, 0)
     second.log(3, {"reward": 0.75})
     second.finish()
-    assert (tmp_path / WANDB_ID_FILE).read_text().strip() == run_id
-    assert sorted(p.name for p in tmp_path.iterdir()) == [rundir.METRICS_FILE, "wandb", WANDB_EVAL_FILE, WANDB_ID_FILE]
-    assert rundir.read_jsonl(tmp_path / WANDB_EVAL_FILE) == [{"step": 0, "wandb_step": 0, "run_id": run_id}]
+    assert (tmp_path / layout.WANDB_ID_FILE).read_text().strip() == run_id
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        rundir.METRICS_FILE,
+        "wandb",
+        layout.WANDB_EVAL_FILE,
+        layout.WANDB_ID_FILE,
+    ]
+    assert rundir.read_jsonl(tmp_path / layout.WANDB_EVAL_FILE) == [{"step": 0, "wandb_step": 0, "run_id": run_id}]
     first_run, second_run = offline_runs(tmp_path)
     assert first_run["run"]["run_id"] == second_run["run"]["run_id"] == run_id
     assert first_run["history"] == {
@@ -110,7 +110,7 @@ def test_the_evaluation_stage_mirrors_each_step_once_above_the_training_steps(tm
     for step in (1, 2, 3, 4):
         training.log(step, {"reward": step / 10})
     training.finish()
-    run_id = (tmp_path / WANDB_ID_FILE).read_text().strip()
+    run_id = (tmp_path / layout.WANDB_ID_FILE).read_text().strip()
     rundir.append_jsonl(rundir.summary_path(tmp_path), [_summary_row(0, 0.125), _summary_row(2, 0.25)])
 
     stage = EvaluationMirror(cfg, tmp_path, done_steps=[0, 2])
@@ -140,7 +140,7 @@ def test_the_evaluation_stage_mirrors_each_step_once_above_the_training_steps(tm
         6: {"eval/step": 4, "eval/arithmetic/mean@4": 0.5, "eval/average/mean@4": 0.5},
     }
     assert third["history"] == {7: {"eval/step": 6, "eval/arithmetic/mean@4": 0.75}}
-    assert [(r["step"], r["wandb_step"]) for r in rundir.read_jsonl(tmp_path / WANDB_EVAL_FILE)] == [
+    assert [(r["step"], r["wandb_step"]) for r in rundir.read_jsonl(tmp_path / layout.WANDB_EVAL_FILE)] == [
         (0, 0),
         (2, 5),
         (4, 6),
@@ -168,7 +168,7 @@ def test_a_wandb_failure_in_the_evaluation_stage_is_recorded_and_loses_nothing(t
         mirror.log(2, {"eval/arithmetic/mean@4": 0.25})
         mirror.close()
     assert rundir.summary_path(tmp_path).read_bytes() == before
-    (record,) = rundir.read_jsonl(tmp_path / WANDB_EVAL_FILE)
+    (record,) = rundir.read_jsonl(tmp_path / layout.WANDB_EVAL_FILE)
     assert record["step"] == 0
     assert record["error"] == "starting the W&B run: CommError: the W&B server could not be reached"
     assert "W&B lacks the evaluations of steps [0, 2]" in caplog.text
