@@ -1,12 +1,15 @@
-"""Made-up run directories for the tables' tests, and the reading of the tables they give: a run is config.yaml,
-metrics.jsonl and eval/summary.jsonl, with the values each test chooses."""
+"""Made-up run directories for the tables' tests, and the reading of the tables they give: a run is its config,
+metrics and evaluation summary, with the values each test chooses, written where and as the product writes them
+(`rundir.layout`, `rundir.records`)."""
 
 from __future__ import annotations
 
 import csv
-import json
 
 from omegaconf import OmegaConf
+
+from atr_grpo.rundir import files, layout
+from atr_grpo.rundir.records import MetricsLine, SampleRecord, SummaryRow
 
 BENCHES = ["amc23", "aime24", "aime25"]
 
@@ -14,7 +17,7 @@ BENCHES = ["amc23", "aime24", "aime25"]
 def make_run(
     root, experiment, model, method, clipping, seed, evals, max_steps=100, n=8, k=8, name=None, benchmarks=BENCHES
 ):
-    """A run directory: config.yaml, metrics.jsonl and eval/summary.jsonl from {step: {bench: (mean, pass)}}."""
+    """A run directory: its config, metrics and evaluation summary from {step: {bench: (mean, pass)}}."""
     path = root / experiment / (name or f"{experiment}__{method}__s{seed}__model={model}")
     path.mkdir(parents=True)
     config = {
@@ -26,29 +29,30 @@ def make_run(
         "trainer": {"max_steps": max_steps},
         "eval": {"benchmarks": list(benchmarks), "k": k, "n": n, "every_steps": 50, "at_start": 0 in evals},
     }
-    OmegaConf.save(OmegaConf.create(config), path / "config.yaml")
+    OmegaConf.save(OmegaConf.create(config), layout.config_path(path))
     lines = [
-        {"step": step, "benchmark": bench, "num_problems": 30, "n": n, f"mean@{k}": mean, f"pass@{k}": passk}
+        SummaryRow(step, bench, {"num_problems": 30, "n": n, f"mean@{k}": mean, f"pass@{k}": passk})
         for step, values in evals.items()
         for bench, (mean, passk) in values.items()
     ]
     if lines:
-        (path / "eval").mkdir()
-        (path / "eval" / "summary.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+        files.write_jsonl(layout.summary_path(path), [line.to_dict() for line in lines])
     rows = [
-        {
-            "step": s,
-            "reward": 0.01 * s,
-            "entropy": 1.0 - 0.005 * s,
-            "completion_length": 100.0 + s,
-            "clip/frac": 0.01,
-            "ratio/mean": 1.0,
-            "ratio/min": 0.5,
-            "ratio/max": 2.0,
-        }
+        MetricsLine(
+            s,
+            {
+                "reward": 0.01 * s,
+                "entropy": 1.0 - 0.005 * s,
+                "completion_length": 100.0 + s,
+                "clip/frac": 0.01,
+                "ratio/mean": 1.0,
+                "ratio/min": 0.5,
+                "ratio/max": 2.0,
+            },
+        )
         for s in range(1, (max_steps or 0) + 1)
     ]
-    (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    files.write_jsonl(layout.metrics_path(path), [row.to_dict() for row in rows])
     return path
 
 
@@ -81,13 +85,7 @@ def write_passk_run(root, correct):
         n=6,
         k=6,
     )
-    step_dir = path / "eval" / "step_001000"
-    step_dir.mkdir(parents=True)
     for bench, matrix in correct.items():
-        records = [
-            {"problem_id": p, "sample": i, "correct": bool(c)}
-            for p, row in enumerate(matrix)
-            for i, c in enumerate(row)
-        ]
-        (step_dir / f"{bench}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+        records = [SampleRecord(p, i, bool(c)).to_dict() for p, row in enumerate(matrix) for i, c in enumerate(row)]
+        files.write_jsonl(layout.sample_file(path, 1000, bench), records)
     return path

@@ -1,15 +1,17 @@
 """Run directories with per-sample files, for the tests of intervals, comparisons and regrading.
 
 Problem i of every benchmark has the gold answer str(100 + i); a correct sample boxes it, a wrong one boxes 7,
-so the current grader agrees with every recorded verdict. Summaries are computed from the same verdicts.
+so the current grader agrees with every recorded verdict. Summaries are computed from the same verdicts, here
+(not by the product's `summarize`): with K = n, Mean@K is the share of correct samples and Pass@K the share of
+problems with one. Files are written where and as the product writes them (`rundir.layout`, `rundir.records`).
 """
 
 from __future__ import annotations
 
 import gzip
-import json
 
-from atr_grpo.evaluation.metrics import summarize
+from atr_grpo.rundir import files, layout
+from atr_grpo.rundir.records import SampleRecord
 from helpers.run_trees import BENCHES, make_run
 
 PROBLEMS, SAMPLES = 30, 8
@@ -20,46 +22,45 @@ def counts_matrix(counts: list[int]) -> list[list[bool]]:
     return [[j < c for j in range(SAMPLES)] for c in counts]
 
 
-def record(problem: int, sample: int, correct: bool) -> dict:
+def record(problem: int, sample: int, correct: bool) -> SampleRecord:
     gold = str(100 + problem)
     answer = gold if correct else "7"
-    return {
-        "problem_id": problem,
-        "sample": sample,
+    fields = {
         "completion": f"So the answer is \\boxed{{{answer}}}.",
         "extracted": answer,
         "gold": gold,
-        "correct": correct,
         "status": "correct" if correct else "wrong",
         "finish_reason": "stop",
         "num_tokens": 12,
     }
+    return SampleRecord(problem, sample, correct, fields)
 
 
 def write_sample_file(path, matrix, compress=False):
-    lines = "".join(json.dumps(record(p, s, c)) + "\n" for p, row in enumerate(matrix) for s, c in enumerate(row))
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """A per-sample file at `path` (its packed `.gz` copy with `compress`) of a problems × samples matrix."""
+    records = [record(p, s, c).to_dict() for p, row in enumerate(matrix) for s, c in enumerate(row)]
+    files.write_jsonl(path, records)
     if compress:
-        path.with_name(path.name + ".gz").write_bytes(gzip.compress(lines.encode()))
-    else:
-        path.write_text(lines)
+        packed = layout.packed(path)
+        packed.write_bytes(gzip.compress(path.read_bytes()))
+        path.unlink()
+
+
+def mean_and_pass(matrix: list[list[bool]]) -> tuple[float, float]:
+    """(Mean@n, Pass@n) of a problems × n matrix: the share of correct samples, the share of solved problems."""
+    samples = sum(len(row) for row in matrix)
+    return sum(map(sum, matrix)) / samples, sum(any(row) for row in matrix) / len(matrix)
 
 
 def sampled_run(root, experiment, method, seed, matrices, model="qwen3-1.7b", compress=False, name=None):
     """A run evaluated at every step of `matrices` ({step: {bench: matrix}}), with its per-sample files."""
-    evals = {
-        step: {
-            b: tuple(summarize(m, ks=[SAMPLES])[f"{x}@{SAMPLES}"] for x in ("mean", "pass"))
-            for b, m in per_bench.items()
-        }
-        for step, per_bench in matrices.items()
-    }
+    evals = {step: {b: mean_and_pass(m) for b, m in per_bench.items()} for step, per_bench in matrices.items()}
     path = make_run(
         root, experiment, model, method, {"name": method.split("-")[0]}, seed, evals, max_steps=max(matrices), name=name
     )
     for step, per_bench in matrices.items():
         for bench, matrix in per_bench.items():
-            write_sample_file(path / "eval" / f"step_{step:06d}" / f"{bench}.jsonl", matrix, compress)
+            write_sample_file(layout.sample_file(path, step, bench), matrix, compress)
     return path
 
 
