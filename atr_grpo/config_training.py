@@ -20,14 +20,17 @@ from atr_grpo.truncation import DAPO_PENALTY, TRUNCATION_SETTINGS
 # ---------------------------------------------------------------------------------------------- trainer
 @dataclass
 class TrainerConfig:
+    """The defaults are the paper's values (Table 4, §6.1), each with its source: `conf/trainer/paper.yaml` selects
+    them and restates none. Anything that changes the loss is set here, never left to a library default."""
+
     backend: str = "auto"  # auto: unsloth on a CUDA machine with unsloth installed, else trl
     learning_rate: float = 5e-6  # Table 4
     weight_decay: float = 1e-3  # Table 4
     optim: str = "adamw_torch"  # AdamW (Table 4); set explicitly because Unsloth defaults to adamw_8bit
     adam_beta1: float = 0.9
-    adam_beta2: float = 0.99
-    lr_scheduler_type: str = "linear"
-    warmup_ratio: float = 0.1  # fraction of max_steps (passed as transformers 5 `warmup_steps` < 1)
+    adam_beta2: float = 0.99  # Unsloth's GRPO notebook, whose other values Table 4 matches
+    lr_scheduler_type: str = "linear"  # the notebook's
+    warmup_ratio: float = 0.1  # the notebook's; a fraction of max_steps (transformers 5 `warmup_steps` < 1)
     max_grad_norm: float = 1.0
     per_device_train_batch_size: int = 8  # Table 4
     # Table 4. Micro-batches per optimizer step over all processes: N launched processes accumulate GA/N each, so
@@ -38,11 +41,11 @@ class TrainerConfig:
     top_p: float = 1.0  # Table 4
     top_k: int = -1  # Table 4; -1 = off
     max_steps: int = 1000  # §6.1
-    beta: float = 0.0  # KL to the reference policy, App. B
+    beta: float = 0.0  # KL to the reference policy: none (App. B)
     kl_estimator: str = "k3"  # only used when beta > 0 (RPG paper's estimators)
     kl_importance_weight: bool = True  # the w-correction that makes k3's off-policy gradient unbiased
     max_prompt_length: int = 512
-    max_completion_length: int = 1536  # = model.max_seq_length - max_prompt_length; also Dr.GRPO's constant
+    max_completion_length: int = 1536  # = model.max_seq_length (2048) - max_prompt_length; also Dr.GRPO's constant
     loss_agg: str = "dr_grpo"  # Dr.GRPO backbone (§6.1); token_mean and seq_mean as ablations
     scale_rewards: str = "none"  # Dr.GRPO: advantages are R - mean(R), no std division
     # a completion that reaches max_completion_length without ending: zero | mask | soft_overlong | credit_box
@@ -51,7 +54,7 @@ class TrainerConfig:
     overlong_buffer: int | None = None  # soft_overlong: tokens before the budget where the penalty ramps (null: 1/5)
     overlong_penalty: float = DAPO_PENALTY  # soft_overlong: the penalty at the budget (DAPO's factor)
     logging_steps: int = 1
-    save_steps: int = 50
+    save_steps: int = 50  # aligned with eval.every_steps
     save_total_limit: int | None = 3
     bf16: bool | None = None  # null: true on a CUDA GPU, false on CPU
     gradient_checkpointing: bool | None = None  # null: on for GPU backends, off on CPU
@@ -208,6 +211,9 @@ def check_correction_engine(correction: str, engine: str) -> None:
 # ------------------------------------------------------------------------------------------------- eval
 @dataclass
 class EvalConfig:
+    """The defaults are the paper's protocol (§6.1, Table 4): Mean@8 and Pass@8 on AMC2023 (83 problems), AIME2024
+    and AIME2025 every 50 steps. `conf/eval/paper.yaml` selects them and restates none."""
+
     enabled: bool = True
     # when evaluations run: `after` training, in a process of their own with a vLLM engine sized for the
     # longest prompt + max_tokens, from the adapter saved at each evaluated step (the paper's 32,768-token
@@ -219,7 +225,7 @@ class EvalConfig:
     share_start: bool = False
     every_steps: int = 50  # §6.1
     at_start: bool = True  # step 0: the model GRPO starts from (Table 2's base row for sft=none)
-    benchmarks: list[str] = field(default_factory=lambda: ["amc23", "aime24", "aime25"])
+    benchmarks: list[str] = field(default_factory=lambda: ["amc23", "aime24", "aime25"])  # §6.1
     paths: dict[str, str] = field(default_factory=dict)  # benchmark -> local file instead of the hub
     strict: bool = True  # check each benchmark's row count
     n: int = 8  # samples per problem

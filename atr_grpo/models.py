@@ -1,7 +1,7 @@
 """Loading models and tokenizers: hub checkpoints or local directories, with a LoRA adapter (the tiny CPU model is
 built by `atr_grpo.tiny_model`).
 
-The GPU path (Unsloth + vLLM) lives in `atr_grpo.training.unsloth_backend`; this module is the
+The GPU path (Unsloth + vLLM) lives in `atr_grpo.training.unsloth_trainer`; this module is the
 transformers + peft path used on CPU, on GPUs without Unsloth, and by the HF evaluation backend.
 """
 

@@ -14,9 +14,10 @@ which is convex in r with g_f(q, 1) = 0, so {g_f ≤ δ} is an interval [l_f(q),
 - KL, f(u) = u − 1 − log u: g is the Bernoulli KL(Bern(q) ‖ Bern(q·r)), with no closed form. Here Newton's method
   in y = −log(1 − p) (p = q·r beyond q; the lower bound is the same problem for 1 − q), where g is convex and
   increasing, from the smaller of a point known to lie beyond the root and the χ² approximation: four steps reach
-  float64's precision for every δ in [1e-3, 5] and π_old in [1e-12, 1 − 1e-6] (tests/test_rivals_papers.py). The
-  rule's own float32 pass starts instead from a table of the root made once per δ, and one step reaches 1e-9, where
-  three from the closed-form start reached 4e-8 (tests/clipping/test_kl_band_start.py).
+  float64's precision for every δ in [1e-3, 5] and π_old in [1e-12, 1 − 1e-6]
+  (tests/clipping/test_rivals_papers.py). The rule's own float32 pass starts instead from a table of the root made
+  once per δ, and one step reaches 1e-9, where three from the closed-form start reached 4e-8
+  (tests/clipping/test_kl_band_start.py).
 - TV, f(u) = |u − 1|/2: g = q·|r − 1| = |π_θ − π_old|, so [max(1 − δ/q, 0), min(1 + δ/q, 1/q)].
 - Pearson χ², f(u) = (u − 1)²: g = q·(r − 1)²/(1 − q), so 1 ± sqrt(δ·(1 − q)/q), within [0, 1/q].
 
@@ -25,7 +26,7 @@ DPPO keeps a token while the same divergence stays within δ on the side its adv
 have the same gradient −A·w·∇log π. So while w stays below DPPO's truncation c and this rule's ratio_cap and dual
 clip c, `bandpo_kl` (`bandpo_tv`) has exactly the gradient of `dppo_kl` (`dppo_tv`) at that δ; only the loss value
 differs (PPO's clipped value here, DPPO's −A·sg(w)·log π there) and DPPO's 1e-8 smoothing inside its KL's log.
-tests/test_rivals_papers.py proves it.
+tests/clipping/test_rivals_papers.py proves it.
 
 Defaults are the authors' recipe (OpenMOSS/BandPO `baselinescripts`, bandkl005 / bandtv005 / bandchi2005): δ = 0.05,
 upper_bound_max = 10 (ratio_cap), dual clip on with c = 10, and does_relax_high_p_bound off (the relaxed variant,

@@ -19,9 +19,9 @@ class LUSPO(GSPO):
     `native_aggregation` is therefore `dr_grpo`, Σ_tokens ℓ / (B·L_max), which is LUSPO's objective divided by the
     constant L_max (`trainer.max_completion_length`). TRL's `loss_type="luspo"` (with
     `importance_sampling_level="sequence"`, as TRL asks) computes `(ℓ·mask).sum(-1).mean()`, L_max times ours, in
-    value and gradient (tests/test_rivals_trl.py); the constant only rescales the step (with Adam, up to ε and to
-    gradient-norm clipping, whose threshold it moves). Under `token_mean` the weighting is the same with the batch's
-    token count as the constant; under `seq_mean` LUSPO is GSPO.
+    value and gradient (tests/clipping/test_rivals_trl.py); the constant only rescales the step (with Adam, up to ε
+    and to gradient-norm clipping, whose threshold it moves). Under `token_mean` the weighting is the same with the
+    batch's token count as the constant; under `seq_mean` LUSPO is GSPO.
 
     The clipping ranges are GSPO's, 3e-4 and 4e-4: LUSPO changes GSPO's aggregation only and the paper keeps GSPO's
     setup (a choice: TRL's `epsilon` default, 0.2, is the token-level one, which TRL's GSPO recipe overrides).

@@ -30,7 +30,7 @@ class OPSM(ClipRule):
       probabilities, and TRL does so when vLLM gives them (`sampling_per_token_logps`, else π_old). Ours counts the
       optimizer's drift only; the engine mismatch is the rollout correction's (`rollout.correction`, applied after
       the rule, as TRL multiplies its IS ratio after the mask). On a batch without the engine's log-probs TRL and
-      this rule are the same (tests/test_rivals_trl.py).
+      this rule are the same (tests/clipping/test_rivals_trl.py).
     - The clip is TRL's default `loss_type` surrogate, ε = 0.2 on both sides (`epsilon=0.2`, `epsilon_high=None`).
       δ = 0.5 is TRL's documented example value (its default is None, i.e. off; DeepSeek-V3.2 gives none): a choice.
     - Aggregation is not the mask's: TRL applies it under any `loss_type`; with `dapo` (TRL's default) its loss is

@@ -5,7 +5,7 @@ The runs are 4 methods × 10 seeds from one start point, every sample kept (gzip
 reasoning chains (mean completion length ≥ 48 tokens), clip and atr act (mean clip/frac ≥ 1 %) and step 0 is
 neither trivial nor saturated; every method's AUC is above it on average. The tables rebuild byte for byte, `compare`
 prints the seeds_auc table's numbers, and the minimum detectable effects and evaluation noise quoted in
-docs/cpu-experiments.md are what the committed runs give.
+docs/experiment-log.md are what the committed runs give.
 """
 
 from __future__ import annotations
@@ -115,10 +115,10 @@ def _pooled_mde():
 
 def test_the_documented_minimum_detectable_effect_is_the_committed_runs():
     """The docs print the pooled MDE, labelled pooled, to 2 decimals: the quote is that rounding, exactly."""
-    text = (REPO / "docs" / "cpu-experiments.md").read_text()
+    text = (REPO / "docs" / "experiment-log.md").read_text()
     words = r"pooled MDE \(beside the per-comparison ones; α 0.05 alone\) is ([0-9.]+) points"
     quoted = re.search(words.replace(" ", r"\s+"), text)
-    assert quoted, "docs/cpu-experiments.md quotes the pooled MDE"
+    assert quoted, "docs/experiment-log.md quotes the pooled MDE"
     mde = _pooled_mde()
     assert quoted.group(1) == f"{mde:.2f}"
     assert mde <= 2.0  # the design's target
@@ -126,7 +126,7 @@ def test_the_documented_minimum_detectable_effect_is_the_committed_runs():
 
 def test_the_documented_per_comparison_mdes_are_the_committed_tables():
     """Each method's MDE in the docs' AUC table is its own, at the level of its test (seeds_auc's mde_vs_clip)."""
-    text = (REPO / "docs" / "cpu-experiments.md").read_text()
+    text = (REPO / "docs" / "experiment-log.md").read_text()
     for row in _rows("seeds_auc"):
         if row["metric"] == "mean@8" and row["method"] != "clip":
             line = next(x for x in text.splitlines() if x.startswith(f"| {row['method']} ") and "of 10 |" in x)
@@ -136,7 +136,7 @@ def test_the_documented_per_comparison_mdes_are_the_committed_tables():
 def test_the_documented_evaluation_noise_is_the_committed_runs():
     """The docs quote each comparison's evaluation noise beside its seed SD, as `compare` computes them, to 2
     decimals."""
-    text = " ".join((REPO / "docs" / "cpu-experiments.md").read_text().split())
+    text = " ".join((REPO / "docs" / "experiment-log.md").read_text().split())
     runs = find_runs(RUNS)
     noise, spread = [], []
     for method in ("atr", "clip_higher", "gspo"):

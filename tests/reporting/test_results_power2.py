@@ -33,7 +33,7 @@ SEEDS = tuple(range(10))
 IDENTITY = "clip_higher-eps_low0.329028-eps_high0.422217"  # clip_higher at ATR's exact box (run names round)
 IDENTITY_SEEDS = (0, 1, 2)
 EVAL_STEPS = [0, 32, 64, 96, 128]
-DOCS = REPO / "docs" / "cpu-experiments.md"
+DOCS = REPO / "docs" / "experiment-log.md"
 _PLAN = plan.load_plan(PLAN)
 PLANNED = [(c.a, c.b) for c in (_PLAN.primary, *_PLAN.secondary)]  # the primary, then the secondaries
 

@@ -62,7 +62,7 @@ def test_an_experiment_can_give_each_run_seed_its_own_start_point():
 
 def test_mini_starts_where_the_demo_starts():
     """The mini recipe changes only GRPO: its SFT adapter and its evaluation are the demo's, so the demo's study of
-    the SFT budget (docs/cpu-experiments.md) is the mini recipe's too."""
+    the SFT budget (docs/experiment-log.md) is the mini recipe's too."""
     from dataclasses import asdict
 
     from atr_grpo.training.sft import sft_cache_key
