@@ -39,24 +39,12 @@ from pathlib import Path
 
 from atr_grpo import provenance, rundir
 from atr_grpo.evaluation.grader import DEFAULT_TIMEOUT
-from atr_grpo.reporting import (
-    binding,
-    cells,
-    compare,
-    endpoints,
-    figures,
-    pack,
-    plan,
-    planned,
-    regrade,
-    seeds,
-    stats,
-    tables,
-    writers,
-)
-from atr_grpo.reporting.no_effect import study_warnings
+from atr_grpo.reporting import cells, pack, plan, regrade, stats
+from atr_grpo.reporting.analyses import binding, compare, endpoints, planned, seeds, tables
+from atr_grpo.reporting.analyses.no_effect import study_warnings
+from atr_grpo.reporting.analyses.timing import timing_table
+from atr_grpo.reporting.render import figures, writers
 from atr_grpo.reporting.runs import RepeatedRuns, Run, find_runs, refuse_repeats
-from atr_grpo.reporting.timing import timing_table
 
 # each table's experiment; None = every run
 TABLES = {
@@ -73,7 +61,7 @@ TABLES = {
 }
 # the data of figures 3 and 4
 FIGURE_TABLES = {"delta": tables.delta_table, "passk": tables.passk_table}
-# tables of any experiment's training runs (reporting/endpoints.py, reporting/timing.py)
+# tables of any experiment's training runs (reporting/analyses/endpoints.py, reporting/analyses/timing.py)
 RUN_TABLES = {"endpoints": endpoints.endpoints_table, "bounds": endpoints.bounds_table, "timing": timing_table}
 COMMANDS = (*TABLES, "all", "figures", "compare", "regrade", "pack", "diverge")
 # tables whose rows are methods compared within one study (its Holm family): they take the runs of one study
@@ -416,13 +404,15 @@ def main(argv: list[str] | None = None) -> int:
 
 def _command(argv: list[str]) -> int:
     if argv and argv[0] == "diverge":
-        from atr_grpo.reporting import divergence
+        from atr_grpo.reporting.analyses import divergence
 
         return divergence.main(argv[1:])
     if argv and argv[0] == "pack":
         return pack.main(argv[1:])
     if argv and argv[0] == "compare" and "--eval" in argv[1:]:
-        from atr_grpo.reporting import eval_compare  # two evaluation folders (reporting/eval_compare.py)
+        from atr_grpo.reporting.analyses import (
+            eval_compare,  # two evaluation folders (reporting/analyses/eval_compare.py)
+        )
 
         return eval_compare.main(argv[1:])
     if argv and argv[0] == "compare":

@@ -36,7 +36,7 @@ import yaml
 
 from atr_grpo import rundir
 from atr_grpo.reporting import cells, stats
-from atr_grpo.reporting.compare import METRIC_PATTERN
+from atr_grpo.reporting.analyses.compare import METRIC_PATTERN
 from atr_grpo.reporting.runs import AVERAGE
 
 PLAN_FILE = "plan.yaml"

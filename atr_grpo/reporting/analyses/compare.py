@@ -24,7 +24,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from atr_grpo.reporting import cells, eval_noise, no_effect, stats
+from atr_grpo.reporting import cells, stats
+from atr_grpo.reporting.analyses import eval_noise, no_effect
 from atr_grpo.reporting.runs import AVERAGE, Run, refuse_repeats
 
 METRIC_PATTERN = re.compile(r"^(mean|pass)@[1-9][0-9]*$")

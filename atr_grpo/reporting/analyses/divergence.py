@@ -19,7 +19,7 @@ from typing import Any
 
 from atr_grpo import rundir
 from atr_grpo.evaluation.outputs import find_sample_file
-from atr_grpo.reporting.no_effect import OUTCOME_SKIP
+from atr_grpo.reporting.analyses.no_effect import OUTCOME_SKIP
 from atr_grpo.reporting.runs import Run, load_run, metric_number
 
 

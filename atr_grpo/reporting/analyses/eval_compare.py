@@ -30,7 +30,7 @@ import numpy as np
 
 from atr_grpo import rundir
 from atr_grpo.reporting import stats
-from atr_grpo.reporting.compare import METRIC_PATTERN
+from atr_grpo.reporting.analyses.compare import METRIC_PATTERN
 from atr_grpo.reporting.runs import AVERAGE, MissingSamples, Run
 
 # summary fields that say how the samples were made and graded: a difference is named in a note

@@ -18,6 +18,7 @@ import math
 from collections import defaultdict
 from typing import Any
 
+from atr_grpo.reporting.analyses.tables import Table
 from atr_grpo.reporting.runs import (
     AVERAGE,
     Run,
@@ -28,7 +29,6 @@ from atr_grpo.reporting.runs import (
     refuse_repeats,
     run_columns,
 )
-from atr_grpo.reporting.tables import Table
 
 ENDPOINT_COLUMNS = [
     "experiment",
