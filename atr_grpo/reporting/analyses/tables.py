@@ -37,6 +37,7 @@ from atr_grpo.reporting.analyses.uncertainty import (
     UNCERTAINTY_COLUMNS,
     add_uncertainty,
 )
+from atr_grpo.reporting.metric import defaults
 from atr_grpo.reporting.plan import Plan, PlanCommit
 from atr_grpo.reporting.runs import (
     AVERAGE,
@@ -104,7 +105,7 @@ def prepare(runs: list[Run]) -> tuple[list[Run], list[str], list[str]]:
     """(the runs, its metric names, the missing-evaluation report); RepeatedRuns when two runs repeat a point."""
     kept = refuse_repeats(runs)
     k = kept[0].k if kept else 8
-    return kept, [f"mean@{k}", f"pass@{k}"], problems(kept)
+    return kept, defaults(k), problems(kept)
 
 
 def grouped(runs: list[Run]) -> dict[tuple[str, str], list[Run]]:
@@ -339,15 +340,16 @@ def passk_table(runs: list[Run]) -> Table:
         for bench, values in per_bench.items():
             n = len(values) // 2
             where = {"model": run.model, "method": run.method, "seed": run.seed, "step": step, "benchmark": bench}
-            rows += [
-                {
-                    **where,
-                    "k": k,
-                    "mean@k": two_decimals(100 * values[f"mean@{k}"]),
-                    "pass@k": two_decimals(100 * values[f"pass@{k}"]),
-                }
-                for k in range(1, n + 1)
-            ]
+            for k in range(1, n + 1):
+                mean, pass_at = defaults(k)
+                rows.append(
+                    {
+                        **where,
+                        "k": k,
+                        "mean@k": two_decimals(100 * values[mean]),
+                        "pass@k": two_decimals(100 * values[pass_at]),
+                    }
+                )
     columns = ["model", "method", "seed", "step", "benchmark", "k", "mean@k", "pass@k"]
     notes = ["unbiased Pass@K from all n samples per problem; Mean@K = accuracy of the first K samples"]
     return Table("passk", columns, rows, missing, notes)
