@@ -194,10 +194,9 @@ def _compare_cell(
     mean_a, mean_b = (100 * float(stats.estimate(s.arrays())) for s in (a, b))
     level = stats.holm_level(1 - resampling.confidence, len(holm[1]))
     row = Row(experiment, model, key, metric, mean_a, mean_b, difference, a.steps, b.steps, *holm, a.endpoint, level)
-    ordered = sorted(runs_a, key=lambda r: r.seed)  # the seed order of `a` and of the differences
-    by_seed = {r.seed: r for r in runs_b}
-    steps_b = [b.steps[b.seeds.index(r.seed)] for r in ordered]
-    partners = [by_seed[r.seed] for r in ordered]
+    pairs = cells.seed_pairs(runs_a, runs_b)  # in the seed order of `a` and of the differences
+    ordered, partners = [pair[0] for pair in pairs], [pair[1] for pair in pairs]
+    steps_b = [b.steps[row] for row in b.rows([run.seed for run in ordered])]
     row.evaluation_sd = eval_noise.evaluation_sd(ordered, partners, a.steps, steps_b, metric, key, configured)
     return row
 
