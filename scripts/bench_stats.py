@@ -22,7 +22,8 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from atr_grpo.evaluation.metrics import summarize
-from atr_grpo.reporting import stats, tables
+from atr_grpo.reporting import stats
+from atr_grpo.reporting.analyses import tables
 from atr_grpo.reporting.runs import find_runs
 
 MODELS = ("qwen3-1.7b", "qwen3-8b")

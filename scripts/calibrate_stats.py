@@ -4,7 +4,7 @@
 
 Each row of the table simulates D experiments with no method difference and D with a true A − B of E standard
 deviations of the per-seed differences (8 samples per problem, Mean@8), in one regime of
-atr_grpo/reporting/calibration.py: the run-level effects (none, small, AIME-like, a collapse mixture) at 30
+atr_grpo/reporting/analyses/calibration.py: the run-level effects (none, small, AIME-like, a collapse mixture) at 30
 and 128 problems and 3 and 10 seeds, then the features of the power experiment (shared evaluation streams, the
 AUC over correlated steps, a Holm family of 3, unequal spread, start points, all at once) at 30 problems and
 10 seeds. The table prints the SD of one method's runs and of the per-seed differences (points), then:
@@ -22,7 +22,7 @@ import argparse
 import itertools
 import time
 
-from atr_grpo.reporting.calibration import DESIGN_FEATURES, RUN_EFFECTS, calibrate, regime
+from atr_grpo.reporting.analyses.calibration import DESIGN_FEATURES, RUN_EFFECTS, calibrate, regime
 from atr_grpo.reporting.stats import Resampling
 
 PROBLEMS = (30, 128)

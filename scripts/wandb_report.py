@@ -10,7 +10,7 @@ import argparse
 import json
 import sys
 
-from atr_grpo.reporting.wandb_report import ReportError, save_report, spec_dict
+from atr_grpo.reporting.render.wandb_report import ReportError, save_report, spec_dict
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -43,6 +43,10 @@ class Scores:
     def arrays(self) -> list[np.ndarray]:
         return [self.values[b] for b in self.problems]
 
+    def rows(self, seeds: list[int]) -> list[int]:
+        """The row of each of `seeds`, in their order: how another cell's runs find their partners here."""
+        return [self.seeds.index(seed) for seed in seeds]
+
     @property
     def n_problems(self) -> int:
         return sum(len(p) for p in self.problems.values())
@@ -189,7 +193,7 @@ def paired(a: Scores, b: Scores, names: tuple[str, str] = ("A", "B")) -> list[np
             f"pairing needs the same benchmarks: {names[0]} has {sorted(a.problems)}, {names[1]} has "
             f"{sorted(b.problems)}"
         )
-    rows = [b.seeds.index(seed) for seed in a.seeds]
+    rows = b.rows(a.seeds)
     differences = []
     for bench, ids in a.problems.items():
         if set(ids) != set(b.problems[bench]):
@@ -201,6 +205,12 @@ def paired(a: Scores, b: Scores, names: tuple[str, str] = ("A", "B")) -> list[np
         columns = [b.problems[bench].index(pid) for pid in ids]
         differences.append(a.values[bench] - b.values[bench][np.ix_(rows, columns)])
     return differences
+
+
+def seed_pairs(runs_a: list[Run], runs_b: list[Run]) -> list[tuple[Run, Run]]:
+    """Each run of A with B's run of the same seed, in seed order; a seed that B lacks is left out."""
+    by_seed = {run.seed: run for run in runs_b}
+    return [(run, by_seed[run.seed]) for run in sorted(runs_a, key=lambda r: r.seed) if run.seed in by_seed]
 
 
 def _run_values(scores: Scores, rows: list[int]) -> np.ndarray:
@@ -222,7 +232,7 @@ def compare(
     per_seed = stats.seed_means(differences)
     n_seeds = len(per_seed)
     t_test = stats.seed_t(per_seed, resampling.confidence)
-    runs_a, runs_b = _run_values(a, list(range(n_seeds))), _run_values(b, [b.seeds.index(s) for s in a.seeds])
+    runs_a, runs_b = _run_values(a, list(range(n_seeds))), _run_values(b, b.rows(a.seeds))
     value_a, value_b = runs_a.mean(axis=-1), runs_b.mean(axis=-1)  # as Scores.run_values
     low, high = stats.improvement_interval(runs_a, runs_b, resampling, f"improvement|{key}")
     return Difference(

@@ -9,11 +9,9 @@ A `.jsonl.gz` already there is left alone if it holds the same content, and is a
 
 from __future__ import annotations
 
-import argparse
 import gzip
 import io
 import os
-import sys
 from pathlib import Path
 
 from atr_grpo import rundir
@@ -56,24 +54,3 @@ def pack_runs(root: str | Path) -> list[tuple[Path, int, int]]:
         for path in layout.sample_files(run_dir):
             done.append((path, *pack_file(path)))
     return done
-
-
-def main(argv: list[str]) -> int:
-    """`python -m atr_grpo.results pack`: exit status 0, or 2 with the refusal on stderr."""
-    parser = argparse.ArgumentParser(
-        prog="python -m atr_grpo.results pack",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--runs", type=Path, required=True, help="a folder of run directories")
-    opts = parser.parse_args(argv)
-    if not opts.runs.is_dir():
-        parser.error(f"--runs {opts.runs} is not a directory")
-    try:
-        done = pack_runs(opts.runs)
-    except PackError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    before, after = sum(b for _, b, _ in done), sum(a for _, _, a in done)
-    print(f"packed {len(done)} per-sample files under {opts.runs}: {before / 2**20:.1f} MiB -> {after / 2**20:.1f} MiB")
-    return 0

@@ -36,7 +36,7 @@ import yaml
 
 from atr_grpo import rundir
 from atr_grpo.reporting import cells, stats
-from atr_grpo.reporting.compare import METRIC_PATTERN
+from atr_grpo.reporting.metric import EXPECTED, Metric
 from atr_grpo.reporting.runs import AVERAGE
 
 PLAN_FILE = "plan.yaml"
@@ -124,8 +124,8 @@ def load_plan(path: str | Path) -> Plan:
     if raw["endpoint"] not in cells.ENDPOINTS:
         raise _bad(path, "endpoint", raw["endpoint"], " or ".join(cells.ENDPOINTS))
     metric = raw["metric"]
-    if not isinstance(metric, str) or not METRIC_PATTERN.match(metric):
-        raise _bad(path, "metric", metric, "mean@K or pass@K (e.g. mean@8)")
+    if not Metric.is_name(metric):
+        raise _bad(path, "metric", metric, EXPECTED)
     if not isinstance(raw["benchmark"], str) or not raw["benchmark"]:
         raise _bad(path, "benchmark", raw["benchmark"], f"a benchmark the runs evaluate, or {AVERAGE}")
     if raw["test"] not in TESTS:

@@ -21,6 +21,7 @@ from atr_grpo.evaluation.metrics import summarize
 from atr_grpo.evaluation.outputs import find_sample_file, read_summary, read_summary_file
 from atr_grpo.evaluation.schedule import read_failures
 from atr_grpo.reporting import regrade
+from atr_grpo.reporting.metric import Metric
 from atr_grpo.rundir import layout
 
 AVERAGE = "average"
@@ -157,7 +158,7 @@ class Run:
         evaluation.metrics applied to that problem's row alone."""
         key = ("scores", step, benchmark, metric)
         if key not in self._cache:
-            k = int(metric.split("@")[1])
+            k = Metric.parse(metric).k
             rows = self.verdicts(step, benchmark)
             if any(len(row) < k for row in rows.values()):
                 raise MissingSamples(f"{self.path}: step {step}, {benchmark}: fewer than {k} samples for {metric}")

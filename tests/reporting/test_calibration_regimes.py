@@ -9,7 +9,7 @@ import pytest
 from scipy import stats as scipy_stats
 
 from atr_grpo.reporting import stats
-from atr_grpo.reporting.calibration import (
+from atr_grpo.reporting.analyses.calibration import (
     DESIGN_FEATURES,
     Scenario,
     _step_wobble,

@@ -7,7 +7,7 @@ from omegaconf import OmegaConf
 
 from atr_grpo import results
 from atr_grpo.reporting import stats
-from atr_grpo.reporting.eval_compare import EvalCompareError, compare_folders, open_side
+from atr_grpo.reporting.analyses.eval_compare import EvalCompareError, compare_folders, open_side
 
 RESAMPLING = stats.Resampling(resamples=2_000)
 COUNTS_A = [(3 * i) % 9 for i in range(30)]  # correct samples of 8 per problem

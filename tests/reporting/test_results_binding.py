@@ -11,7 +11,7 @@ import pytest
 from helpers.run_trees import read_csv
 from omegaconf import OmegaConf
 
-from atr_grpo.reporting.binding import binding_table
+from atr_grpo.reporting.analyses.binding import binding_table
 from atr_grpo.reporting.runs import find_runs
 from atr_grpo.results import main
 

@@ -11,7 +11,7 @@ from conftest import train_config
 from helpers.run_trees import evals_of, make_run
 
 from atr_grpo.clipping import build_rule, kl3_ratio_bounds
-from atr_grpo.reporting.divergence import divergence
+from atr_grpo.reporting.analyses.divergence import divergence
 from atr_grpo.reporting.runs import load_run
 from atr_grpo.results import main as results_main
 

@@ -9,7 +9,7 @@ import math
 import pytest
 from helpers.run_trees import BENCHES, make_run
 
-from atr_grpo.reporting.endpoints import bounds_table, endpoints_table
+from atr_grpo.reporting.analyses.endpoints import bounds_table, endpoints_table
 from atr_grpo.reporting.runs import AVERAGE, find_runs
 
 

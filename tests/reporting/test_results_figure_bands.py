@@ -17,7 +17,8 @@ from conftest import REPO
 from helpers.run_trees import BENCHES, evals_of, make_run, write_passk_run
 from omegaconf import OmegaConf
 
-from atr_grpo.reporting import curves, figures, tables
+from atr_grpo.reporting.analyses import tables
+from atr_grpo.reporting.render import curves, figures
 from atr_grpo.reporting.runs import find_runs
 from atr_grpo.results import main
 

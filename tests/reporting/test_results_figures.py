@@ -11,7 +11,7 @@ import pytest
 from helpers.run_trees import BENCHES, evals_of, make_run, write_passk_run
 
 from atr_grpo.clipping import kl3_ratio_bounds
-from atr_grpo.reporting import figures
+from atr_grpo.reporting.render import figures
 from atr_grpo.reporting.runs import find_runs
 from atr_grpo.results import main
 

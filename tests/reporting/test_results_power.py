@@ -20,7 +20,8 @@ from conftest import REPO
 from helpers.committed_results import files_under, kept_by_git, table_cells
 
 from atr_grpo import results
-from atr_grpo.reporting import compare, stats
+from atr_grpo.reporting import stats
+from atr_grpo.reporting.analyses import compare
 from atr_grpo.reporting.runs import find_runs
 
 POWER = REPO / "results" / "power"

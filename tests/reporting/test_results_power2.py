@@ -20,8 +20,9 @@ from helpers.run_trees import read_csv
 
 from atr_grpo import results
 from atr_grpo.evaluation.sampling import step_seed
-from atr_grpo.reporting import compare, plan, stats
-from atr_grpo.reporting.divergence import divergence
+from atr_grpo.reporting import plan, stats
+from atr_grpo.reporting.analyses import compare
+from atr_grpo.reporting.analyses.divergence import divergence
 from atr_grpo.reporting.runs import find_runs, load_run
 
 POWER2 = REPO / "results" / "power2"

@@ -13,7 +13,7 @@ import pytest
 from scipy import stats as scipy_stats
 
 from atr_grpo.reporting import stats
-from atr_grpo.reporting.calibration import Scenario, calibrate, regime
+from atr_grpo.reporting.analyses.calibration import Scenario, calibrate, regime
 
 FAST = stats.Resampling(resamples=1000, seed=0, confidence=0.95)
 

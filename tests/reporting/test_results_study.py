@@ -12,7 +12,7 @@ from helpers.run_trees import read_csv
 from helpers.sampled_runs import method_matrices, sampled_run
 from omegaconf import OmegaConf
 
-from atr_grpo.reporting import no_effect
+from atr_grpo.reporting.analyses import no_effect
 from atr_grpo.reporting.runs import find_runs
 from atr_grpo.results import main
 
@@ -233,7 +233,7 @@ def test_the_per_run_tables_keep_two_studies_of_one_experiment_apart(tmp_path):
     from helpers.run_trees import evals_of, make_run
     from omegaconf import OmegaConf
 
-    from atr_grpo.reporting.endpoints import endpoints_table
+    from atr_grpo.reporting.analyses.endpoints import endpoints_table
     from atr_grpo.reporting.runs import find_runs
 
     for study, value in (("lr_sweep", 0.2), ("g_sweep", 0.4)):

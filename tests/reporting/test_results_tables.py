@@ -13,7 +13,7 @@ import pytest
 from conftest import REPO
 from helpers.run_trees import BENCHES, cell, evals_of, make_run, read_csv, write_passk_run
 
-from atr_grpo.reporting import tables
+from atr_grpo.reporting.analyses import tables
 from atr_grpo.reporting.runs import find_runs
 from atr_grpo.results import main
 

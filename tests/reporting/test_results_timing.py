@@ -9,8 +9,8 @@ import pytest
 from helpers.run_trees import make_run
 
 from atr_grpo import results
+from atr_grpo.reporting.analyses.timing import timing_table
 from atr_grpo.reporting.runs import find_runs
-from atr_grpo.reporting.timing import timing_table
 
 
 def _rewrite(path, name, edit):

@@ -11,8 +11,8 @@ import pytest
 from conftest import REPO
 
 from atr_grpo.clipping import METRIC_KEYS
-from atr_grpo.reporting import wandb_report
-from atr_grpo.reporting.wandb_report import ReportError, build_report, panel_spec, save_report
+from atr_grpo.reporting.render import wandb_report
+from atr_grpo.reporting.render.wandb_report import ReportError, build_report, panel_spec, save_report
 
 SCRIPT = REPO / "scripts" / "wandb_report.py"
 

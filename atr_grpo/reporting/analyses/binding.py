@@ -25,8 +25,8 @@ import statistics
 from typing import Any
 
 from atr_grpo import rundir
+from atr_grpo.reporting.analyses.tables import Table
 from atr_grpo.reporting.runs import Run, mean_or_nan, metric_number, refuse_repeats, run_columns
-from atr_grpo.reporting.tables import Table
 
 ROLLOUT_KEYS = ("rollout/logp_abs_diff_mean", "rollout/logp_abs_diff_max", "rollout/ratio_out_of_band_frac")
 COLUMNS = [

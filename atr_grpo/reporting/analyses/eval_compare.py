@@ -30,7 +30,7 @@ import numpy as np
 
 from atr_grpo import rundir
 from atr_grpo.reporting import stats
-from atr_grpo.reporting.compare import METRIC_PATTERN
+from atr_grpo.reporting.metric import EXPECTED, Metric, defaults
 from atr_grpo.reporting.runs import AVERAGE, MissingSamples, Run
 from atr_grpo.rundir import layout
 
@@ -151,11 +151,11 @@ def compare_folders(
     if a.run.k != b.run.k:
         raise EvalCompareError(f"k differs: {a.run.k} in {a.run.path} (A), {b.run.k} in {b.run.path} (B)")
     for metric in metrics or []:
-        if not METRIC_PATTERN.match(metric):
-            raise EvalCompareError(f"--metric {metric!r}: expected mean@K or pass@K (e.g. mean@8)")
+        if not Metric.is_name(metric):
+            raise EvalCompareError(f"--metric {metric!r}: expected {EXPECTED}")
     names = _benchmarks(a, b, [name for name in benchmarks or [] if name != AVERAGE] or None)
     rows = []
-    for metric in metrics or [f"mean@{a.run.k}", f"pass@{a.run.k}"]:
+    for metric in metrics or defaults(a.run.k):
         pairs = {name: differences(a, b, name, metric) for name in names}
         rows += [_row(name, metric, [pair], resampling) for name, pair in pairs.items()]
         if len(pairs) > 1:

@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from atr_grpo import rundir
-from atr_grpo.reporting import cells, compare, stats
+from atr_grpo.reporting import cells, stats
+from atr_grpo.reporting.analyses import compare
+from atr_grpo.reporting.analyses.tables import BASE, PAPER_DIR, Table, column_name, column_order
 from atr_grpo.reporting.runs import AVERAGE
-from atr_grpo.reporting.tables import BASE, PAPER_DIR, Table, column_name, column_order
 from atr_grpo.rundir import layout
 
 MANIFEST = ".atr_results_manifest.json"  # the files in --out that this tool wrote (and may overwrite)

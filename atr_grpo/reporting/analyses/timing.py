@@ -18,8 +18,8 @@ import math
 import statistics
 from typing import Any
 
+from atr_grpo.reporting.analyses.tables import Table
 from atr_grpo.reporting.runs import Run, metric_number, refuse_repeats, run_columns
-from atr_grpo.reporting.tables import Table
 from atr_grpo.rundir import records
 
 COLUMNS = ["experiment", "model", "method", "seed", "wall_s", "train_s", "eval_s", "evals", "other_s"]

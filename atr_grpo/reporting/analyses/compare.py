@@ -19,15 +19,14 @@ identical runs, a rule that never acted.
 from __future__ import annotations
 
 import math
-import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from atr_grpo.reporting import cells, eval_noise, no_effect, stats
+from atr_grpo.reporting import cells, stats
+from atr_grpo.reporting.analyses import eval_noise, no_effect
+from atr_grpo.reporting.metric import EXPECTED, Metric, defaults
 from atr_grpo.reporting.runs import AVERAGE, Run, refuse_repeats
-
-METRIC_PATTERN = re.compile(r"^(mean|pass)@[1-9][0-9]*$")
 
 
 class CompareError(ValueError):
@@ -113,7 +112,7 @@ def compare_methods(
         k = methods[method_a][0].k
         warnings = no_effect.pair_warnings(methods[method_a], methods[method_b])
         warnings += no_effect.rule_warnings(methods[method_a] + methods[method_b])
-        for metric in metrics or [f"mean@{k}", f"pass@{k}"]:
+        for metric in metrics or defaults(k):
             for key in keys:
                 try:
                     row = _compare_cell(
@@ -135,8 +134,8 @@ def _check_request(method_a: str, method_b: str, metrics: list[str] | None, step
     if step is not None and endpoint != "final":
         raise CompareError(f"--step {step} reads one evaluation; it cannot be combined with --endpoint {endpoint}")
     for metric in metrics or []:
-        if not METRIC_PATTERN.match(metric):
-            raise CompareError(f"--metric {metric!r}: expected mean@K or pass@K (e.g. mean@8)")
+        if not Metric.is_name(metric):
+            raise CompareError(f"--metric {metric!r}: expected {EXPECTED}")
 
 
 def _paired_groups(runs: list[Run], method_a: str, method_b: str) -> dict[tuple[str, str], dict[str, list[Run]]]:
@@ -195,10 +194,9 @@ def _compare_cell(
     mean_a, mean_b = (100 * float(stats.estimate(s.arrays())) for s in (a, b))
     level = stats.holm_level(1 - resampling.confidence, len(holm[1]))
     row = Row(experiment, model, key, metric, mean_a, mean_b, difference, a.steps, b.steps, *holm, a.endpoint, level)
-    ordered = sorted(runs_a, key=lambda r: r.seed)  # the seed order of `a` and of the differences
-    by_seed = {r.seed: r for r in runs_b}
-    steps_b = [b.steps[b.seeds.index(r.seed)] for r in ordered]
-    partners = [by_seed[r.seed] for r in ordered]
+    pairs = cells.seed_pairs(runs_a, runs_b)  # in the seed order of `a` and of the differences
+    ordered, partners = [pair[0] for pair in pairs], [pair[1] for pair in pairs]
+    steps_b = [b.steps[row] for row in b.rows([run.seed for run in ordered])]
     row.evaluation_sd = eval_noise.evaluation_sd(ordered, partners, a.steps, steps_b, metric, key, configured)
     return row
 

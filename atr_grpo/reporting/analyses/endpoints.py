@@ -18,6 +18,8 @@ import math
 from collections import defaultdict
 from typing import Any
 
+from atr_grpo.reporting.analyses.tables import Table
+from atr_grpo.reporting.metric import defaults
 from atr_grpo.reporting.runs import (
     AVERAGE,
     Run,
@@ -28,7 +30,6 @@ from atr_grpo.reporting.runs import (
     refuse_repeats,
     run_columns,
 )
-from atr_grpo.reporting.tables import Table
 
 ENDPOINT_COLUMNS = [
     "experiment",
@@ -75,7 +76,7 @@ def endpoints_table(runs: list[Run]) -> Table:
         k = group[0].k
         benches = sorted({b for run in group for b in run.benchmarks}) + [AVERAGE]
         for bench in benches if len(benches) > 2 else benches[:1]:  # one benchmark: its average is itself
-            for metric in (f"mean@{k}", f"pass@{k}"):
+            for metric in defaults(k):
                 found = [e for run in group if (e := run_endpoints(run, metric, bench)) is not None]
                 if not found:
                     continue

@@ -10,7 +10,7 @@ figure3_delta            final Average Mean@K / Pass@K against δ (ATR runs)
 figure4_passk            Average Mean@K / Pass@K against K (an evaluation with n samples per problem); the paper's
                          points (§6.4) only beside runs of the paper's models
 clipping_curves          clip fraction and the ratio w (its smoothed min and max) per step; a row per model
-Every curve is the mean over seeds with a band of ± 1 SD over them and its n in the legend (reporting/curves.py);
+Every curve is the mean over seeds with a band of ± 1 SD over them and its n in the legend (reporting/render/curves.py);
 each method keeps one colour, line style and marker. `draw_*` return the matplotlib Figure, the others the files
 they wrote.
 """
@@ -31,10 +31,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from atr_grpo.clipping import RULES, build_rule, kl3_ratio_bounds  # noqa: E402
 from atr_grpo.plugins import load_rule_plugins  # noqa: E402
-from atr_grpo.reporting import tables  # noqa: E402
-from atr_grpo.reporting.curves import BAND, SeedCurve, eval_series, line_styles, metric_series, seed_curve  # noqa: E402
+from atr_grpo.reporting.analyses import tables  # noqa: E402
+from atr_grpo.reporting.metric import Metric  # noqa: E402
+from atr_grpo.reporting.render.curves import BAND, SeedCurve, eval_series, line_styles, metric_series, seed_curve  # noqa: E402
+from atr_grpo.reporting.render.writers import claim_outputs  # noqa: E402
 from atr_grpo.reporting.runs import AVERAGE, Run, mean_std  # noqa: E402
-from atr_grpo.reporting.writers import claim_outputs  # noqa: E402
 
 
 def _save(fig: plt.Figure, out_dir: Path, name: str) -> list[Path]:
@@ -197,7 +198,7 @@ def draw_figure2(runs: list[Run], window: int = 100, methods: list[str] | None =
             for ax, (key, _) in zip(row, panels):
                 curve = seed_curve(group, metric_series(key, smooth))
                 _draw(ax, curve, styles[method], curve.label(method), rank / len(by_method))
-            curve = seed_curve(group, eval_series(f"mean@{group[0].k}"))
+            curve = seed_curve(group, eval_series(str(Metric("mean", group[0].k))))
             _draw(row[3], curve, styles[method], curve.label(method))
         k = next(iter(by_method.values()))[0].k
         titles = [title for _, title in panels] + [f"Average Mean@{k} (%)"]

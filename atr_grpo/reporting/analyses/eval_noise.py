@@ -16,13 +16,16 @@ from __future__ import annotations
 
 import math
 
+from atr_grpo.reporting.metric import Metric
 from atr_grpo.reporting.runs import AVERAGE, Run
 
 
 def _mean_at_k(metric: str) -> int | None:
     """K of a `mean@K` metric, None for any other."""
-    name, _, k = metric.partition("@")
-    return int(k) if name == "mean" and k.isdigit() else None
+    if not Metric.is_name(metric):
+        return None
+    parsed = Metric.parse(metric)
+    return parsed.k if parsed.kind == "mean" else None
 
 
 def _problem_variance(a: list[bool], b: list[bool], k: int) -> float:

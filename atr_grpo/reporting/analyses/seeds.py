@@ -7,9 +7,9 @@ from __future__ import annotations
 import math
 
 from atr_grpo.reporting import cells, stats
+from atr_grpo.reporting.analyses.tables import Table, benchmarks_of, grouped, prepare, sort_rows
+from atr_grpo.reporting.analyses.uncertainty import ALPHA, P_COLUMNS, P_FORMAT, add_uncertainty
 from atr_grpo.reporting.runs import Run, two_decimals
-from atr_grpo.reporting.tables import Table, benchmarks_of, grouped, prepare, sort_rows
-from atr_grpo.reporting.uncertainty import ALPHA, P_COLUMNS, P_FORMAT, add_uncertainty
 
 SEED_COLUMNS = [
     "model",

@@ -13,7 +13,8 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
-from atr_grpo.reporting import cells, compare, stats
+from atr_grpo.reporting import cells, stats
+from atr_grpo.reporting.analyses import compare
 from atr_grpo.reporting.runs import two_decimals
 
 BASE = "base"  # the model before any GRPO update (a step-0 row): it gets an interval, never a test

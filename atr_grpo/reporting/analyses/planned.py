@@ -14,7 +14,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from atr_grpo.reporting import cells, compare, stats
+from atr_grpo.reporting import cells, stats
+from atr_grpo.reporting.analyses import compare
 from atr_grpo.reporting.plan import PRIMARY, SECONDARY, Comparison, Plan, PlanError, gatekept
 from atr_grpo.reporting.runs import AVERAGE, Run, refuse_repeats
 

@@ -10,17 +10,14 @@ the per-token ratios of training are not saved.
 
 from __future__ import annotations
 
-import argparse
 import math
-import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from atr_grpo import rundir
 from atr_grpo.evaluation.outputs import find_sample_file
-from atr_grpo.reporting.no_effect import OUTCOME_SKIP
-from atr_grpo.reporting.runs import Run, load_run, metric_number
+from atr_grpo.reporting.analyses.no_effect import OUTCOME_SKIP
+from atr_grpo.reporting.runs import Run, metric_number
 
 
 @dataclass
@@ -114,18 +111,3 @@ def report(a: Run, b: Run, found: Divergence) -> str:
     worst = sorted(((gap, key) for key, gap in found.largest.items() if key.startswith("train/")), reverse=True)
     lines += [f"| {key} | {gap:.3g} |" for gap, key in worst[:8]]
     return "\n".join(lines) + "\n"
-
-
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m atr_grpo.results diverge", description=__doc__)
-    parser.add_argument("run_a", type=Path)
-    parser.add_argument("run_b", type=Path)
-    opts = parser.parse_args(argv)
-    runs = []
-    for path in (opts.run_a, opts.run_b):
-        if not (path / rundir.CONFIG_FILE).is_file():
-            print(f"error: {path} is not a run directory (no {rundir.CONFIG_FILE})", file=sys.stderr)
-            return 2
-        runs.append(load_run(path))
-    print(report(*runs, divergence(*runs)), end="")
-    return 0

@@ -1,4 +1,4 @@
-"""The paper's tables rebuilt from run directories (contracts §4): their rows, which `reporting.writers` writes
+"""The paper's tables rebuilt from run directories (contracts §4): their rows, which `reporting.render.writers` writes
 as CSV, Markdown and LaTeX.
 
 - table2: per model × method, "final (best)" Mean@K / Pass@K on each benchmark and their Average. Seeds of
@@ -7,8 +7,8 @@ as CSV, Markdown and LaTeX.
 - table3: per model × method, mean ± std over seeds of the final values; plus the paper's
   "Clip (ε ∈ {0.1, ..., 0.5})" row, `clip-tuned`: the ε whose mean final Average Mean@K is highest.
   Both give the reported value (final, mean) a bootstrap interval and the seed-level comparison with `clip`
-  (`reporting.uncertainty`).
-- seeds and seeds_auc: in `reporting.seeds`.
+  (`reporting.analyses.uncertainty`).
+- seeds and seeds_auc: in `reporting.analyses.seeds`.
 - delta (Figure 3 data): ATR by δ, mean over seeds of the final Average Mean@K / Pass@K.
 - passk (Figure 4 data): Mean@K / Pass@K for K = 1..n from the per-sample files of the last evaluation.
 - plan: the analysis an experiment's plan fixes (`reporting.plan`), with the plan's commit.
@@ -28,8 +28,17 @@ from typing import Any
 from atr_grpo.benchmarks import display_name, table_position
 from atr_grpo.evaluation.metrics import summarize
 from atr_grpo.reporting import cells, stats
+from atr_grpo.reporting.analyses.planned import PlannedResult
+from atr_grpo.reporting.analyses.uncertainty import (
+    ALPHA,
+    BASE,
+    P_COLUMNS,
+    P_FORMAT,
+    UNCERTAINTY_COLUMNS,
+    add_uncertainty,
+)
+from atr_grpo.reporting.metric import defaults
 from atr_grpo.reporting.plan import Plan, PlanCommit
-from atr_grpo.reporting.planned import PlannedResult
 from atr_grpo.reporting.runs import (
     AVERAGE,
     MissingSamples,
@@ -41,16 +50,8 @@ from atr_grpo.reporting.runs import (
     refuse_repeats,
     two_decimals,
 )
-from atr_grpo.reporting.uncertainty import (
-    ALPHA,
-    BASE,
-    P_COLUMNS,
-    P_FORMAT,
-    UNCERTAINTY_COLUMNS,
-    add_uncertainty,
-)
 
-PAPER_DIR = Path(__file__).resolve().parents[2] / "results" / "paper"
+PAPER_DIR = Path(__file__).resolve().parents[3] / "results" / "paper"
 
 
 @dataclass
@@ -104,7 +105,7 @@ def prepare(runs: list[Run]) -> tuple[list[Run], list[str], list[str]]:
     """(the runs, its metric names, the missing-evaluation report); RepeatedRuns when two runs repeat a point."""
     kept = refuse_repeats(runs)
     k = kept[0].k if kept else 8
-    return kept, [f"mean@{k}", f"pass@{k}"], problems(kept)
+    return kept, defaults(k), problems(kept)
 
 
 def grouped(runs: list[Run]) -> dict[tuple[str, str], list[Run]]:
@@ -339,15 +340,16 @@ def passk_table(runs: list[Run]) -> Table:
         for bench, values in per_bench.items():
             n = len(values) // 2
             where = {"model": run.model, "method": run.method, "seed": run.seed, "step": step, "benchmark": bench}
-            rows += [
-                {
-                    **where,
-                    "k": k,
-                    "mean@k": two_decimals(100 * values[f"mean@{k}"]),
-                    "pass@k": two_decimals(100 * values[f"pass@{k}"]),
-                }
-                for k in range(1, n + 1)
-            ]
+            for k in range(1, n + 1):
+                mean, pass_at = defaults(k)
+                rows.append(
+                    {
+                        **where,
+                        "k": k,
+                        "mean@k": two_decimals(100 * values[mean]),
+                        "pass@k": two_decimals(100 * values[pass_at]),
+                    }
+                )
     columns = ["model", "method", "seed", "step", "benchmark", "k", "mean@k", "pass@k"]
     notes = ["unbiased Pass@K from all n samples per problem; Mean@K = accuracy of the first K samples"]
     return Table("passk", columns, rows, missing, notes)
@@ -374,8 +376,8 @@ PLAN_COLUMNS = [
 
 
 def planned_table(results: list[PlannedResult], plan: Plan, commit: PlanCommit, flagged: list[str]) -> Table:
-    """The `plan` table: the analysis `plan` fixes (`reporting.planned`), one row per model × planned comparison,
-    with the plan's commit and the runs made outside it in its notes."""
+    """The `plan` table: the analysis `plan` fixes (`reporting.analyses.planned`), one row per model × planned
+    comparison, with the plan's commit and the runs made outside it in its notes."""
     rows = [
         {
             "model": r.model,

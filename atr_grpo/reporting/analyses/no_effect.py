@@ -17,6 +17,7 @@ from typing import Any
 
 from atr_grpo import rundir
 from atr_grpo.evaluation.outputs import find_sample_file
+from atr_grpo.reporting.cells import seed_pairs
 from atr_grpo.reporting.runs import Run, metric_number, varying_keys
 
 # what two runs of one outcome may still log differently: timings, labels, and settings echoed per step
@@ -81,8 +82,7 @@ def _differing(a: Run, b: Run) -> list[str]:
 def pair_warnings(runs_a: list[Run], runs_b: list[Run]) -> list[str]:
     """What A against B cannot show: runs identical for some or every seed (and the one setting that had no
     effect, when they differ in one only)."""
-    by_seed = {r.seed: r for r in runs_b}
-    pairs = [(a, by_seed[a.seed]) for a in sorted(runs_a, key=lambda r: r.seed) if a.seed in by_seed]
+    pairs = seed_pairs(runs_a, runs_b)
     same = [a.seed for a, b in pairs if identical(a, b)]
     if not same:
         return []

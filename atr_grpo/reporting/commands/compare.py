@@ -1,0 +1,71 @@
+"""`python -m atr_grpo.results compare A B`: method A − method B over the runs under --runs; with --eval, two
+evaluation folders instead (`analyses/eval_compare.py`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from atr_grpo.reporting import cells, plan
+from atr_grpo.reporting.analyses import compare, planned
+from atr_grpo.reporting.commands import options
+from atr_grpo.reporting.selection import of_experiment, read_runs, start_points_agree
+
+
+def main(argv: list[str]) -> int:
+    if "--eval" in argv:
+        from atr_grpo.reporting.analyses import eval_compare  # two evaluation folders
+
+        return eval_compare.main(argv)
+    parser = argparse.ArgumentParser(prog="python -m atr_grpo.results compare", description=compare.__doc__)
+    add_arguments(parser)
+    return run(parser.parse_args(argv), parser)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("methods", nargs=2, metavar="METHOD", help="the two methods, A then B (A − B is shown)")
+    options.add_run_options(parser)
+    parser.add_argument("--benchmark", default=None, help="comma-separated benchmarks and/or `average` (default all)")
+    parser.add_argument("--metric", default=None, help="comma-separated, e.g. mean@8,pass@8 (default mean@K,pass@K)")
+    parser.add_argument("--step", type=int, default=None, help="compare at this step (default: each run's final)")
+    parser.add_argument(
+        "--endpoint",
+        choices=cells.ENDPOINTS,
+        default="final",
+        help="each run's value: its final evaluation, or auc: the mean of its evaluations after step 0 (as the "
+        "seeds_auc table)",
+    )
+
+
+def run(opts: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    runs = of_experiment(read_runs(parser, opts), opts.experiment)
+    if not start_points_agree([r for r in runs if r.method in opts.methods]):
+        return 2
+    resampling = options.resampling(opts)
+    try:
+        rows = compare.compare_methods(
+            runs,
+            *opts.methods,
+            resampling,
+            options.split(opts.benchmark),
+            options.split(opts.metric),
+            opts.step,
+            opts.endpoint,
+        )
+        found = options.planned_analysis(opts, runs, resampling)
+    except compare.CompareError as err:
+        where = "" if opts.experiment is None else f" (among the runs of --experiment {opts.experiment!r})"
+        print(f"error: {err}{where}", file=sys.stderr)
+        return 2
+    except plan.PlanError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if found is not None:
+        the_plan, commit, analysis, _ = found
+        planned.apply_to_rows(rows, *opts.methods, analysis, the_plan)
+    for line in dict.fromkeys(w for row in rows for w in row.warnings):
+        print(f"warning: {line}", file=sys.stderr)
+    print(compare.format_rows(rows, *opts.methods, resampling), end="")
+    if found is not None:
+        print("\n".join(["", *planned.planned_lines(analysis, the_plan, commit.commit)]))
+    return 0

@@ -1,0 +1,69 @@
+"""`python -m atr_grpo.results figures`: every figure whose runs exist, the others named with the reason."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from atr_grpo.reporting import plan
+from atr_grpo.reporting.analyses import tables
+from atr_grpo.reporting.commands import options
+from atr_grpo.reporting.commands.tables import TABLES, make_parser
+from atr_grpo.reporting.render import figures, writers
+from atr_grpo.reporting.runs import Run, refuse_repeats
+from atr_grpo.reporting.selection import ResultsError, of_experiment, read_runs, select
+
+
+def main(argv: list[str]) -> int:
+    """`argv` after the word `figures`, which the parser it shares with the tables reads as its `what`."""
+    parser = make_parser()
+    return run(parser.parse_args(["figures", *argv]), parser)
+
+
+def run(opts: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    out = opts.out or Path("results/figures")
+    runs = read_runs(parser, opts)
+    refuse_repeats(of_experiment(runs, opts.experiment))
+    try:
+        written, skipped = build_figures(runs, opts.runs, out, opts.experiment, options.split(opts.methods))
+    except (ResultsError, writers.OutputError, plan.PlanError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    for reason in skipped:
+        print(f"skipped {reason}", file=sys.stderr)
+    for path in written:
+        print(path)
+    return 0
+
+
+def build_figures(
+    runs: list[Run], runs_dir: Path, out_dir: Path, experiment: str | None = None, methods: list[str] | None = None
+) -> tuple[list[Path], list[str]]:
+    """Every figure whose data exist; returns (files written, figures skipped with the reason)."""
+    written, skipped = figures.figure1(out_dir), []
+    try:
+        curves = refuse_repeats(select(runs, runs_dir, experiment or "table2"))
+        written += figures.figure2(curves, out_dir, methods=methods)
+        written += figures.figure_clipping(curves, out_dir, methods=methods)
+    except ResultsError as err:
+        skipped.append(f"figure 2 and clipping curves: {err}")
+        for stem in ("figure2_training_curves", "clipping_curves"):
+            writers.remove_stale(out_dir, stem)
+    try:
+        chosen = select(runs, runs_dir, experiment or TABLES["delta"])
+        if not tables.delta_groups(chosen):
+            raise ResultsError("the runs have no ATR δ values")
+        written += figures.figure3(chosen, out_dir)
+    except ResultsError as err:
+        skipped.append(f"figure3_delta: {err}")
+        writers.remove_stale(out_dir, "figure3_delta")
+    try:
+        table = tables.passk_table(select(runs, runs_dir, experiment or TABLES["passk"]))
+        if not table.rows:
+            raise ResultsError("the runs have no per-sample files")
+        written += figures.figure4(table, out_dir, methods)
+    except ResultsError as err:
+        skipped.append(f"figure4: {err}")
+        writers.remove_stale(out_dir, "figure4_passk")
+    return written, skipped

@@ -1,0 +1,186 @@
+"""`python -m atr_grpo.results {table2,table3,seeds,seeds_auc,delta,passk,clip_binding,endpoints,bounds,timing,all,
+  figures} --runs DIR --out DIR`
+`python -m atr_grpo.results compare A B --runs DIR [--benchmark B] [--metric mean@8] [--endpoint auc]`
+`python -m atr_grpo.results compare --eval DIR_A DIR_B [--step-a N] [--step-b N]` (two models on the same problems)
+`python -m atr_grpo.results regrade --runs DIR`
+`python -m atr_grpo.results pack --runs DIR`
+`python -m atr_grpo.results diverge RUN_A RUN_B` (where two runs expected to be the same part)
+
+Reads only the run directories under --runs (found by their config.yaml) and writes the paper's tables as
+CSV, Markdown and LaTeX, plus `<table>_vs_paper.md` where a row has a number the paper publishes
+(results/paper/), or its figures as PNG and PDF. Each table takes the runs of one experiment:
+  table2 → table2, table3 → table3, seeds and seeds_auc (each run's final value or AUC, IQM and the seed-level
+  tests against clip) → table3, delta → ablate_delta (Figure 3), passk → passk_curve (Figure 4);
+  binding (clip_binding: does the rule act or react to noise), endpoints (step 0, final, best, AUC per method) and
+  bounds (per run: completion length, how often each bound fired) and timing (per run: wall, training and
+  evaluation seconds) → every run; figures 2 and the clipping
+  curves → table2. --experiment NAME takes that experiment's runs for every table and figure instead
+  (`make tables EXPERIMENT=NAME`, `make figures EXPERIMENT=NAME`).
+`all` builds every table whose runs exist and names the others. Runs with missing evaluations are listed
+in the outputs and on stderr, never silently dropped; a line of a run file that is not JSON (a torn last line too)
+stops the command with exit status 2, naming the file and the line. Only files this command wrote are ever
+overwritten.
+Runs are grouped by study (`study` in config.yaml, else the experiment; --study takes one) and model; a method is
+named by the settings that differ within its study (`clip · trainer.learning_rate=0.001`). Two runs of one point
+and seed (the same settings but where or how fast they ran) stop every table and `compare`, naming both. Identical
+runs of two methods, and a rule that never acted, are named on stderr (and in `compare`'s output).
+Tables 2 and 3 carry bootstrap intervals and seed-level tests against `clip` (--resamples, --alpha); --grader TAG
+reads the verdicts of `regrade` instead of the original ones. `compare` prints method A − method B, the run
+(seed) as the unit, with the same numbers as the tables; `regrade` re-scores every saved sample with the current
+grader into eval/regrade/<tag>/;
+`pack` compresses the per-sample files (`<bench>.jsonl` → `.jsonl.gz`, lossless, checked; readers take both).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from atr_grpo.reporting import plan, stats
+from atr_grpo.reporting.analyses import binding, endpoints, seeds, tables
+from atr_grpo.reporting.analyses.no_effect import study_warnings
+from atr_grpo.reporting.analyses.timing import timing_table
+from atr_grpo.reporting.commands import options
+from atr_grpo.reporting.render import writers
+from atr_grpo.reporting.runs import Run, refuse_repeats
+from atr_grpo.reporting.selection import ResultsError, of_experiment, read_runs, select, start_points_agree
+from atr_grpo.rundir import layout
+
+# each table's experiment; None = every run
+TABLES = {
+    "table2": "table2",
+    "table3": "table3",
+    "seeds": "table3",
+    "seeds_auc": "table3",
+    "delta": "ablate_delta",
+    "passk": "passk_curve",
+    "clip_binding": None,
+    "endpoints": None,
+    "bounds": None,
+    "timing": None,
+}
+# the data of figures 3 and 4
+FIGURE_TABLES = {"delta": tables.delta_table, "passk": tables.passk_table}
+# tables of any experiment's training runs (reporting/analyses/endpoints.py, reporting/analyses/timing.py)
+RUN_TABLES = {"endpoints": endpoints.endpoints_table, "bounds": endpoints.bounds_table, "timing": timing_table}
+COMMANDS = (*TABLES, "all", "figures", "compare", "regrade", "pack", "diverge")
+# tables whose rows are methods compared within one study (its Holm family): they take the runs of one study
+STUDY_TABLES = ("table2", "table3", "seeds", "seeds_auc", "delta", "passk")
+
+
+def main(argv: list[str]) -> int:
+    parser = make_parser()
+    return run(parser.parse_args(argv), parser)
+
+
+def make_parser() -> argparse.ArgumentParser:
+    """The parser of the tables and of `figures`: they share their options."""
+    parser = argparse.ArgumentParser(
+        prog="python -m atr_grpo.results", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    add_arguments(parser)
+    return parser
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("what", help=f"one of {', '.join(COMMANDS)}")
+    options.add_run_options(parser)
+    parser.add_argument("--out", type=Path, default=None, help="output folder (results/tables or results/figures)")
+    parser.add_argument(
+        "--ddof",
+        type=int,
+        choices=(0, 1),
+        default=0,
+        help="table3's std over seeds: 0 as in the paper (default), 1 for the sample std",
+    )
+    parser.add_argument(
+        "--methods", default=None, help="figures 2, 4 and the clipping curves: comma-separated methods (default all)"
+    )
+
+
+def run(opts: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    if opts.what not in COMMANDS:
+        parser.error(f"unknown table {opts.what!r}; allowed: {', '.join(COMMANDS)}")
+    out = opts.out or Path("results/tables")
+    runs = read_runs(parser, opts)
+    if not start_points_agree(of_experiment(runs, opts.experiment)):
+        return 2
+    refuse_repeats(of_experiment(runs, opts.experiment))
+    try:
+        written = _build_tables(opts, runs, out)
+    except (ResultsError, writers.OutputError, plan.PlanError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    for line in study_warnings(of_experiment(runs, opts.experiment)):
+        print(f"warning: {line}", file=sys.stderr)
+    for path in written:
+        print(path)
+    return 0
+
+
+def _build_tables(opts: argparse.Namespace, runs: list[Run], out: Path) -> list[Path]:
+    """One table, or with `all` every table whose runs exist (the others named on stderr) and the plan's."""
+    settings = {"study": opts.study, "ddof": opts.ddof, "resampling": options.resampling(opts), "alpha": opts.alpha}
+    if opts.what != "all":
+        return build_table(opts.what, runs, opts.runs, out, opts.experiment, **settings)
+    written: list[Path] = []
+    for name in TABLES:
+        try:
+            written += build_table(name, runs, opts.runs, out, opts.experiment, **settings)
+        except ResultsError as err:
+            print(f"skipped {name}: {err}", file=sys.stderr)
+            writers.remove_stale(out, name)
+    if not written:
+        raise ResultsError(f"none of {', '.join(TABLES)} has runs under {opts.runs}")
+    return written + _plan_table(opts, runs, out)
+
+
+def build_table(
+    name: str,
+    runs: list[Run],
+    runs_dir: Path,
+    out_dir: Path,
+    experiment: str | None = None,
+    study: str | None = None,
+    ddof: int = 0,
+    resampling: stats.Resampling | None = None,
+    alpha: float = tables.ALPHA,
+) -> list[Path]:
+    """Write one table from the runs of its experiment (every experiment, once --study chose the runs); raises
+    ResultsError when there are none, or when a table of methods would mix studies."""
+    chosen = select(runs, runs_dir, experiment or (None if study else TABLES[name]))
+    studies = sorted({run.study for run in chosen})
+    if name in STUDY_TABLES and len(studies) > 1:
+        raise ResultsError(
+            f"the runs of experiment {experiment or TABLES[name]!r} belong to several studies ({', '.join(studies)}); "
+            "--study NAME tabulates one"
+        )
+    if name == "table2":
+        table = tables.table2(chosen, resampling, alpha)
+    elif name == "table3":
+        table = tables.table3(chosen, ddof=ddof, resampling=resampling, alpha=alpha)
+    elif name in ("seeds", "seeds_auc"):
+        table = seeds.seeds_table(chosen, resampling, alpha, endpoint="auc" if name == "seeds_auc" else "final")
+    elif name == "clip_binding":
+        table = binding.binding_table(chosen)
+        if not table.rows:
+            raise ResultsError(f"no run has clip/frac in its {layout.METRICS_FILE}")
+    elif name in RUN_TABLES:
+        table = RUN_TABLES[name](chosen)
+        if not table.rows:
+            raise ResultsError(f"no training run with evaluations after step 0 and {layout.METRICS_FILE}")
+    else:
+        table = FIGURE_TABLES[name](chosen)
+    for line in table.missing:
+        print(f"warning: {name}: {line}", file=sys.stderr)
+    return writers.write_table(table, out_dir)
+
+
+def _plan_table(opts: argparse.Namespace, runs: list[Run], out: Path) -> list[Path]:
+    """`results all`: the `plan` table when the experiment has an analysis plan (a stale one is removed)."""
+    found = options.planned_analysis(opts, runs, options.resampling(opts))
+    if found is None:
+        writers.remove_stale(out, "plan")
+        return []
+    return writers.write_table(tables.planned_table(found[2], found[0], found[1], found[3]), out)
