@@ -1,0 +1,72 @@
+"""The 2026 rivals (issue 45): MinPRO, DRPO, CPPO, DPPO's top-K estimates, NSR and ERC, each against the law of its
+paper, written again here in float64. None of these papers released code we could read (DPPO's top-K aside, whose
+authors' code was not read either): each test states the law from the paper's rule as the rule's `source` does."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from atr_grpo.clipping import build_rule
+
+TOL = {"rtol": 1e-5, "atol": 1e-6}
+
+
+def probs_batch(seed: int = 0, batch: int = 8, steps: int = 30, spread: float = 0.5):
+    """π_old from 0.005 to 0.995 and log-ratios of both signs (π_θ ≤ 1), advantages of both signs and a zero one,
+    masked tokens."""
+    g = torch.Generator().manual_seed(seed)
+    old = torch.log(torch.rand(batch, steps, generator=g, dtype=torch.float64) * 0.99 + 0.005)
+    logp = (old + torch.randn(batch, steps, generator=g, dtype=torch.float64) * spread).clamp(max=-1e-6)
+    advantages = torch.randn(batch, generator=g, dtype=torch.float64)
+    advantages[0] = 0.0
+    mask = torch.rand(batch, steps, generator=g) > 0.15
+    return logp, old, advantages, mask
+
+
+def run(name, params, logp, old, advantages, mask, **extras):
+    """The rule's per-token loss, its gradient with respect to log π, and its metrics."""
+    leaf = logp.clone().requires_grad_()
+    out = build_rule(name, **params)(leaf, old, advantages, mask, **extras)
+    out.loss.sum().backward()
+    return out.loss.detach().double(), leaf.grad.double(), out.metrics
+
+
+def broadcast(advantages, like):
+    return advantages[:, None].expand_as(like).clone()
+
+
+# ------------------------------------------------------------------------------------------------ MinPRO
+def test_minpro_weighs_each_token_by_the_smallest_ratio_of_its_prefix():
+    """MinPRO's law: weight m_t = min_{i≤t} w_i over the row's valid tokens, gradient −m_t·A·∇log π (a loop)."""
+    logp, old, advantages, mask = probs_batch()
+    loss, grad, metrics = run("minpro", {}, logp, old, advantages, mask)
+    w, a = torch.exp(logp - old), broadcast(advantages, logp)
+    weight = torch.zeros_like(w)
+    for row in range(w.shape[0]):
+        smallest = float("inf")
+        for t in range(w.shape[1]):
+            if mask[row, t]:
+                smallest = min(smallest, float(w[row, t]))
+                weight[row, t] = smallest
+    torch.testing.assert_close(grad, torch.where(mask, -weight * a, 0.0), **TOL)
+    torch.testing.assert_close(loss, torch.where(mask, -weight * a * logp, 0.0), **TOL)
+    truncated = mask & (weight < w) & (a != 0)
+    assert 0 < truncated.sum() < mask.sum()
+    assert metrics["clip/frac"] == pytest.approx(float(truncated.sum() / mask.sum()), abs=1e-6)
+
+
+def test_minpro_is_not_the_prefix_product_and_ignores_padding_before_a_row():
+    """A row of ratios (2, 0.5, 4): MinPRO weighs them 2, 0.5, 0.5 (the product would be 2, 1, 4), whatever padding
+    precedes or follows the row."""
+    ratios = torch.tensor([2.0, 0.5, 4.0], dtype=torch.float64)
+    for pad_left, pad_right in ((0, 0), (2, 0), (0, 3), (1, 1)):
+        old = torch.full((1, pad_left + 3 + pad_right), -3.0, dtype=torch.float64)
+        logp = old.clone()
+        logp[0, pad_left : pad_left + 3] += torch.log(ratios)
+        logp[0, :pad_left] = -50.0  # junk under the padding, far below the row's ratios
+        mask = torch.zeros_like(old, dtype=torch.bool)
+        mask[0, pad_left : pad_left + 3] = True
+        _, grad, _ = run("minpro", {}, logp, old, torch.tensor([1.0], dtype=torch.float64), mask)
+        expected = -torch.tensor([2.0, 0.5, 0.5], dtype=torch.float64)
+        torch.testing.assert_close(grad[0, pad_left : pad_left + 3], expected)
