@@ -70,3 +70,37 @@ def test_minpro_is_not_the_prefix_product_and_ignores_padding_before_a_row():
         _, grad, _ = run("minpro", {}, logp, old, torch.tensor([1.0], dtype=torch.float64), mask)
         expected = -torch.tensor([2.0, 0.5, 0.5], dtype=torch.float64)
         torch.testing.assert_close(grad[0, pad_left : pad_left + 3], expected)
+
+
+# -------------------------------------------------------------------------------------------------- DRPO
+@pytest.mark.parametrize("params", [{}, {"delta_low": 0.05, "delta_high": 0.3}])
+def test_drpo_has_the_penalised_loss_and_its_gradient(params):
+    """DRPO's law as this project reads it: loss −w·A + |A|·(p − q)²/(2δ·q), gradient w·(−A + |A|·(p − q)/δ)."""
+    logp, old, advantages, mask = probs_batch(spread=0.8)
+    loss, grad, metrics = run("drpo", params, logp, old, advantages, mask)
+    low, high = params.get("delta_low", 0.15), params.get("delta_high", 0.15)
+    p, q, a = torch.exp(logp), torch.exp(old), broadcast(advantages, logp)
+    w, delta = p / q, torch.where(a > 0, high, low)
+    torch.testing.assert_close(loss, torch.where(mask, -w * a + a.abs() * (p - q) ** 2 / (2 * delta * q), 0.0), **TOL)
+    torch.testing.assert_close(grad, torch.where(mask, w * (-a + a.abs() * (p - q) / delta), 0.0), **TOL)
+    back = mask & (((a > 0) & (p - q > high)) | ((a < 0) & (p - q < -low)))
+    assert 0 < back.sum() < mask.sum() and metrics["clip/frac"] == 0
+    assert metrics["drpo/frac_pulled_back"] == pytest.approx(float(back.sum() / mask.sum()), abs=1e-6)
+    assert metrics["drpo/penalty"] > 0
+
+
+@pytest.mark.parametrize("old_prob", [0.01, 0.3, 0.8])
+def test_drpos_gradient_vanishes_on_dppo_tvs_boundary_and_points_back_beyond(old_prob):
+    """Same geometry as DPPO-TV: the gradient is 0 at p = q + δ (A > 0) and p = q − δ (A < 0), where DPPO-TV's mask
+    starts, pushes on inside and pulls back outside."""
+    delta = 0.15
+    q = torch.tensor(old_prob, dtype=torch.float64)
+    for sign in (1.0, -1.0):
+        edge = q + sign * delta
+        if not 0 < edge < 1:
+            continue
+        p = torch.stack([edge, q + sign * delta / 2, edge + sign * min(0.01, (1 - edge) / 2, edge / 2)])
+        logp, old = torch.log(p)[None, :], torch.log(q).expand(1, 3)
+        _, grad, _ = run("drpo", {}, logp, old, torch.tensor([2.0 * sign]), torch.ones(1, 3, dtype=torch.bool))
+        assert grad[0, 0].abs() < 1e-6 * (edge / q)  # float32: w·|A| rounded at a few ulps
+        assert grad[0, 1] * sign < 0 < grad[0, 2] * sign  # inside: still pushed on; beyond: pulled back
