@@ -104,3 +104,68 @@ def test_drpos_gradient_vanishes_on_dppo_tvs_boundary_and_points_back_beyond(old
         _, grad, _ = run("drpo", {}, logp, old, torch.tensor([2.0 * sign]), torch.ones(1, 3, dtype=torch.bool))
         assert grad[0, 0].abs() < 1e-6 * (edge / q)  # float32: w·|A| rounded at a few ulps
         assert grad[0, 1] * sign < 0 < grad[0, 2] * sign  # inside: still pushed on; beyond: pulled back
+
+
+# -------------------------------------------------------------------------------------------------- CPPO
+def cppo_oracle(logp, old, advantages, mask, divergence, delta, ramp, budget):
+    """CPPO's kept tokens, written token by token from its law: D_t ≤ δ·min(1, (t+1)/ramp) unless π moved against
+    A's push, and the prefix's Σ D_s ≤ budget (t and the sum over the row's valid tokens)."""
+    p, q = torch.exp(logp), torch.exp(old)
+    kept = torch.zeros_like(mask)
+    for row in range(mask.shape[0]):
+        position, spent, a = 0, 0.0, float(advantages[row])
+        for t in range(mask.shape[1]):
+            if not mask[row, t]:
+                continue
+            pt, qt = float(p[row, t]), float(q[row, t])
+            if divergence == "tv":
+                d = abs(pt - qt)
+            else:
+                d = qt * torch.log(torch.tensor(qt / pt)) + (1 - qt) * torch.log(torch.tensor((1 - qt) / (1 - pt)))
+                d = float(d)
+            position, spent = position + 1, spent + d
+            pushed = (pt > qt) if a > 0 else (pt < qt)
+            within = d <= delta * min(1.0, position / ramp) or not pushed
+            kept[row, t] = within and spent <= budget
+    return kept
+
+
+@pytest.mark.parametrize(
+    "params",
+    [{}, {"divergence": "kl", "delta": 0.05, "ramp": 4, "budget": 0.5}, {"ramp": 1, "budget": 1.0}],
+)
+def test_cppo_keeps_the_tokens_of_its_law_with_dppos_loss(params):
+    """CPPO's law (a loop): the kept tokens above, each with DPPO's gradient −A·w·∇log π (c = 1e4 never binds)."""
+    settings = {"divergence": "tv", "delta": 0.15, "ramp": 16, "budget": 2.0, **params}
+    logp, old, advantages, mask = probs_batch(spread=0.3)
+    loss, grad, metrics = run("cppo", params, logp, old, advantages, mask)
+    kept = cppo_oracle(logp, old, advantages, mask, **settings)
+    a, w = broadcast(advantages, logp), torch.exp(logp - old)
+    torch.testing.assert_close(grad, torch.where(kept, -a * w, 0.0), **TOL)
+    torch.testing.assert_close(loss, torch.where(kept, -a * w * logp, 0.0), **TOL)
+    dropped = mask & ~kept & (a != 0)
+    assert 0 < dropped.sum() < mask.sum()
+    assert metrics["clip/frac"] == pytest.approx(float(dropped.sum() / mask.sum()), abs=1e-6)
+
+
+@pytest.mark.parametrize("divergence,dppo,delta", [("tv", "dppo_tv", 0.15), ("kl", "dppo_kl", 0.05)])
+def test_cppo_without_ramp_or_budget_is_dppo_binary(divergence, dppo, delta):
+    """ramp = 1 and a budget never reached: CPPO is DPPO-Binary, loss and gradient."""
+    logp, old, advantages, mask = probs_batch(spread=0.8)
+    params = {"divergence": divergence, "delta": delta, "ramp": 1, "budget": 1e9}
+    loss, grad, metrics = run("cppo", params, logp, old, advantages, mask)
+    dppo_loss, dppo_grad, dppo_metrics = run(dppo, {}, logp, old, advantages, mask)
+    torch.testing.assert_close(loss, dppo_loss, **TOL)
+    torch.testing.assert_close(grad, dppo_grad, **TOL)
+    assert metrics["clip/frac"] == pytest.approx(dppo_metrics["clip/frac"]) and metrics["clip/frac"] > 0
+
+
+def test_cppo_holds_early_tokens_tighter_and_stops_a_row_past_its_budget():
+    """One shift of +0.05 on every token (q = 0.5, A > 0, TV): with ramp 8 the first two tokens (δ_t = 0.15/8,
+    0.15·2/8 < 0.05) are dropped and the third kept; with budget 0.22 everything from the 5th token (Σ D = 0.25) on."""
+    q = torch.full((1, 10), 0.5, dtype=torch.float64)
+    logp, old, mask = torch.log(q + 0.05), torch.log(q), torch.ones(1, 10, dtype=torch.bool)
+    _, grad, metrics = run("cppo", {"ramp": 8, "budget": 0.22}, logp, old, torch.tensor([1.0]), mask)
+    kept = grad[0] != 0
+    assert kept.tolist() == [False, False, True, True, False, False, False, False, False, False]
+    assert metrics["cppo/frac_over_budget"] == pytest.approx(0.6)
