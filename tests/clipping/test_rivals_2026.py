@@ -169,3 +169,31 @@ def test_cppo_holds_early_tokens_tighter_and_stops_a_row_past_its_budget():
     kept = grad[0] != 0
     assert kept.tolist() == [False, False, True, True, False, False, False, False, False, False]
     assert metrics["cppo/frac_over_budget"] == pytest.approx(0.6)
+
+
+# ------------------------------------------------------------------------------------------- DPPO top-K
+@pytest.mark.parametrize("name,binary", [("dppo_topk_tv", "dppo_tv"), ("dppo_topk_kl", "dppo_kl")])
+def test_dppo_topk_with_the_binary_estimate_is_dppo_binary(name, binary):
+    """K = 0 leaves the sampled token and the rest: given the binary TV |p − q| or the Bernoulli KL as its extra, the
+    top-K rule is DPPO-Binary (loss, gradient and frozen tokens), whatever the δ."""
+    from atr_grpo.clipping.dppo import binary_kl
+
+    logp, old, advantages, mask = probs_batch(spread=0.8)
+    extra = (torch.exp(logp) - torch.exp(old)).abs() if binary == "dppo_tv" else binary_kl(old, logp)
+    for params in ({}, {"delta_low": 0.02, "delta_high": 0.3}):
+        loss, grad, metrics = run(name, params, logp, old, advantages, mask, **{name[5:]: extra})
+        want_loss, want_grad, want = run(binary, params, logp, old, advantages, mask)
+        torch.testing.assert_close(loss, want_loss, **TOL)
+        torch.testing.assert_close(grad, want_grad, **TOL)
+        assert metrics["clip/frac"] == pytest.approx(want["clip/frac"]) and 0 < metrics["clip/frac"] < 1
+
+
+def test_dppo_topk_drops_a_token_by_its_estimate_only_on_the_side_its_advantage_pushes():
+    """The same large estimate drops a token whose probability rose under A > 0 or fell under A < 0, never one that
+    moved against its advantage's push."""
+    old = torch.log(torch.tensor([[0.3, 0.3, 0.3, 0.3]], dtype=torch.float64))
+    logp = torch.log(torch.tensor([[0.35, 0.25, 0.35, 0.25]], dtype=torch.float64))
+    mask, estimate = torch.ones(1, 4, dtype=torch.bool), torch.full((1, 4), 0.5, dtype=torch.float64)
+    for sign, dropped in ((1.0, [True, False, True, False]), (-1.0, [False, True, False, True])):
+        _, grad, _ = run("dppo_topk_tv", {}, logp, old, torch.tensor([sign]), mask, topk_tv=estimate)
+        assert (grad[0] == 0).tolist() == dropped
