@@ -32,7 +32,10 @@ Defaults are the authors' recipe (OpenMOSS/BandPO `baselinescripts`, bandkl005 /
 upper_bound_max = 10 (ratio_cap), dual clip on with c = 10, and does_relax_high_p_bound off (the relaxed variant,
 which widens every band to at least DAPO's [0.8, 1.28], is an ablation there and not offered here). Choices: the
 bounds are computed at π_old held in [e^−60, 1 − 1e-6], where the authors' code substitutes the limits below 1e-6
-(lower 0, upper 1/q) and above 1 − 1e-6 (upper 1, lower the p → 1 limit); after the cap the two agree to about 1e-6.
+(lower 0, upper 1/q) and above 1 − 1e-6 (upper 1, lower the p → 1 limit). Above 1 − 1e-6 the two agree to about
+1e-6 on the upper bounds and 5e-8 on TV's lower bound, but not on the KL lower bound (off by 1.03e-5) nor the χ² one
+(2.24e-4): at π_old = 0.9999998, w = 0.9999, A = −1, χ²'s band here is [0.999776, 1.000001], the code's [1, 1], so
+the token keeps a gradient of +0.9999 here and 0 there. The effect is small (∂log π/∂logits ∝ 1 − π_old ≤ 1e-6).
 Tokens frozen by the band or the dual clip count in `clip/frac_*`, the dual clip also in `clip/frac_dual`.
 """
 

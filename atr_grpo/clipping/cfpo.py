@@ -1,10 +1,9 @@
 """CFPO (Clipping-Free Policy Optimization, Çağatan et al. 2026, arXiv 2601.22801): a quadratic penalty, no clip.
 
-Built from the abstract; not checked against released code. The abstract says CFPO replaces the clip with a convex
-quadratic penalty derived from the total-variation constraint, with no new hyperparameter. No released code could
-be read: the repository asparius/cfpo was not retrievable, the authors' pull requests (huggingface/trl#5027,
-verl-project/verl#5252, OpenRLHF/OpenRLHF#1184) were read by their descriptions only, and the paper's method
-section was not available. This rule takes the penalty to be the one from the trust region |w − 1| ≤ ε:
+The abstract says CFPO replaces the clip with a convex quadratic penalty derived from the total-variation
+constraint, with no new hyperparameter. The authors' code is in TRL's history (huggingface/trl PR #5027, commit
+afa266b5, `loss_type="cfpo"`): its per-token objective is −(A·r − |A|·(r − 1)²/(2·ε_high)), the penalty from the
+trust region |w − 1| ≤ ε that this rule implements, with ε = ε_high (TRL's default 0.2):
 
     J_t = w·A − |A|/(2ε)·(w − 1)²,    loss_t = −J_t
 
@@ -13,6 +12,8 @@ frozen: d J/d log π = w·(A − |A|·(w − 1)/ε), which is REINFORCE's −A a
 the side the advantage pushes (w = 1 + ε for A > 0, 1 − ε for A < 0), and beyond it pulls the ratio back. Each
 token's objective is maximal on that bound, which is how the penalty enforces the trust region without one.
 
+That code aggregates per sequence (the mean over a completion's tokens), then over the batch (TRL's "grpo"
+aggregation): `trainer.loss_agg=seq_mean` reproduces it; the rule itself leaves the aggregation to the run.
 ε is PPO's clip range, 0.2 (no new hyperparameter, as the abstract says). `clip/frac` stays 0 (nothing is
 clipped); `cfpo/frac_pulled_back` is the fraction of tokens past their optimum, whose gradient points back into
 the region, and `cfpo/penalty` the mean penalty |A|/(2ε)·(w − 1)².
@@ -36,7 +37,10 @@ class CFPO(ClipRule):
     family = "soft"
     params = (open_unit("eps", 0.2, "the trust region |w − 1| ≤ ε the penalty comes from (CFPO: PPO's ε, 0.2)"),)
     summary = "−(w·A − |A|/(2ε)·(w−1)²): a quadratic TV penalty instead of the clip, optimal at w = 1 ± ε"
-    source = "CFPO (Çağatan et al. 2026, arXiv 2601.22801): built from the abstract; not checked against released code"
+    source = (
+        "CFPO (Çağatan et al. 2026, arXiv 2601.22801); the authors' code in TRL PR #5027 (ε = ε_high), aggregating "
+        "per sequence, then over the batch"
+    )
 
     def terms(self, batch: TokenBatch, **_: Any) -> RuleTerms:
         ratio = ratio_from_log(batch.log_ratio)

@@ -46,6 +46,14 @@ def binary_kl(old_logp: Tensor, logp: Tensor) -> Tensor:
     return old_prob * (old_logp - logp) + (1 - old_prob) * rest
 
 
+def outside_on_the_pushed_side(divergence: Tensor, change: Tensor, positive: Tensor, threshold: Any) -> Tensor:
+    """DPPO's test written once for any divergence: a token is dropped when its divergence exceeds `threshold` and
+    its probability moved (`change` = π_θ − π_old) the way its advantage pushes. For the binary TV (divergence
+    |change|) it is `dppo_tv`'s signed test, for the Bernoulli KL `dppo_kl`'s."""
+    pushed = torch.where(positive, change > 0, change < 0)
+    return (divergence > threshold) & pushed
+
+
 def _boundary(inside: Any, start: Tensor, end: Tensor, iterations: int = 90) -> Tensor:
     """Bisection between `start` (inside) and `end` (outside), elementwise; `end` itself where it is inside."""
     end_inside = inside(end)

@@ -108,6 +108,10 @@ def fixture_extras(needs: Iterable[str], like: Tensor, seed: int = 0, owns_corre
 
 
 # ------------------------------------------------------------------------------------------- the extras
+# K of DPPO's top-K estimates (the extras `topk_tv` and `topk_kl`): this project's choice, the paper's K not read
+TOPK_K = 20
+
+
 def key_seed_from(generator: torch.Generator) -> Tensor:
     """The 0-d seed of Clip-Cov's hashed keys, drawn from a generator (how a seeded stream becomes a tensor input,
     which compiled code can take)."""
@@ -142,3 +146,16 @@ register_extra(
         fixture=lambda like, generator: torch.rand(like.shape, generator=generator, dtype=like.dtype) * 2.0,
     )
 )
+
+for _name, _what in (("topk_tv", "total variation"), ("topk_kl", "KL(π_old ‖ π_θ)")):
+    register_extra(
+        Extra(
+            name=_name,
+            meaning=(
+                f"[B, T] float: the {_what} between π_old(·|s_t) and π_θ(·|s_t) over π_old's top {TOPK_K} tokens, the "
+                "sampled token and the rest of the vocabulary as one category (DPPO's top-K estimate)"
+            ),
+            from_verl=Unavailable("π_old's and π_θ's top-K log-probs (verl passes the sampled tokens' log-probs only)"),
+            fixture=lambda like, generator: torch.rand(like.shape, generator=generator, dtype=like.dtype) * 0.2,
+        )
+    )

@@ -64,8 +64,9 @@ class M2PO(ClipRule):
     Read from the paper (M̂₂, Algorithm 1 and the objective J_M2PO), written from the formulas. Where
     the paper leaves a choice open:
 
-    - *Trust-region tokens* (Algorithm 1's 𝒯): the tokens with A > 0, w > 1 or A < 0, w < 1, the set the authors'
-      released code (Infini-AI-Lab/M2PO, the second moment of "trust-region tokens") takes. `m2_scope=all` takes
+    - *Trust-region tokens* (Algorithm 1's 𝒯): the tokens with A > 0, w > 1 or A < 0, w < 1, the paper's set.
+      The authors' released code (Infini-AI-Lab/M2PO) takes the second moment over the same "trust-region tokens",
+      but only to choose its cap τ (below); it masks none of them. `m2_scope=all` takes
       every valid token instead, as AReaL's implementation does (`actor.m2_threshold`); a token outside the set is
       never masked.
     - *The second moment* is of log w with the current π_θ against π_old, the log-probs the loss uses (the paper's
@@ -100,7 +101,7 @@ class M2PO(ClipRule):
             "trust_region",
             M2_SCOPES,
             "the tokens the second moment is over and masked from: 'trust_region' (A > 0, w > 1 or A < 0, w < 1; the "
-            "authors' code) or 'all' valid tokens (AReaL)",
+            "paper's Algorithm 1) or 'all' valid tokens (AReaL)",
         ),
     )
     summary = "−w·A on the tokens left after masking the largest (log w)² until their mean is ≤ τ_M2"

@@ -14,8 +14,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from atr_grpo.clipping.extras import describe, key_seed_from
+from atr_grpo.clipping.extras import TOPK_K, describe, key_seed_from
 from atr_grpo.training.token_entropy import token_entropy
+from atr_grpo.training.topk_divergence import topk_divergence
 from atr_grpo.training.vocab_kl import full_vocab_kl
 
 
@@ -95,6 +96,27 @@ def token_entropy_from_trainer(batch: TrainerBatch) -> Tensor:
     return token_entropy(batch.model, batch.input_ids, batch.attention_mask, batch.logits_to_keep, batch.temperature)
 
 
+def topk_from_trainer(which: int) -> Callable[[TrainerBatch], Tensor]:
+    """DPPO's top-K TV (`which` 0) or KL (1) from π_old's kept weights; 0 on-policy (π_old = π_θ)."""
+
+    def compute(batch: TrainerBatch) -> Tensor:
+        if batch.on_policy or batch.old_weights is None:
+            return torch.zeros_like(batch.like, dtype=torch.float32)
+        return topk_divergence(
+            batch.model,
+            batch.old_weights,
+            batch.input_ids,
+            batch.attention_mask,
+            batch.logits_to_keep,
+            batch.temperature,
+            TOPK_K,
+        )[which]
+
+    return compute
+
+
 register_trainer_extra("key_seed", lambda batch: key_seed_from(batch.random()))
 register_trainer_extra("token_entropy", token_entropy_from_trainer, runs_model=True)
 register_trainer_extra("full_kl", full_kl_from_trainer, old_weights=True)
+register_trainer_extra("topk_tv", topk_from_trainer(0), old_weights=True)
+register_trainer_extra("topk_kl", topk_from_trainer(1), old_weights=True)

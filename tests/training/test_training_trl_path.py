@@ -11,6 +11,7 @@ from conftest import train_config
 from trl import GRPOTrainer
 
 from atr_grpo.clipping import RULES, build_rule
+from atr_grpo.training.extras import keeps_old_weights
 
 
 @pytest.fixture(scope="module")
@@ -129,7 +130,7 @@ def test_every_rule_trains_through_the_trl_path(trainer, rule):
     if trainer.rule.owns_correction:  # the rollout engine's log-probs, which such a rule needs (vLLM rollouts)
         noise = torch.randn(inputs["old_per_token_logps"].shape, generator=torch.Generator().manual_seed(3))
         inputs["sampling_per_token_logps"] = inputs["old_per_token_logps"] + 0.1 * noise.to(trainer.accelerator.device)
-    if rule == "full_kl":  # π_old = a perturbed copy of the adapter, so the full-vocabulary KL is positive
+    if keeps_old_weights(trainer.rule.needs):  # π_old = a perturbed adapter: the KL or top-K estimate is positive
         trainer._old_adapter = {
             name: p.detach() + 0.05 * torch.randn_like(p)
             for name, p in trainer.model.named_parameters()
@@ -152,7 +153,7 @@ def test_every_rule_trains_through_the_trl_path(trainer, rule):
     ):
         assert key in metrics and math.isfinite(metrics[key]), key
     assert 0 <= metrics["clip/frac"] <= 1 and metrics["ratio/min"] <= metrics["ratio/mean"] <= metrics["ratio/max"]
-    if rule == "full_kl":
+    if keeps_old_weights(trainer.rule.needs):
         assert metrics["kl/estimate_mean"] > 0
 
 

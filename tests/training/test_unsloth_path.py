@@ -163,7 +163,7 @@ def call_accumulated_loss(zoo, trainer, mask, advantages, old, **kwargs):
 def test_accumulated_loss_wrapper_adds_extras_and_logs_rule_metrics(zoo, monkeypatch, name):
     """The wrapper around zoo's grpo_accumulated_loss feeds the rule's extras through Unsloth's repacking and
     logs exactly the TRL path's metrics (clip/*, ratio/*, kl/*) from the tensors the compiled loss saw."""
-    tighter = {"delta": 0.02} if any(param.name == "delta" for param in RULES[name].params) else {}
+    tighter = {p.name: 0.02 for p in RULES[name].params if p.name in ("delta", "delta_low", "delta_high")}
     rule = build_rule(name, **tighter)
     logp, old, advantages, mask, full_kl = random_batch(3)
     sampling = engine_logp(rule, old)
