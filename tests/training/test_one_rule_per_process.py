@@ -1,5 +1,6 @@
-"""One rule per process, one δ at the loss: a GRPO stage validates its config.yaml once, which builds the rule, and
-trains with that rule; the δ the trainer hands the loss starts from that rule's δ, not from a second copy."""
+"""One validation and one rule per process, one δ at the loss: the launching process trains the config object its
+check validated, a GRPO stage validates its config.yaml once, and each trains with the rule that validation built;
+the δ the trainer hands the loss starts from that rule's δ, not from a second copy."""
 
 from __future__ import annotations
 
@@ -65,3 +66,23 @@ def test_a_config_changed_after_validation_is_validated_again():
     cfg = config_from_yaml(OmegaConf.to_yaml(composed, resolve=True))
     cfg.clipping.delta = 0.02
     assert cfg.clipping.rule().delta == 0.02
+
+
+def test_the_launching_process_validates_the_run_once_and_trains_the_object_it_checked(monkeypatch):
+    """`run_app`'s check validates the run before Hydra starts it; the `@hydra.main` function then gets that same
+    object for the config Hydra composed (no second validation, no second rule). A job no check saw is validated
+    when it arrives."""
+    from hydra.core.hydra_config import HydraConfig
+
+    from atr_grpo import hydra_app
+
+    overrides = ["experiment=smoke", "clipping.delta=0.05"]
+    built = count_builds(monkeypatch, "atr")
+    hydra_app.check_sweep("train", overrides, multirun=False)
+    monkeypatch.setattr(HydraConfig.instance(), "cfg", compose(overrides, return_hydra_config=True))
+    job = compose(overrides)
+    cfg = hydra_app.checked_config("train", job)
+    assert built[0] == 1 and cfg.clipping.rule().delta == 0.05 and "plan" not in job
+    unchecked = ["experiment=smoke", "clipping.delta=0.04"]
+    monkeypatch.setattr(HydraConfig.instance(), "cfg", compose(unchecked, return_hydra_config=True))
+    assert hydra_app.checked_config("train", compose(unchecked)).clipping.delta == 0.04 and built[0] == 2
