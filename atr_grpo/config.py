@@ -20,7 +20,7 @@ from omegaconf import MISSING
 
 from atr_grpo.clipping import RULES, build_rule
 from atr_grpo.clipping.adaptive_delta import DELTA_CONTROL_PARAMS, check_delta_control, delta_rules, takes_delta
-from atr_grpo.clipping.base import value_type
+from atr_grpo.clipping.base import ClipRule, value_type
 from atr_grpo.config_checks import check, check_vllm_temperature, require_exists
 from atr_grpo.config_inputs import DataConfig, ModelConfig, PromptConfig, SFTConfig
 from atr_grpo.config_training import EvalConfig, LoggerConfig, RolloutConfig, TrainerConfig
@@ -56,8 +56,9 @@ class ClippingConfig:
                 f"invalid config: clipping.name={self.name!r} in a file with the schema of {self.schema_rule!r}: a "
                 f"rule's config file picks its own schema ('defaults: [/schema/clipping@_here_: {self.name}, _self_]')"
             )
+        params = self.params()
         try:
-            rule = build_rule(self.name, **self.params())
+            rule = build_rule(self.name, **params)
         except ValueError as err:
             raise ConfigError(f"invalid config: clipping: {err}") from None
         try:
@@ -65,6 +66,16 @@ class ClippingConfig:
                 check_delta_control(self.delta_control_settings(), rule.delta)
         except ValueError as err:  # the message starts with the key
             raise ConfigError(f"invalid config: clipping.{err}") from None
+        self._validated = (params, rule)  # not a field: never written to config.yaml
+
+    def rule(self) -> ClipRule:
+        """The rule this config validated, built once: the one the run trains with (and whose δ reaches the loss).
+        A config changed since is validated again."""
+        params, rule = self._validated
+        if params != self.params():
+            self.__post_init__()
+            params, rule = self._validated
+        return rule
 
     def params(self) -> dict[str, Any]:
         """The rule's own parameters (what `build_rule` takes)."""

@@ -111,11 +111,16 @@ def _refuse_unknown_keys(node: DictConfig, prefix: str = "") -> None:
             _refuse_unknown_keys(value, f"{prefix}{key}.")  # (get_type is None for a null section)
 
 
+def drop_plan(cfg: DictConfig) -> None:
+    """Drop the experiment's `plan` from a composed config (see PLAN_KEY)."""
+    with flag_override(cfg, ["readonly", "struct"], False):
+        cfg.pop(PLAN_KEY, None)
+
+
 def to_object(cfg: DictConfig) -> Any:
     """Resolve a composed DictConfig into its dataclasses, running every validation; drops the experiment's
     `plan` from `cfg` (see PLAN_KEY), so a run's config.yaml written from `cfg` afterwards holds none."""
-    with flag_override(cfg, ["readonly", "struct"], False):
-        cfg.pop(PLAN_KEY, None)
+    drop_plan(cfg)
     _refuse_unknown_keys(cfg)
     try:
         return OmegaConf.to_object(cfg)

@@ -32,13 +32,13 @@ from omegaconf.errors import OmegaConfBaseException
 
 from atr_grpo import rundir
 from atr_grpo.config import EvaluateConfig
-from atr_grpo.config_hydra import register_configs, to_object
+from atr_grpo.config_hydra import register_configs
 from atr_grpo.console import console_is_terminal, quiet_libraries
 from atr_grpo.errors import ConfigError
 from atr_grpo.evaluation import engines
 from atr_grpo.evaluation.metrics import STDERR_SUFFIX
 from atr_grpo.evaluation.runner import with_stderr
-from atr_grpo.hydra_app import run_app
+from atr_grpo.hydra_app import checked_config, run_app
 from atr_grpo.machine import decide_evaluation
 from atr_grpo.model_checks import check_adapter_base
 from atr_grpo.training.checkpoints import adapter_step
@@ -137,7 +137,7 @@ def format_results(metrics: dict[str, float], k: int) -> str:
 @hydra.main(version_base="1.3", config_path="../conf", config_name="evaluate")
 def main(cfg: DictConfig) -> None:
     try:
-        eval_cfg = to_object(cfg)
+        eval_cfg = checked_config("evaluate", cfg)  # validated once, by run_app's check
     except (ConfigError, OmegaConfBaseException) as err:
         print(err, file=sys.stderr)
         sys.exit(2)

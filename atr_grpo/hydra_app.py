@@ -10,7 +10,8 @@ plan's runs and then names their directories composes each run once.
 config file, a value the schema refuses, a `--config-dir` that is not a folder) ends the process with a message and
 exit status 2 instead of a traceback. A misspelled key is reported with the keys its section allows, read from the
 schema's dataclass fields, and the file that sets it; a misspelled option (`clipping=atrr`) with the closest name
-and the group's options. `--cfg` is validated as a run is.
+and the group's options. `--cfg` is validated as a run is. The `@hydra.main` function takes the object the check
+validated (`checked_config`), so a run is validated, and its rule built, once per process.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ from atr_grpo.config_hydra import CONF_DIR, register_configs
 from atr_grpo.errors import ConfigError
 
 CONFIG_ERRORS = (ConfigError, HydraException, OmegaConfBaseException)
+# what `check_sweep` validated in this process: (config name, a job's overrides) → (its resolved YAML, its object)
+_checked: dict[tuple[str, tuple[str, ...]], tuple[str, Any]] = {}
 
 
 def _chain(error: BaseException) -> list[BaseException]:
@@ -272,9 +275,27 @@ def _check_job(
     """Compose one job's config, validate it into its dataclasses and `check` them."""
     from atr_grpo.config_hydra import to_object
 
-    job_cfg = to_object(compose(config_name, job, config_dir=config_dir))
+    composed = compose(config_name, job, config_dir=config_dir)
+    job_cfg = to_object(composed)
     if check is not None:
         check(job_cfg)
+    _checked[(config_name, tuple(job))] = (OmegaConf.to_yaml(composed, resolve=True), job_cfg)
+
+
+def checked_config(config_name: str, cfg: DictConfig) -> Any:
+    """The config object of the job Hydra hands a `@hydra.main` function (`cfg`, its `plan` dropped): the one
+    `check_sweep` validated in this process for the same overrides and the same resolved config, so that a run is
+    validated, and its rule built, once; a job no check saw is validated here."""
+    from hydra.core.hydra_config import HydraConfig
+
+    from atr_grpo.config_hydra import drop_plan, to_object
+
+    drop_plan(cfg)
+    overrides = tuple(HydraConfig.get().overrides.task) if HydraConfig.initialized() else None
+    resolved, job_cfg = _checked.pop((config_name, overrides), (None, None))
+    if job_cfg is not None and resolved == OmegaConf.to_yaml(cfg, resolve=True):
+        return job_cfg
+    return to_object(cfg)
 
 
 def run_app(

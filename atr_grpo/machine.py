@@ -3,8 +3,9 @@
 `decide(cfg)` turns a validated config's `auto` choices (trainer.backend, rollout.engine, eval.backend) into what
 this machine runs, refuses what it cannot run, and logs one line saying what was chosen and why. A run decides
 once, in its checks before any model is loaded, and hands the `Decision` to whoever needs it: the GRPO stage's
-process receives it from its parent (`DECISION_ENV`) instead of deciding again. The evaluation stage and
-`python -m atr_grpo.evaluate` decide their backend alone (`decide_evaluation`). The config keeps what was asked.
+process finds its parent's in the run directory (`stage_process.DECISION_FILE`) instead of deciding again. The
+evaluation stage and `python -m atr_grpo.evaluate` decide their backend alone (`decide_evaluation`). The config
+keeps what was asked.
 
 The rules:
 - trainer.backend=auto: Unsloth on a CUDA machine where it is installed; TRL under a launcher (Unsloth trains on
@@ -22,7 +23,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
-import os
 from dataclasses import dataclass
 
 from atr_grpo import distributed
@@ -33,7 +33,6 @@ from atr_grpo.config_training import EvalConfig, check_correction_engine, check_
 from atr_grpo.errors import ConfigError
 
 log = logging.getLogger(__name__)
-DECISION_ENV = "ATR_GRPO_DECISION"  # a parent's decision, passed to the stage process it starts (JSON)
 
 
 def _installed(name: str) -> bool:
@@ -225,8 +224,7 @@ def decide_evaluation(ev: EvalConfig, machine: Machine | None = None) -> Decisio
     return _announce(Decision(None, None, backend, () if reason is None else (reason,)))
 
 
-def inherited_or_decided(cfg: TrainConfig) -> Decision:
-    """The decision this stage process was given by the process that started it (made and logged there), or, for a
-    stage started by hand, one made here."""
-    passed = os.environ.get(DECISION_ENV)
-    return decide(cfg) if passed is None else Decision.from_json(passed)
+def inherited_or_decided(cfg: TrainConfig, handed: Decision | None) -> Decision:
+    """The decision `handed` to this stage process by the process that started it (made and logged there), or, for
+    a stage started by hand (None), one made here."""
+    return decide(cfg) if handed is None else handed

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from atr_grpo.clipping.adaptive_delta import DELTA_CONTROL_PARAMS, takes_delta
-from atr_grpo.clipping.base import RULES, ClipRule, build_rule
+from atr_grpo.clipping.base import RULES, ClipRule, rule_at_defaults
 from atr_grpo.plugins import load_rule_plugins
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # the repository root, which holds atr_grpo/
@@ -49,7 +49,7 @@ def format_default(value: object) -> str:
 def rule_entry(name: str) -> str:
     """The listing of one rule: name, module, family, summary, source, parameters, trust region."""
     rule_class = RULES[name]
-    rule = build_rule(name)
+    rule = rule_at_defaults(name)
     lines = [f"{name}  ({module_path(rule_class)}, family {rule_class.family})", f"  {rule_class.summary}"]
     lines.append(f"  source: {rule_class.source}")
     if rule_class.params:
@@ -96,7 +96,7 @@ def table_row(name: str) -> str:
         rule_class.family,
         rule_class.summary,
         defaults,
-        build_rule(name).bounds_text() or "–",
+        rule_at_defaults(name).bounds_text() or "–",
         rule_class.source,
     ]
     return "| " + " | ".join(_cell(cell) for cell in cells) + " |"

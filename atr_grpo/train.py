@@ -15,10 +15,10 @@ import sys
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from atr_grpo.config_hydra import register_configs, to_object
+from atr_grpo.config_hydra import register_configs
 from atr_grpo.console import quiet_libraries
 from atr_grpo.errors import ConfigError
-from atr_grpo.hydra_app import run_app
+from atr_grpo.hydra_app import checked_config, run_app
 
 register_configs()
 
@@ -26,7 +26,7 @@ register_configs()
 @hydra.main(version_base="1.3", config_path="../conf", config_name="train")
 def main(cfg: DictConfig) -> None:
     try:
-        train_cfg = to_object(cfg)
+        train_cfg = checked_config("train", cfg)  # validated once, by run_app's check
     except ConfigError as err:
         print(err, file=sys.stderr)
         sys.exit(2)

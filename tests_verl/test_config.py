@@ -6,7 +6,7 @@ import warnings
 import pytest
 import torch
 
-from atr_grpo.clipping import build_rule
+from atr_grpo.clipping import build_rule, rule_at_defaults
 from atr_grpo.clipping.extras import key_seed_from
 from atr_grpo.integrations import verl as plugin
 from atr_grpo.integrations import verl_check
@@ -39,7 +39,7 @@ def test_hydra_override_selects_atr_with_its_delta(actor_from):
     out = build_rule("atr", delta=0.05)(inputs.logp, inputs.old_logp, inputs.advantages, inputs.mask)
     ours = aggregate(out.loss, inputs.mask, "dr_grpo", max_completion_length=32)
     torch.testing.assert_close(verl_loss, ours, rtol=0, atol=verl_check.LOSS_TOLERANCE)
-    at_default = verl_check.reference_loss("atr", "seq-mean-token-sum-norm", inputs, {})
+    at_default = verl_check.reference_loss(rule_at_defaults("atr"), "seq-mean-token-sum-norm", inputs, {})
     assert (verl_loss - at_default).abs().item() > 1e-4  # δ reached the loss
 
 

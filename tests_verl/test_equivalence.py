@@ -8,7 +8,7 @@ same comparison as a table.
 import pytest
 import torch
 
-from atr_grpo.clipping import RULES, build_rule
+from atr_grpo.clipping import RULES, build_rule, rule_at_defaults
 from atr_grpo.integrations import verl as plugin
 from atr_grpo.integrations import verl_check
 from atr_grpo.losses import aggregate
@@ -38,7 +38,7 @@ def test_the_comparison_sees_a_different_delta():
     length = inputs.mask.shape[1]
     config = verl_check.actor_config("atr_grpo.atr", "token-mean", length, delta=0.05)
     verl_loss, _ = verl_check.verl_actor_loss(config, inputs)
-    ours_at_default = verl_check.reference_loss("atr", "token-mean", inputs, {})
+    ours_at_default = verl_check.reference_loss(rule_at_defaults("atr"), "token-mean", inputs, {})
     assert (verl_loss - ours_at_default).abs().item() > 1e-4
 
 
@@ -56,7 +56,7 @@ def test_micro_batches_add_up_to_the_mini_batch(mode):
         loss, _ = verl_check.verl_actor_loss(config, part, global_tokens=int(inputs.mask.sum()), global_sequences=batch)
         total = total + loss
     (verl_grad,) = torch.autograd.grad(total, inputs.logp)
-    ours = verl_check.reference_loss("atr", mode, inputs, {})
+    ours = verl_check.reference_loss(rule_at_defaults("atr"), mode, inputs, {})
     (our_grad,) = torch.autograd.grad(ours, inputs.logp)
     torch.testing.assert_close(total, ours, rtol=0, atol=verl_check.LOSS_TOLERANCE)
     torch.testing.assert_close(verl_grad, our_grad, rtol=0, atol=verl_check.GRAD_TOLERANCE)

@@ -28,6 +28,7 @@ from atr_grpo.clipping.base import (
     make_batch,
     ratio_from_log,
     register,
+    rule_at_defaults,
     rule_defaults,
 )
 from atr_grpo.clipping.bounds import describe_bounds, divergence_ratio_interval, kl3_ratio_bounds, lambert_w
@@ -56,6 +57,7 @@ __all__ = [
     "make_batch",
     "ratio_from_log",
     "register",
+    "rule_at_defaults",
     "rule_defaults",
 ]
 

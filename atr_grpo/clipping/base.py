@@ -11,6 +11,7 @@ float metrics of the public `ClipOutput`.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -357,15 +358,29 @@ def register(cls: type[ClipRule]) -> type[ClipRule]:
     return cls
 
 
-def build_rule(name: str, **params: Any) -> ClipRule:
-    """Instantiate a registered rule; unknown names or bad parameters raise ValueError with the options."""
+def registered(name: str) -> type[ClipRule]:
+    """The rule class registered as `name`; ValueError listing the names when there is none."""
     if name not in RULES:
         raise ValueError(f"unknown clipping rule {name!r}; allowed: {', '.join(sorted(RULES))}")
-    return RULES[name](**params)
+    return RULES[name]
+
+
+def build_rule(name: str, **params: Any) -> ClipRule:
+    """Instantiate a registered rule; unknown names or bad parameters raise ValueError with the options."""
+    return registered(name)(**params)
+
+
+def rule_at_defaults(name: str) -> ClipRule:
+    """The rule `name` at its source defaults, built once per process (per registered class): what the listings, the
+    figures and the verl cross-check read; they never change it."""
+    return _built_at_defaults(registered(name))
+
+
+@functools.cache
+def _built_at_defaults(rule_class: type[ClipRule]) -> ClipRule:
+    return rule_class()
 
 
 def rule_defaults(name: str) -> dict[str, Any]:
     """The source-paper defaults of a rule's parameters."""
-    if name not in RULES:
-        raise ValueError(f"unknown clipping rule {name!r}; allowed: {', '.join(sorted(RULES))}")
-    return {p.name: p.default for p in RULES[name].params}
+    return {p.name: p.default for p in registered(name).params}

@@ -35,6 +35,7 @@ CLIPPING_CONFIG_NAMES = (
     "name",
     "schema_rule",
     "params",
+    "rule",
     "delta_control_settings",
     "delta_schedule",
     "delta_final",

@@ -1,8 +1,9 @@
 """Evaluation inside training: a TrainerCallback that acts at every scheduled step.
 
-When: every `every_steps` optimizer steps (`on_step_end`, after `state.global_step` has advanced), once at
-the end of training (skipped if that step was just handled), and optionally at step 0 (`on_train_begin`
-of a run that starts from scratch: the base row of Table 2).
+When: at the steps of the run's `Schedule` (`evaluation/schedule.py`, the one definition): each step it
+evaluates as it is reached (`on_step_end`, after `state.global_step` has advanced; with `at_start`, step 0 in
+`on_train_begin` of a run that starts from scratch: the base row of Table 2), and the last step at the end of
+training (skipped if that step was just handled).
 
 What, at such a step:
 1. `save_fn(step)`, on every process (a model sharded over the processes is saved by all of them; the main
@@ -26,6 +27,8 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+from atr_grpo.evaluation.schedule import Schedule
+
 log = logging.getLogger(__name__)
 
 
@@ -33,17 +36,16 @@ class EvaluationCallback(TrainerCallback):
     def __init__(
         self,
         evaluate_fn: Callable[[int], dict[str, float]] | None,
-        every_steps: int,
-        at_start: bool = False,
+        schedule: Schedule,
         log_fn: Callable[[dict[str, float], int], None] | None = None,
         save_fn: Callable[[int], Any] | None = None,
         failure_fn: Callable[[int, BaseException], Any] | None = None,
         done_fn: Callable[[int], Any] | None = None,
         wait_fn: Callable[[], Any] | None = None,
     ) -> None:
-        if every_steps < 1:
-            raise ValueError(f"every_steps must be >= 1, got {every_steps}")
-        self.evaluate_fn, self.every_steps, self.at_start, self.log_fn = evaluate_fn, every_steps, at_start, log_fn
+        if schedule.every_steps < 1:
+            raise ValueError(f"every_steps must be >= 1, got {schedule.every_steps}")
+        self.evaluate_fn, self.schedule, self.log_fn = evaluate_fn, schedule, log_fn
         self.save_fn, self.failure_fn, self.done_fn, self.wait_fn = save_fn, failure_fn, done_fn, wait_fn
         self.handled: set[int] = set()  # steps handled (saved and/or evaluated, or attempted) in this process
         self.failures: list[int] = []
@@ -95,12 +97,12 @@ class EvaluationCallback(TrainerCallback):
             self.done_fn(step)
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
-        if self.at_start and state.global_step == 0:
+        if state.global_step == 0 and self.schedule.reached(0):
             self._handle(0, state)
         return control
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
-        if state.global_step > 0 and state.global_step % self.every_steps == 0:
+        if state.global_step > 0 and self.schedule.reached(state.global_step):
             self._handle(state.global_step, state)
         return control
 

@@ -20,16 +20,39 @@ from pathlib import Path
 from typing import Any
 
 from atr_grpo import rundir
+from atr_grpo.config_training import EvalConfig
 from atr_grpo.evaluation.outputs import read_summary
 from atr_grpo.rundir import layout, records
 
 
-def scheduled_steps(max_steps: int, every_steps: int, at_start: bool) -> list[int]:
-    """Step 0 (when at_start), every `every_steps`, and the last step."""
-    steps = set(range(every_steps, max_steps + 1, every_steps)) | {max_steps}
-    if at_start:
-        steps.add(0)
-    return sorted(steps)
+@dataclass(frozen=True)
+class Schedule:
+    """The one definition of which steps of a training run are evaluated: step 0 (when `at_start`), every
+    `every_steps`, and the last step. The evaluation callback, the pipeline and the results tables all ask it."""
+
+    every_steps: int
+    at_start: bool
+
+    @classmethod
+    def of(cls, eval_section: dict[str, Any]) -> Schedule | None:
+        """The schedule of a run's `eval` section (config.yaml as a dict); None when the run evaluates nothing. A
+        key the file lacks takes the schema's default (`EvalConfig`), so an older file reads as it ran."""
+        section = {**_SCHEMA_DEFAULTS, **eval_section}
+        if not section["enabled"] or not section.get("every_steps"):
+            return None
+        return cls(int(section["every_steps"]), bool(section["at_start"]))
+
+    def reached(self, step: int) -> bool:
+        """Whether `step` is evaluated as soon as training reaches it (the last step is evaluated when training
+        ends, wherever it falls)."""
+        return self.at_start if step == 0 else step % self.every_steps == 0
+
+    def steps(self, max_steps: int) -> list[int]:
+        """Every evaluated step of a run of `max_steps` steps."""
+        return sorted({step for step in range(max_steps + 1) if self.reached(step)} | {max_steps})
+
+
+_SCHEMA_DEFAULTS = {name: getattr(EvalConfig, name) for name in ("enabled", "at_start")}  # never restated
 
 
 def adapter_dir(run_dir: str | Path, step: int) -> Path:
@@ -128,13 +151,13 @@ def evaluation_state(
 def run_evaluation_state(run_dir: str | Path, config: dict[str, Any]) -> EvaluationState | None:
     """The evaluation state of a training run from its resolved config (config.yaml as a dict); None when
     the run evaluates nothing."""
-    ev, trainer = config.get("eval") or {}, config.get("trainer") or {}
-    if not ev.get("enabled", False):
+    schedule = Schedule.of(config.get("eval") or {})
+    if schedule is None:
         return None
-    scheduled = scheduled_steps(int(trainer["max_steps"]), int(ev["every_steps"]), bool(ev.get("at_start", True)))
+    scheduled = schedule.steps(int(config["trainer"]["max_steps"]))
     done = records.read_done(run_dir)
     trained_to = done.step if done is not None else -1
-    return evaluation_state(run_dir, scheduled, list(ev["benchmarks"]), trained_to)
+    return evaluation_state(run_dir, scheduled, list(config["eval"]["benchmarks"]), trained_to)
 
 
 def run_complete(run_dir: str | Path) -> bool:

@@ -9,7 +9,8 @@ ratios spread so that every rule clips) goes two ways:
 * verl: `verl.workers.utils.losses.ppo_loss`, the function verl's actor workers call, which picks the loss from
   `actor.policy_loss.loss_mode`, fills the global batch sizes, calls the plugin's loss and verl's `agg_loss`;
   the log-probs enter as verl's packed model output (prompt and response tokens of each sequence, unpadded);
-* here: `build_rule(...)` on the `[B, T]` tensors, then `atr_grpo.losses.aggregate` with the mapped mode.
+* here: the rule at its defaults (`rule_at_defaults`) on the `[B, T]` tensors, then `atr_grpo.losses.aggregate`
+  with the mapped mode.
 
 Both are differentiated by autograd with respect to the same log-prob tensor. Rules that verl cannot run are
 reported as refused, with the reason.
@@ -24,7 +25,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from atr_grpo.clipping import RULES, build_rule
+from atr_grpo.clipping import RULES, ClipRule, rule_at_defaults
 from atr_grpo.clipping.extras import VerlCall, verl_extras
 from atr_grpo.integrations import verl as plugin
 from atr_grpo.losses import aggregate
@@ -116,9 +117,9 @@ def verl_actor_loss(
     return ppo_loss(config, {"log_probs": torch.cat(pieces)}, data)
 
 
-def reference_loss(rule_name: str, loss_agg_mode: str, inputs: TokenInputs, extras: dict[str, Any]) -> Tensor:
-    """The same loss computed here: the rule at its defaults, then our aggregation for verl's mode."""
-    out = build_rule(rule_name)(inputs.logp, inputs.old_logp, inputs.advantages, inputs.mask, **extras)
+def reference_loss(rule: ClipRule, loss_agg_mode: str, inputs: TokenInputs, extras: dict[str, Any]) -> Tensor:
+    """The same loss computed here: the rule, then our aggregation for verl's mode."""
+    out = rule(inputs.logp, inputs.old_logp, inputs.advantages, inputs.mask, **extras)
     length = inputs.mask.shape[1]
     return aggregate(out.loss, inputs.mask, plugin.VERL_AGGREGATIONS[loss_agg_mode], max_completion_length=length)
 
@@ -143,10 +144,10 @@ def gaps(rule_name: str, loss_agg_mode: str, seed: int = 0) -> Gaps:
     plugin.reset_key_generators()
     verl_loss, _ = verl_actor_loss(config, inputs)
     (verl_grad,) = torch.autograd.grad(verl_loss, inputs.logp)
-    rule = build_rule(rule_name)
+    rule = rule_at_defaults(rule_name)
     stream = plugin.process_stream(seed, rank=0)  # a fresh stream of what verl's call drew from
     extras = verl_extras(rule.needs, VerlCall(like=inputs.logp, random=lambda: stream))
-    ours = reference_loss(rule_name, loss_agg_mode, inputs, extras)
+    ours = reference_loss(rule, loss_agg_mode, inputs, extras)
     (our_grad,) = torch.autograd.grad(ours, inputs.logp)
     return Gaps(
         loss=(verl_loss - ours).abs().item(),

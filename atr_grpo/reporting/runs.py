@@ -117,16 +117,11 @@ class Run:
 
     @property
     def expected_eval_steps(self) -> list[int] | None:
-        """The steps a finished training run evaluates (contracts §2 / the evaluation callback): step 0 when
-        `eval.at_start`, every `eval.every_steps`, and the last step. None for standalone evaluations."""
-        ev = self._section("eval")
-        if self.max_steps is None or not ev.get("enabled", True) or not ev.get("every_steps"):
-            return None
-        every = int(ev["every_steps"])
-        steps = set(range(every, self.max_steps + 1, every)) | {self.max_steps}
-        if ev.get("at_start", False):
-            steps.add(0)
-        return sorted(steps)
+        """The steps a finished training run evaluates (its `Schedule`). None for standalone evaluations."""
+        from atr_grpo.evaluation.schedule import Schedule
+
+        schedule = Schedule.of(self._section("eval"))
+        return None if self.max_steps is None or schedule is None else schedule.steps(self.max_steps)
 
     @cached_property
     def summary(self) -> dict[tuple[int, str], dict[str, Any]]:

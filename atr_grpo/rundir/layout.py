@@ -31,6 +31,7 @@ METRICS_FILE = "metrics.jsonl"
 DISCARDED_METRICS_FILE = "metrics.discarded.jsonl"
 TRAIN_SUMMARY_FILE = "train_summary.json"
 DONE_FILE = "DONE"
+STAGE_DECISION_FILE = "stage_decision.json"  # a parent's backend decision, there while the stage it was made for runs
 FINAL_ADAPTER = "final_adapter"
 WANDB_ID_FILE = "wandb_run_id"
 WANDB_EVAL_FILE = "wandb_eval.jsonl"

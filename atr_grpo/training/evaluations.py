@@ -31,6 +31,7 @@ from atr_grpo.console import StageProgress, console_is_terminal, evaluation_show
 from atr_grpo.evaluation import engines
 from atr_grpo.evaluation.schedule import (
     EvaluationState,
+    Schedule,
     adapter_dir,
     record_failure,
     remove_adapter,
@@ -143,8 +144,7 @@ def build_eval_callback(
 
     return EvaluationCallback(
         evaluate if ev.when == "during" else None,
-        ev.every_steps,
-        at_start=ev.at_start,
+        Schedule(ev.every_steps, ev.at_start),
         log_fn=None if logger is None else logger.log_eval,
         save_fn=lambda step: save_adapter(trainer, run_dir, step),
         failure_fn=lambda step, error: record_failure(run_dir, step, "during", error),

@@ -33,7 +33,7 @@ import torch
 from omegaconf import OmegaConf
 
 from atr_grpo import distributed, run_environment, rundir
-from atr_grpo.clipping import RULES, build_rule
+from atr_grpo.clipping import RULES
 from atr_grpo.config import TrainConfig
 from atr_grpo.errors import ConfigError
 from atr_grpo.evaluation.schedule import EvaluationState, record_failure, run_evaluation_state, saved_adapters
@@ -307,7 +307,7 @@ def train_grpo(cfg: TrainConfig, state: RunState, decision: Decision, callbacks:
     from atr_grpo.training.run_logger import MetricsCallback, RunLogger
     from atr_grpo.training.sft import ensure_sft_adapter
 
-    rule = build_rule(cfg.clipping.name, **cfg.clipping.params())
+    rule = cfg.clipping.rule()  # the rule the config validated: built once in this process
     warn_if_on_policy(cfg)
     if cfg.trainer.num_threads:
         torch.set_num_threads(cfg.trainer.num_threads)

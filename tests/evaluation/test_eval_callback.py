@@ -7,6 +7,7 @@ import pytest
 from transformers import TrainerCallback
 
 from atr_grpo.evaluation.callback import EvaluationCallback
+from atr_grpo.evaluation.schedule import Schedule
 
 
 def train(callback, max_steps, start_step=0, world_zero=True):
@@ -36,7 +37,7 @@ class Recorder:
 
 def test_schedule_every_steps_start_and_end():
     rec = Recorder()
-    callback = EvaluationCallback(rec.evaluate, every_steps=2, at_start=True, log_fn=rec.log)
+    callback = EvaluationCallback(rec.evaluate, Schedule(2, at_start=True), log_fn=rec.log)
     assert isinstance(callback, TrainerCallback)
     train(callback, max_steps=5)
     assert rec.steps == [0, 2, 4, 5]
@@ -45,13 +46,13 @@ def test_schedule_every_steps_start_and_end():
 
 def test_the_last_step_is_evaluated_once_even_when_it_is_a_multiple():
     rec = Recorder()
-    train(EvaluationCallback(rec.evaluate, every_steps=2), max_steps=4)
+    train(EvaluationCallback(rec.evaluate, Schedule(2, at_start=False)), max_steps=4)
     assert rec.steps == [2, 4]
 
 
 def test_a_failed_evaluation_is_logged_and_training_continues(caplog):
     rec = Recorder(fail_at={2})
-    callback = EvaluationCallback(rec.evaluate, every_steps=2, log_fn=rec.log)
+    callback = EvaluationCallback(rec.evaluate, Schedule(2, at_start=False), log_fn=rec.log)
     with caplog.at_level(logging.ERROR, logger="atr_grpo.evaluation.callback"):
         train(callback, max_steps=6)
     assert rec.steps == [2, 4, 6] and [s for s, _ in rec.logged] == [4, 6]
@@ -63,13 +64,13 @@ def test_a_failed_evaluation_is_logged_and_training_continues(caplog):
 
 def test_a_resumed_run_does_not_evaluate_step_zero():
     rec = Recorder()
-    train(EvaluationCallback(rec.evaluate, every_steps=5, at_start=True), max_steps=12, start_step=10)
+    train(EvaluationCallback(rec.evaluate, Schedule(5, at_start=True)), max_steps=12, start_step=10)
     assert rec.steps == [12]
 
 
 def test_only_the_main_process_evaluates():
     rec = Recorder()
-    train(EvaluationCallback(rec.evaluate, every_steps=1, at_start=True), max_steps=3, world_zero=False)
+    train(EvaluationCallback(rec.evaluate, Schedule(1, at_start=True)), max_steps=3, world_zero=False)
     assert rec.steps == []
 
 
@@ -81,8 +82,7 @@ def launched_callback(events, fail_save_at=()):
 
     return EvaluationCallback(
         lambda step: events.append(("evaluate", step)) or {"eval/x": 1.0},
-        every_steps=2,
-        at_start=True,
+        Schedule(2, at_start=True),
         log_fn=lambda metrics, step: events.append(("log", step)),
         save_fn=save,
         wait_fn=lambda: events.append(("wait",)),
@@ -113,4 +113,4 @@ def test_a_failed_save_still_reaches_the_barrier(caplog):
 
 def test_every_steps_must_be_positive():
     with pytest.raises(ValueError):
-        EvaluationCallback(lambda step: {}, every_steps=0)
+        EvaluationCallback(lambda step: {}, Schedule(0, at_start=False))

@@ -2,11 +2,14 @@
 work at a scheduled step (save the adapter, evaluate or leave it for the stage after training, clean up)."""
 
 import json
+from pathlib import Path
 from types import SimpleNamespace
 
 from atr_grpo import rundir
+from atr_grpo.config_training import EvalConfig
 from atr_grpo.evaluation.callback import EvaluationCallback
 from atr_grpo.evaluation.schedule import (
+    Schedule,
     adapter_dir,
     evaluation_state,
     read_failures,
@@ -14,14 +17,32 @@ from atr_grpo.evaluation.schedule import (
     remove_adapter,
     run_evaluation_state,
     saved_adapters,
-    scheduled_steps,
 )
+from atr_grpo.reporting.runs import Run
 
 
-def test_scheduled_steps():
-    assert scheduled_steps(1000, 50, True) == [0, *range(50, 1001, 50)]
-    assert scheduled_steps(5, 2, False) == [2, 4, 5]
-    assert scheduled_steps(4, 2, True) == [0, 2, 4]
+def test_the_schedule_is_step_zero_with_at_start_every_every_steps_and_the_last_step():
+    assert Schedule(50, at_start=True).steps(1000) == [0, *range(50, 1001, 50)]
+    assert Schedule(2, at_start=False).steps(5) == [2, 4, 5]
+    assert Schedule(2, at_start=True).steps(4) == [0, 2, 4]
+
+
+def test_a_config_without_eval_at_start_is_read_with_the_schemas_default():
+    """One schedule: a saved config.yaml that lacks `eval.at_start` (or `eval.enabled`) means what the schema
+    meant when the run trained, for the callback, the pipeline and the results tables alike."""
+    config = {"eval": {"every_steps": 2, "benchmarks": ["arithmetic"]}, "trainer": {"max_steps": 4}}
+    expected = Schedule(2, at_start=EvalConfig.at_start).steps(4)
+    assert Schedule.of(config["eval"]) == Schedule(2, EvalConfig.at_start)
+    assert Run(Path("run"), config).expected_eval_steps == expected
+    assert run_evaluation_state(Path("nowhere"), config).scheduled == expected
+
+
+def test_the_callback_evaluates_exactly_the_scheduled_steps():
+    for every_steps, at_start, max_steps in [(2, True, 5), (3, False, 9), (4, True, 3), (1, False, 2)]:
+        hooks = Hooks()
+        schedule = Schedule(every_steps, at_start)
+        run_callback(EvaluationCallback(None, schedule, save_fn=hooks.save), max_steps)
+        assert [call[1] for call in hooks.calls] == schedule.steps(max_steps)
 
 
 def fake_adapter(run_dir, step):
@@ -111,7 +132,7 @@ def run_callback(callback, max_steps):
 def test_during_training_each_step_is_saved_then_evaluated_and_a_failure_is_recorded():
     hooks = Hooks(fail_at={2})
     callback = EvaluationCallback(
-        hooks.evaluate, 2, at_start=True, save_fn=hooks.save, failure_fn=hooks.failure, done_fn=hooks.done
+        hooks.evaluate, Schedule(2, at_start=True), save_fn=hooks.save, failure_fn=hooks.failure, done_fn=hooks.done
     )
     run_callback(callback, 4)
     assert hooks.calls == [
@@ -130,7 +151,7 @@ def test_during_training_each_step_is_saved_then_evaluated_and_a_failure_is_reco
 
 def test_after_training_the_callback_only_saves_adapters():
     hooks = Hooks()
-    run_callback(EvaluationCallback(None, 2, at_start=True, save_fn=hooks.save, done_fn=hooks.done), 5)
+    run_callback(EvaluationCallback(None, Schedule(2, at_start=True), save_fn=hooks.save, done_fn=hooks.done), 5)
     assert hooks.calls == [("save", 0), ("save", 2), ("save", 4), ("save", 5)]
 
 
@@ -140,7 +161,9 @@ def test_a_failed_save_is_recorded_and_skips_the_evaluation():
     def broken_save(step):
         raise OSError("disk full")
 
-    callback = EvaluationCallback(hooks.evaluate, 2, save_fn=broken_save, failure_fn=hooks.failure)
+    callback = EvaluationCallback(
+        hooks.evaluate, Schedule(2, at_start=False), save_fn=broken_save, failure_fn=hooks.failure
+    )
     run_callback(callback, 2)
     assert hooks.calls == [("failure", 2, "disk full")] and callback.failures == [2]
 

@@ -29,7 +29,7 @@ import torch
 matplotlib.use("Agg")  # files only: no display on clusters or in tests
 import matplotlib.pyplot as plt  # noqa: E402
 
-from atr_grpo.clipping import RULES, build_rule, kl3_ratio_bounds  # noqa: E402
+from atr_grpo.clipping import RULES, kl3_ratio_bounds, rule_at_defaults  # noqa: E402
 from atr_grpo.plugins import load_rule_plugins  # noqa: E402
 from atr_grpo.reporting.analyses import tables  # noqa: E402
 from atr_grpo.reporting.metric import Metric  # noqa: E402
@@ -74,7 +74,7 @@ def rule_intervals() -> list[tuple[str, float, float]]:
     load_rule_plugins()
     rows = []
     for name in sorted(RULES):
-        bounds = build_rule(name).ratio_bounds()
+        bounds = rule_at_defaults(name).ratio_bounds()
         if bounds is not None:
             rows.append((name, *bounds))
     return rows
@@ -86,7 +86,7 @@ def rule_old_prob_bounds(old_probs: list[float]) -> dict[str, tuple[list[float],
     load_rule_plugins()
     curves = {}
     for name in sorted(RULES):
-        bounds = build_rule(name).old_prob_bounds(torch.tensor(old_probs, dtype=torch.float64))
+        bounds = rule_at_defaults(name).old_prob_bounds(torch.tensor(old_probs, dtype=torch.float64))
         if bounds is not None:
             curves[name] = (bounds[0].tolist(), bounds[1].tolist())
     return curves
