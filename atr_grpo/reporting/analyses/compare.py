@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,6 +59,24 @@ def _names(runs: list[Run], attribute: str) -> str:
     return ", ".join(sorted({str(getattr(r, attribute)) for r in runs})) or "none"
 
 
+@dataclass(frozen=True)
+class HolmFamily:
+    """One Holm family: the comparisons with one reference in one column (a study or model × benchmark × metric
+    × endpoint). `adjusted` maps each member to its Holm-adjusted p; `level` is Holm's first step α / m, the
+    level at which each member's MDE and power are computed (`detectable`)."""
+
+    adjusted: dict[Hashable, float]
+    level: float
+
+
+def holm_family(members: Iterable[tuple[Hashable, float]], alpha: float) -> HolmFamily:
+    """The one builder of a Holm family, from (member, unadjusted p) pairs: `compare` names a member by its
+    method, the tables by its runs, so a row that repeats another's runs (clip-tuned) is one member, not two."""
+    p_values = dict(members)
+    adjusted = dict(zip(p_values, stats.holm(list(p_values.values()))))
+    return HolmFamily(adjusted, stats.holm_level(alpha, len(p_values)))
+
+
 def holm_against(
     reference: str,
     tested: str,
@@ -69,13 +88,12 @@ def holm_against(
     resampling: stats.Resampling,
     endpoint: str = "final",
     step: int | None = None,
-) -> tuple[float, list[str], list[str]]:
-    """(the Holm-adjusted p of `tested`, the family, the members left out): the family is every method in
-    `methods` (one study and model) compared with `reference` on `key` × `metric` at `endpoint` (or
-    `step`), at the seed level."""
+) -> tuple[HolmFamily, list[str]]:
+    """(the Holm family of `tested`, the members left out): the family is every method in `methods` (one study
+    and model) compared with `reference` on `key` × `metric` at `endpoint` (or `step`), at the seed level."""
     experiment, model = next(iter(methods.values()))[0].study, next(iter(methods.values()))[0].model
     reference_scores = cells.cell_scores(methods[reference], metric, key, benchmarks, endpoint, step)
-    family, left_out = {tested: p_tested}, []
+    members, left_out = [(tested, p_tested)], []
     for method, runs in sorted(methods.items()):
         if method in (reference, tested):
             continue
@@ -85,11 +103,9 @@ def holm_against(
         except cells.ScoreError as err:
             left_out.append(f"{method} ({err})")
             continue
-        family[method] = cells.seed_pvalue(
-            differences, resampling, cells.comparison_key(experiment, model, method, reference, metric, key, endpoint)
-        )
-    adjusted = dict(zip(family, stats.holm(list(family.values()))))
-    return adjusted[tested], sorted(family), left_out
+        label = cells.comparison_key(experiment, model, method, reference, metric, key, endpoint)
+        members.append((method, cells.seed_pvalue(differences, resampling, label)))
+    return holm_family(members, 1 - resampling.confidence), left_out
 
 
 def compare_methods(
@@ -190,10 +206,14 @@ def _compare_cell(
     label = cells.comparison_key(experiment, model, method_a, method_b, metric, key, endpoint)
     difference = cells.compare(a, b, resampling, label, (method_a, method_b))
     p_value = difference.p_value
-    holm = holm_against(method_b, method_a, methods, p_value, metric, key, configured, resampling, endpoint, step)
+    family, left_out = holm_against(
+        method_b, method_a, methods, p_value, metric, key, configured, resampling, endpoint, step
+    )
     mean_a, mean_b = (100 * float(stats.estimate(s.arrays())) for s in (a, b))
-    level = stats.holm_level(1 - resampling.confidence, len(holm[1]))
-    row = Row(experiment, model, key, metric, mean_a, mean_b, difference, a.steps, b.steps, *holm, a.endpoint, level)
+    row = Row(
+        experiment, model, key, metric, mean_a, mean_b, difference, a.steps, b.steps, p_holm=family.adjusted[method_a]
+    )
+    row.family, row.left_out, row.endpoint, row.level = sorted(family.adjusted), left_out, a.endpoint, family.level
     pairs = cells.seed_pairs(runs_a, runs_b)  # in the seed order of `a` and of the differences
     ordered, partners = [pair[0] for pair in pairs], [pair[1] for pair in pairs]
     steps_b = [b.steps[row] for row in b.rows([run.seed for run in ordered])]
