@@ -1,6 +1,7 @@
 """One Holm family, built by one function (`compare.holm_family`) for `compare A B` and the tables: the family is
 every method of the study and model compared with the reference in one benchmark × metric column, each set of runs
-once; its adjusted p's are Holm's step-down p's of the members' seed-level p's, and its level is α / m."""
+once; its adjusted p's are Holm's step-down p's of the members' seed-level p's, and its level is α / m. Each
+member's MDE and power are computed once, with its family, and printed as computed."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from helpers.sampled_runs import method_matrices, sampled_run
 
 from atr_grpo.reporting import stats
 from atr_grpo.reporting.analyses import compare, seeds
+from atr_grpo.reporting.render import writers
 from atr_grpo.reporting.runs import find_runs
 
 RESAMPLES = 200
@@ -68,3 +70,26 @@ def test_compare_and_the_seeds_table_adjust_over_the_same_family(runs):
         if (r["benchmark"], r["metric"]) == ("amc23", "mean@8") and r["method"] != "clip"
     }
     assert in_table == pytest.approx(p_compare)
+
+
+def test_each_comparison_s_mde_and_power_are_computed_once_and_printed_as_computed(runs, monkeypatch):
+    """`detectable` runs once per row, when the row's family is built; `compare`'s text and the seeds table print
+    the pair it gave, not a second computation."""
+    calls = []
+
+    def counted(*args):
+        calls.append(args)
+        return (1.234, 0.5678)
+
+    monkeypatch.setattr(compare, "detectable", counted)
+    resampling = stats.Resampling(RESAMPLES)
+    rows = compare.compare_methods(runs, "atr", "clip", resampling, metrics=["mean@8"])
+    text = compare.format_rows(rows, "atr", "clip", resampling)
+    assert len(calls) == len(rows) == 4  # 3 benchmarks and their average
+    assert text.count("| 1.23 | 0.57 |") == len(rows)
+    calls.clear()
+    table = seeds.seeds_table(runs, resampling, ALPHA)
+    compared = [r for r in table.rows if "difference" in r]
+    markdown = writers.to_markdown(table)
+    assert len(calls) == len(compared) == 3 * 4 * 2  # atr, kl1, sapo × 4 columns × mean@8, pass@8
+    assert markdown.count("| 1.23 | 0.57 |") == len(compared)

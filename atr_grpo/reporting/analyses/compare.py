@@ -53,6 +53,7 @@ class Row:
     planned: Any = None  # a planned.PlannedResult when the experiment's analysis plan tests this comparison
     warnings: list[str] = field(default_factory=list)  # what the comparison cannot show (`no_effect`)
     evaluation_sd: float = float("nan")  # a seed's difference from the draws alone, in points (`eval_noise`)
+    detectable: tuple[float, float] = (math.nan, math.nan)  # (MDE, observed power) at `level` (`detectable`)
 
 
 def _names(runs: list[Run], attribute: str) -> str:
@@ -214,6 +215,8 @@ def _compare_cell(
         experiment, model, key, metric, mean_a, mean_b, difference, a.steps, b.steps, p_holm=family.adjusted[method_a]
     )
     row.family, row.left_out, row.endpoint, row.level = sorted(family.adjusted), left_out, a.endpoint, family.level
+    significant = stats.significant(row.p_holm, 1 - resampling.confidence)
+    row.detectable = detectable(difference, family.level, significant)
     pairs = cells.seed_pairs(runs_a, runs_b)  # in the seed order of `a` and of the differences
     ordered, partners = [pair[0] for pair in pairs], [pair[1] for pair in pairs]
     steps_b = [b.steps[row] for row in b.rows([run.seed for run in ordered])]
@@ -266,7 +269,7 @@ def _seed_table(block: list[Row], method_a: str, method_b: str, resampling: stat
         "|---|---|---:|---:|---:|---|---|---:|---:|---:|:-:|---:|---:|---:|",
     ]
     for r in block:
-        cells_ = seed_level_cells(r.difference, r.p_holm, alpha, r.level)
+        cells_ = seed_level_cells(r.difference, r.p_holm, alpha, r.detectable)
         lines.append(f"| {r.benchmark} | {r.metric} | {r.mean_a:.2f} | {r.mean_b:.2f} | {' | '.join(cells_)} |")
     return lines
 
@@ -383,14 +386,13 @@ def detectable(d: cells.Difference, level: float, significant: bool) -> tuple[fl
     return mde, math.nan if significant else stats.paired_t_power(d.difference, d.sd, n_seeds, level)
 
 
-def seed_level_cells(d: cells.Difference, p_holm: float, alpha: float, level: float) -> list[str]:
-    """The seed-level columns of a comparison as text, shared by `compare` and the `seeds` table; `level` is the
-    level its test uses (`detectable`)."""
+def seed_level_cells(d: cells.Difference, p_holm: float, alpha: float, mde_and_power: tuple[float, float]) -> list[str]:
+    """The seed-level columns of a comparison as text, shared by `compare` and the `seeds` table; `mde_and_power`
+    is what `detectable` gave when the comparison's family was built, printed here and not computed again."""
     floor = None if d.p_exact else d.p_floor
-    significant = stats.significant(p_holm, alpha)
-    mark = "†" if significant else ""
+    mark = "†" if stats.significant(p_holm, alpha) else ""
     interval = "–" if d.ci_low != d.ci_low else f"[{d.ci_low:+.2f}, {d.ci_high:+.2f}]"
-    mde_value, power_value = detectable(d, level, significant)
+    mde_value, power_value = mde_and_power
     mde = "–" if mde_value != mde_value else f"{mde_value:.2f}"
     power = "–" if power_value != power_value else f"{power_value:.2f}"
     return [

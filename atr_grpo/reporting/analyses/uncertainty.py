@@ -48,8 +48,9 @@ def add_uncertainty(
     missing: list[str],
 ) -> list[str]:
     """Add each row's interval and its seed-level comparison with BASELINE (`cells.compare`, the Difference kept
-    in row["difference"]; Holm within each model × benchmark × metric column, as `compare M clip`); cells whose
-    per-sample files are missing or disagree with the summaries get nan, and the reason goes to `missing`.
+    in row["difference"]; Holm within each model × benchmark × metric column, as `compare M clip`; the unrounded
+    (MDE, power) in row["detectable"], which the seeds table prints); cells whose per-sample files are missing or
+    disagree with the summaries get nan, and the reason goes to `missing`.
     Returns the notes that state the methods."""
     get = _memoised(scores_of)
     reasons: set[str] = set()
@@ -143,11 +144,10 @@ def _add_holm(families: dict[tuple[str, str, str], list[dict[str, Any]]], alpha:
     for rows in families.values():
         family = compare.holm_family(((r["runs_identity"], r["p_seeds_vs_clip"]) for r in rows), alpha)
         for row in rows:
-            row["p_holm_vs_clip"], row["test_level"] = family.adjusted[row.pop("runs_identity")], family.level
-            mde, power = compare.detectable(
-                row["difference"], family.level, stats.significant(row["p_holm_vs_clip"], alpha)
-            )
-            row["mde_vs_clip"], row["power_vs_clip"] = two_decimals(mde), power
+            row["p_holm_vs_clip"] = family.adjusted[row.pop("runs_identity")]
+            significant = stats.significant(row["p_holm_vs_clip"], alpha)
+            row["detectable"] = compare.detectable(row["difference"], family.level, significant)
+            row["mde_vs_clip"], row["power_vs_clip"] = two_decimals(row["detectable"][0]), row["detectable"][1]
 
 
 def uncertainty_notes(value: str, resampling: stats.Resampling, alpha: float, seed_counts: list[int]) -> list[str]:

@@ -152,7 +152,7 @@ def _seeds_display(table: Table) -> tuple[list[str], list[list[str]]]:
             f"[{diff.improvement_low:.2f}, {diff.improvement_high:.2f}]",
             stats.format_p(diff.p_problems, diff.p_problems_floor),
         ]
-        body.append(lead + compare.seed_level_cells(diff, r["p_holm_vs_clip"], table.alpha, r["test_level"]) + robust)
+        body.append(lead + compare.seed_level_cells(diff, r["p_holm_vs_clip"], table.alpha, r["detectable"]) + robust)
     return header, body
 
 
