@@ -10,7 +10,7 @@ from helpers.sampled_runs import method_matrices, sampled_run
 
 from atr_grpo.reporting import stats
 from atr_grpo.reporting.analyses import compare, seeds
-from atr_grpo.reporting.render import writers
+from atr_grpo.reporting.render import compare_text, writers
 from atr_grpo.reporting.runs import find_runs
 
 RESAMPLES = 200
@@ -84,7 +84,7 @@ def test_each_comparison_s_mde_and_power_are_computed_once_and_printed_as_comput
     monkeypatch.setattr(compare, "detectable", counted)
     resampling = stats.Resampling(RESAMPLES)
     rows = compare.compare_methods(runs, "atr", "clip", resampling, metrics=["mean@8"])
-    text = compare.format_rows(rows, "atr", "clip", resampling)
+    text = compare_text.format_rows(rows, "atr", "clip", resampling)
     assert len(calls) == len(rows) == 4  # 3 benchmarks and their average
     assert text.count("| 1.23 | 0.57 |") == len(rows)
     calls.clear()
