@@ -21,10 +21,8 @@ and named in a note, since they are part of what is compared.
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -33,14 +31,6 @@ from atr_grpo.reporting import stats
 from atr_grpo.reporting.metric import EXPECTED, Metric, defaults
 from atr_grpo.reporting.runs import AVERAGE, MissingSamples, Run
 from atr_grpo.rundir import layout
-
-# summary fields that say how the samples were made and graded: a difference is named in a note
-SETTINGS = ("n", "temperature", "top_p", "top_k", "max_tokens", "seed", "prompt_hash", "enable_thinking", "grader")
-SAYS_WHAT = (
-    "this model vs that model on these problems: a paired test over the problems both evaluated, each problem's "
-    "score matched by id. It is not a claim about training methods: one run per side measures no spread over "
-    "training seeds (`results compare A B` tests methods over seeds)."
-)
 
 
 class EvalCompareError(ValueError):
@@ -162,85 +152,3 @@ def compare_folders(
             rows.append(_row(AVERAGE, metric, list(pairs.values()), resampling))
     adjusted = stats.holm([row.p_value for row in rows])
     return [EvalRow(**{**row.__dict__, "p_holm": p}) for row, p in zip(rows, adjusted)]
-
-
-def setting_notes(a: Side, b: Side) -> list[str]:
-    """A note per sampling or grading setting in which the two evaluations differ."""
-    notes = []
-    for (step_a, name), row_a in sorted(a.run.summary.items()):
-        row_b = b.run.summary.get((b.step, name))
-        if step_a != a.step or row_b is None:
-            continue
-        for setting in SETTINGS:
-            if row_a.get(setting) != row_b.get(setting):
-                notes.append(f"note: {name}: {setting} differs (A {row_a.get(setting)!r}, B {row_b.get(setting)!r})")
-    return notes
-
-
-def describe(side: Side) -> str:
-    first: dict[str, Any] = next(row for (step, _), row in side.run.summary.items() if step == side.step)
-    model = first.get("model", side.run.model)
-    adapter = first.get("adapter") or "no adapter"
-    return f"{side.label}: {side.run.path} (step {side.step}; model {model}, {adapter})"
-
-
-def format_rows(a: Side, b: Side, rows: list[EvalRow], resampling: stats.Resampling) -> str:
-    level = f"{100 * resampling.confidence:g}%"
-    lines = [
-        describe(a),
-        describe(b),
-        "",
-        SAYS_WHAT,
-        "",
-        f"| benchmark | metric | problems | A | B | A − B | {level} CI (problems) | p (sign flip, problems) "
-        "| p (Holm) |",
-        "|---|---|---:|---:|---:|---:|---|---:|---:|",
-    ]
-    floor = 1.0 / (resampling.resamples + 1)
-    for r in rows:
-        lines.append(
-            f"| {r.benchmark} | {r.metric} | {r.problems} | {r.mean_a:.2f} | {r.mean_b:.2f} | {r.difference:+.2f} | "
-            f"[{r.low:+.2f}, {r.high:+.2f}] | {stats.format_p(r.p_value, floor)} | {stats.format_p(r.p_holm, floor)} |"
-        )
-    lines += [
-        "",
-        f"Scores in percent. Interval: {resampling.describe()}. p: two-sided sign-flip test of the per-problem "
-        f"differences, {resampling.resamples:,} random sign patterns; Holm over the rows above.",
-    ]
-    return "\n".join(lines) + "\n"
-
-
-def main(argv: list[str]) -> int:
-    """The command line; 2 with the reason on stderr when the comparison is refused."""
-    import sys
-
-    parser = argparse.ArgumentParser(
-        prog="python -m atr_grpo.results compare --eval",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--eval", nargs=2, type=Path, required=True, metavar=("DIR_A", "DIR_B"), dest="folders")
-    parser.add_argument("--step-a", type=int, default=None, help="A's evaluation step (default: its last)")
-    parser.add_argument("--step-b", type=int, default=None, help="B's evaluation step (default: its last)")
-    parser.add_argument("--benchmark", default=None, help="comma-separated benchmarks (default: every one of A's)")
-    parser.add_argument("--metric", default=None, help="comma-separated, e.g. mean@8,pass@8 (default mean@k,pass@k)")
-    parser.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples and sign flips (>= 100)")
-    parser.add_argument("--bootstrap-seed", type=int, default=0, help="seed of every resampling (default 0)")
-    parser.add_argument("--alpha", type=float, default=0.05, help="intervals are (1 − alpha) (default 0.05)")
-    opts = parser.parse_args(argv)
-    try:
-        resampling = stats.Resampling(opts.resamples, opts.bootstrap_seed, 1.0 - opts.alpha)
-    except ValueError as err:
-        parser.error(f"--resamples or --alpha: {err}")
-    split = lambda text: text.split(",") if text else None  # noqa: E731
-    try:
-        a = open_side("A", opts.folders[0], opts.step_a)
-        b = open_side("B", opts.folders[1], opts.step_b)
-        rows = compare_folders(a, b, resampling, split(opts.benchmark), split(opts.metric))
-    except EvalCompareError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    for line in setting_notes(a, b):
-        print(line, file=sys.stderr)
-    print(format_rows(a, b, rows, resampling), end="")
-    return 0

@@ -149,7 +149,8 @@ def _result(
 def apply_to_rows(
     rows: list[compare.Row], method_a: str, method_b: str, results: list[PlannedResult], plan: Plan
 ) -> None:
-    """Give each `compare A B` row that the plan tests the plan's family, adjusted p and level."""
+    """Give each `compare A B` row that the plan tests the plan's family, adjusted p and level, and the MDE and
+    power the plan's analysis found at that level."""
     family = [c.label for c in (plan.primary, *plan.secondary)]
     planned_cell = (plan.experiment, plan.metric, plan.benchmark, plan.endpoint)
     for row in rows:
@@ -158,6 +159,7 @@ def apply_to_rows(
         for result in results:
             if result.model == row.model and result.comparison == Comparison(method_a, method_b):
                 row.p_holm, row.family, row.level, row.planned = result.p_adjusted, family, result.level, result
+                row.detectable = (result.mde, result.power)
 
 
 def planned_lines(results: list[PlannedResult], plan: Plan, commit: str) -> list[str]:

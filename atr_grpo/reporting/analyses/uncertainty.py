@@ -48,8 +48,9 @@ def add_uncertainty(
     missing: list[str],
 ) -> list[str]:
     """Add each row's interval and its seed-level comparison with BASELINE (`cells.compare`, the Difference kept
-    in row["difference"]; Holm within each model × benchmark × metric column, as `compare M clip`); cells whose
-    per-sample files are missing or disagree with the summaries get nan, and the reason goes to `missing`.
+    in row["difference"]; Holm within each model × benchmark × metric column, as `compare M clip`; the unrounded
+    (MDE, power) in row["detectable"], which the seeds table prints); cells whose per-sample files are missing or
+    disagree with the summaries get nan, and the reason goes to `missing`.
     Returns the notes that state the methods."""
     get = _memoised(scores_of)
     reasons: set[str] = set()
@@ -137,17 +138,16 @@ def _add_comparison(
 
 
 def _add_holm(families: dict[tuple[str, str, str], list[dict[str, Any]]], alpha: float) -> None:
-    """`p_holm_vs_clip`: Holm's adjustment within each model × benchmark × metric column (a row that repeats
-    another's runs, clip-tuned, is one member, not two); then the MDE and the power to detect the observed
-    difference at the level that test uses, Holm's first step α / m (`compare.detectable`)."""
-    for family in families.values():
-        members = {r["runs_identity"]: r["p_seeds_vs_clip"] for r in family}
-        adjusted = dict(zip(members, stats.holm(list(members.values()))))
-        level = stats.holm_level(alpha, len(members))
-        for row in family:
-            row["p_holm_vs_clip"], row["test_level"] = adjusted[row.pop("runs_identity")], level
-            mde, power = compare.detectable(row["difference"], level, stats.significant(row["p_holm_vs_clip"], alpha))
-            row["mde_vs_clip"], row["power_vs_clip"] = two_decimals(mde), power
+    """`p_holm_vs_clip`: Holm's adjustment within each model × benchmark × metric column (`compare.holm_family`,
+    its members named by their runs); then the MDE and the power to detect the observed difference at the level
+    that test uses, Holm's first step α / m (`compare.detectable`)."""
+    for rows in families.values():
+        family = compare.holm_family(((r["runs_identity"], r["p_seeds_vs_clip"]) for r in rows), alpha)
+        for row in rows:
+            row["p_holm_vs_clip"] = family.adjusted[row.pop("runs_identity")]
+            significant = stats.significant(row["p_holm_vs_clip"], alpha)
+            row["detectable"] = compare.detectable(row["difference"], family.level, significant)
+            row["mde_vs_clip"], row["power_vs_clip"] = two_decimals(row["detectable"][0]), row["detectable"][1]
 
 
 def uncertainty_notes(value: str, resampling: stats.Resampling, alpha: float, seed_counts: list[int]) -> list[str]:

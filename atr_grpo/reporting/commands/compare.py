@@ -1,22 +1,22 @@
 """`python -m atr_grpo.results compare A B`: method A − method B over the runs under --runs; with --eval, two
-evaluation folders instead (`analyses/eval_compare.py`)."""
+evaluation folders instead (`analyses/eval_compare.py`). The text is `render/compare_text.py`'s."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
-from atr_grpo.reporting import cells, plan
+from atr_grpo.reporting import cells, plan, stats
 from atr_grpo.reporting.analyses import compare, planned
 from atr_grpo.reporting.commands import options
+from atr_grpo.reporting.render import compare_text
 from atr_grpo.reporting.selection import of_experiment, read_runs, start_points_agree
 
 
 def main(argv: list[str]) -> int:
     if "--eval" in argv:
-        from atr_grpo.reporting.analyses import eval_compare  # two evaluation folders
-
-        return eval_compare.main(argv)
+        return eval_main(argv)
     parser = argparse.ArgumentParser(prog="python -m atr_grpo.results compare", description=compare.__doc__)
     add_arguments(parser)
     return run(parser.parse_args(argv), parser)
@@ -65,7 +65,42 @@ def run(opts: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         planned.apply_to_rows(rows, *opts.methods, analysis, the_plan)
     for line in dict.fromkeys(w for row in rows for w in row.warnings):
         print(f"warning: {line}", file=sys.stderr)
-    print(compare.format_rows(rows, *opts.methods, resampling), end="")
+    print(compare_text.format_rows(rows, *opts.methods, resampling), end="")
     if found is not None:
         print("\n".join(["", *planned.planned_lines(analysis, the_plan, commit.commit)]))
+    return 0
+
+
+def eval_main(argv: list[str]) -> int:
+    """`compare --eval DIR_A DIR_B`; 2 with the reason on stderr when the comparison is refused."""
+    from atr_grpo.reporting.analyses import eval_compare  # two evaluation folders
+
+    parser = argparse.ArgumentParser(
+        prog="python -m atr_grpo.results compare --eval",
+        description=eval_compare.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--eval", nargs=2, type=Path, required=True, metavar=("DIR_A", "DIR_B"), dest="folders")
+    parser.add_argument("--step-a", type=int, default=None, help="A's evaluation step (default: its last)")
+    parser.add_argument("--step-b", type=int, default=None, help="B's evaluation step (default: its last)")
+    parser.add_argument("--benchmark", default=None, help="comma-separated benchmarks (default: every one of A's)")
+    parser.add_argument("--metric", default=None, help="comma-separated, e.g. mean@8,pass@8 (default mean@k,pass@k)")
+    parser.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples and sign flips (>= 100)")
+    parser.add_argument("--bootstrap-seed", type=int, default=0, help="seed of every resampling (default 0)")
+    parser.add_argument("--alpha", type=float, default=0.05, help="intervals are (1 − alpha) (default 0.05)")
+    opts = parser.parse_args(argv)
+    try:
+        resampling = stats.Resampling(opts.resamples, opts.bootstrap_seed, 1.0 - opts.alpha)
+    except ValueError as err:
+        parser.error(f"--resamples or --alpha: {err}")
+    try:
+        a = eval_compare.open_side("A", opts.folders[0], opts.step_a)
+        b = eval_compare.open_side("B", opts.folders[1], opts.step_b)
+        rows = eval_compare.compare_folders(a, b, resampling, options.split(opts.benchmark), options.split(opts.metric))
+    except eval_compare.EvalCompareError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    for line in compare_text.setting_notes(a, b):
+        print(line, file=sys.stderr)
+    print(compare_text.format_eval_rows(a, b, rows, resampling), end="")
     return 0

@@ -16,8 +16,8 @@ from typing import Any
 
 from atr_grpo import rundir
 from atr_grpo.reporting import cells, stats
-from atr_grpo.reporting.analyses import compare
 from atr_grpo.reporting.analyses.tables import BASE, PAPER_DIR, Table, column_name, column_order
+from atr_grpo.reporting.render import compare_text
 from atr_grpo.reporting.runs import AVERAGE
 from atr_grpo.rundir import layout
 
@@ -152,7 +152,8 @@ def _seeds_display(table: Table) -> tuple[list[str], list[list[str]]]:
             f"[{diff.improvement_low:.2f}, {diff.improvement_high:.2f}]",
             stats.format_p(diff.p_problems, diff.p_problems_floor),
         ]
-        body.append(lead + compare.seed_level_cells(diff, r["p_holm_vs_clip"], table.alpha, r["test_level"]) + robust)
+        seed_level = compare_text.seed_level_cells(diff, r["p_holm_vs_clip"], table.alpha, r["detectable"])
+        body.append(lead + seed_level + robust)
     return header, body
 
 

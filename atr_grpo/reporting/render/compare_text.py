@@ -1,0 +1,236 @@
+"""`compare`'s text: the Markdown of `compare A B` (the seed-level and robust tables, the notes of each study
+and model, how the numbers were computed) and of `compare --eval` (the two folders, their table, the settings in
+which they differ). The numbers come from `analyses/compare.py` and `analyses/eval_compare.py`; here they are
+only written."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from atr_grpo.reporting import cells, stats
+from atr_grpo.reporting.analyses.compare import SEED_TEST, Row, seed_design_note
+from atr_grpo.reporting.analyses.eval_compare import EvalRow, Side
+
+
+def format_rows(rows: list[Row], method_a: str, method_b: str, resampling: stats.Resampling) -> str:
+    """Markdown: two tables per (experiment, model), the seed-level test and the robust summaries, then how the
+    numbers were computed."""
+    lines = []
+    for experiment, model in dict.fromkeys((r.experiment, r.model) for r in rows):
+        block = [r for r in rows if (r.experiment, r.model) == (experiment, model)]
+        lines += _seed_table(block, method_a, method_b, resampling)
+        lines += _warning_lines(block)
+        lines += _robust_table(block, method_a, method_b, resampling)
+        lines += _block_notes(block, method_a, method_b, resampling)
+    lines += _method_notes(rows, resampling)
+    return "\n".join(lines) + "\n"
+
+
+def _seed_table(block: list[Row], method_a: str, method_b: str, resampling: stats.Resampling) -> list[str]:
+    """One (experiment, model)'s heading and its seed-level table."""
+    level, alpha = f"{100 * resampling.confidence:g}%", 1 - resampling.confidence
+    experiment, model = block[0].experiment, block[0].model
+    seeds = ", ".join(map(str, block[0].difference.seeds))
+    steps = sorted({s for r in block for read in r.steps_a + r.steps_b for s in read})
+    auc = block[0].endpoint == "auc"
+    lines = [
+        f"## {method_a} − {method_b}: {experiment}, {model} (seeds {seeds}; "
+        f"{'AUC: each run’s mean over its evaluation steps' if auc else 'evaluation steps'} "
+        f"{', '.join(map(str, steps))})",
+        "",
+        f"| benchmark | metric | {method_a} | {method_b} | difference | per seed | {level} CI (t, seeds) "
+        "| p (seeds) | smallest p | p (Holm) | † | p (paired t) | MDE (80%) | power (observed) |",
+        "|---|---|---:|---:|---:|---|---|---:|---:|---:|:-:|---:|---:|---:|",
+    ]
+    for r in block:
+        cells_ = seed_level_cells(r.difference, r.p_holm, alpha, r.detectable)
+        lines.append(f"| {r.benchmark} | {r.metric} | {r.mean_a:.2f} | {r.mean_b:.2f} | {' | '.join(cells_)} |")
+    return lines
+
+
+def _warning_lines(block: list[Row]) -> list[str]:
+    """Under a block's seed table: what its comparison cannot show (identical runs, a rule that never acted)."""
+    return [""] + [f"**warning: {line}**" for line in block[0].warnings] if block[0].warnings else []
+
+
+def _robust_table(block: list[Row], method_a: str, method_b: str, resampling: stats.Resampling) -> list[str]:
+    """One (experiment, model)'s robust summaries: IQMs, P(A > B), the problem-level test."""
+    level = f"{100 * resampling.confidence:g}%"
+    lines = [
+        "",
+        f"| benchmark | metric | IQM {method_a} | IQM {method_b} | P({method_a} > {method_b}) "
+        f"| {level} CI | p (problems; these runs only) | problems |",
+        "|---|---|---:|---:|---:|---|---:|---:|",
+    ]
+    for r in block:
+        d = r.difference
+        lines.append(
+            f"| {r.benchmark} | {r.metric} | {d.iqm_a:.2f} | {d.iqm_b:.2f} | {d.improvement:.2f} "
+            f"| [{d.improvement_low:.2f}, {d.improvement_high:.2f}] "
+            f"| {stats.format_p(d.p_problems, d.p_problems_floor)} | {d.problems} |"
+        )
+    return lines
+
+
+def _block_notes(block: list[Row], method_a: str, method_b: str, resampling: stats.Resampling) -> list[str]:
+    """Under one (experiment, model)'s tables: steps that differ, the Holm family and who is left out, the seeds."""
+    alpha = 1 - resampling.confidence
+    lines = []
+    if any(r.steps_a != r.steps_b for r in block):
+        lines.append(
+            f"\nsteps differ between the paired runs: {method_a} {_reads(block[0].steps_a)}, {method_b} "
+            f"{_reads(block[0].steps_b)}"
+        )
+    family = sorted({m for r in block if r.planned is None for m in r.family})  # planned rows: the plan's, below
+    lines.append("")
+    if family:
+        lines.append(
+            f"Holm family: {len(family)} method(s) compared with {method_b} in each benchmark × metric column"
+            f"{' the analysis plan does not name' if any(r.planned for r in block) else ''}: {', '.join(family)}."
+        )
+    left_out = sorted({m for r in block for m in r.left_out})
+    if left_out:
+        lines.append(f"Left out of the family (cannot be paired with {method_b}): {'; '.join(left_out)}.")
+    for r in block:
+        if r.planned is not None:
+            lines.append(
+                f"{r.benchmark} {r.metric}: the analysis plan's {r.planned.role} comparison. Its family is the "
+                f"plan's ({', '.join(r.family)}; serial gatekeeping), its p (Holm) the gatekept p, its MDE, power "
+                f"and TOST at level {r.level:.3g}: {r.planned.describe()}."
+            )
+    for r in block:
+        if not math.isnan(r.evaluation_sd):
+            half = r.evaluation_sd < r.difference.sd / 2
+            lines.append(
+                f"{r.benchmark} {r.metric}: evaluation noise of a seed's difference {r.evaluation_sd:.2f} points (the "
+                f"draws alone, from the paired samples' spread), seed SD of the differences "
+                f"{r.difference.sd:.2f}: {'below' if half else 'not below'} half of it."
+            )
+    lines.append(f"Seeds: {seed_design_note([len(r.difference.seeds) for r in block], resampling, alpha)}.")
+    lines.append("")
+    return lines
+
+
+def _method_notes(rows: list[Row], resampling: stats.Resampling) -> list[str]:
+    """How the numbers were computed (and what AUC means, when a row is one)."""
+    alpha = 1 - resampling.confidence
+    lines = []
+    if any(r.endpoint == "auc" for r in rows):
+        lines += [
+            "AUC: a run's value is the mean of its evaluations after step 0 (each problem's score averaged over "
+            "those steps, then over the problems), the `auc` of the endpoints table; step 0 is left out because "
+            "it is the same adapter for every method of a seed.",
+            "",
+        ]
+    lines += [
+        f"Values in points (percent). The run is the unit: each seed pair gives one difference (per seed). "
+        f"p (seeds): two-sided exact sign-flip test over the seed pairs ({SEED_TEST}); smallest p: the "
+        f"smallest p that number of seeds can give. p (Holm): adjusted over the Holm family above (the same "
+        f"family as the tables' † when B is clip). † = p (Holm) < {alpha:g}. CI and p (paired t): t-interval "
+        f"and paired t-test over the seed differences (df = seeds − 1). MDE: the true difference a two-sided "
+        f"paired t-test detects with 80% power given this comparison's own SD of the per-seed differences, "
+        f"(t_{{1−a/2}} + t_{{0.8}})·SD/√S, at the level a its test uses: Holm's first step {alpha:g} / m in a "
+        f"family of m (the plan's level for a planned comparison). power (observed): beside a difference without "
+        f"†, the power of that test to detect the observed difference (noncentral t). Without † no difference is "
+        f"shown, and equality only by an equivalence test with a margin fixed in the experiment's analysis plan: "
+        f"otherwise 'not established'. IQM: rliable's interquartile mean of the runs' "
+        f"values. P(A > B): rliable's probability of improvement over every pair of an A run and a B run "
+        f"(½ for ties), averaged over the benchmarks; interval: {resampling.resamples:,} bootstrap "
+        f"resamples of the runs of each method. p (problems): sign-flip test over problems (each problem's "
+        f"difference averaged over the seeds, {resampling.resamples:,} flips): whether these runs differ "
+        f"beyond evaluation noise, not whether the methods do; '< x' means no flip was as extreme."
+    ]
+    return lines
+
+
+def _reads(steps: list[tuple[int, ...]]) -> str:
+    """The steps read for each run, in seed order: `128` for one evaluation, `32+64+96+128` for an AUC."""
+    return "[" + ", ".join("+".join(map(str, read)) for read in steps) + "]"
+
+
+def seed_level_cells(d: cells.Difference, p_holm: float, alpha: float, mde_and_power: tuple[float, float]) -> list[str]:
+    """The seed-level columns of a comparison as text, shared by `compare` and the `seeds` table; `mde_and_power`
+    is what `detectable` gave when the comparison's family was built, printed here and not computed again."""
+    floor = None if d.p_exact else d.p_floor
+    mark = "†" if stats.significant(p_holm, alpha) else ""
+    interval = "–" if d.ci_low != d.ci_low else f"[{d.ci_low:+.2f}, {d.ci_high:+.2f}]"
+    mde_value, power_value = mde_and_power
+    mde = "–" if mde_value != mde_value else f"{mde_value:.2f}"
+    power = "–" if power_value != power_value else f"{power_value:.2f}"
+    return [
+        f"{d.difference:+.2f}",
+        ", ".join(f"{x:+.2f}" for x in d.per_seed),
+        interval,
+        stats.format_p(d.p_value, floor),
+        stats.format_p(d.p_floor, floor),
+        stats.format_p(p_holm),
+        mark,
+        stats.format_p(d.p_t),
+        mde,
+        power,
+    ]
+
+
+# ------------------------------------------------------------------------------------------ compare --eval
+# summary fields that say how the samples were made and graded: a difference is named in a note
+SETTINGS = ("n", "temperature", "top_p", "top_k", "max_tokens", "seed", "prompt_hash", "enable_thinking", "grader")
+
+
+class EvalCompareError(ValueError):
+    pass
+
+
+SAYS_WHAT = (
+    "this model vs that model on these problems: a paired test over the problems both evaluated, each problem's "
+    "score matched by id. It is not a claim about training methods: one run per side measures no spread over "
+    "training seeds (`results compare A B` tests methods over seeds)."
+)
+
+
+def describe(side: Side) -> str:
+    """One folder of `compare --eval`: its path, step, model and adapter."""
+    first: dict[str, Any] = next(row for (step, _), row in side.run.summary.items() if step == side.step)
+    model = first.get("model", side.run.model)
+    adapter = first.get("adapter") or "no adapter"
+    return f"{side.label}: {side.run.path} (step {side.step}; model {model}, {adapter})"
+
+
+def format_eval_rows(a: Side, b: Side, rows: list[EvalRow], resampling: stats.Resampling) -> str:
+    """Markdown: the two folders, what the comparison says, A − B per benchmark and metric, how it was computed."""
+    level = f"{100 * resampling.confidence:g}%"
+    lines = [
+        describe(a),
+        describe(b),
+        "",
+        SAYS_WHAT,
+        "",
+        f"| benchmark | metric | problems | A | B | A − B | {level} CI (problems) | p (sign flip, problems) "
+        "| p (Holm) |",
+        "|---|---|---:|---:|---:|---:|---|---:|---:|",
+    ]
+    floor = 1.0 / (resampling.resamples + 1)
+    for r in rows:
+        lines.append(
+            f"| {r.benchmark} | {r.metric} | {r.problems} | {r.mean_a:.2f} | {r.mean_b:.2f} | {r.difference:+.2f} | "
+            f"[{r.low:+.2f}, {r.high:+.2f}] | {stats.format_p(r.p_value, floor)} | {stats.format_p(r.p_holm, floor)} |"
+        )
+    lines += [
+        "",
+        f"Scores in percent. Interval: {resampling.describe()}. p: two-sided sign-flip test of the per-problem "
+        f"differences, {resampling.resamples:,} random sign patterns; Holm over the rows above.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def setting_notes(a: Side, b: Side) -> list[str]:
+    """A note per sampling or grading setting in which the two evaluations differ."""
+    notes = []
+    for (step_a, name), row_a in sorted(a.run.summary.items()):
+        row_b = b.run.summary.get((b.step, name))
+        if step_a != a.step or row_b is None:
+            continue
+        for setting in SETTINGS:
+            if row_a.get(setting) != row_b.get(setting):
+                notes.append(f"note: {name}: {setting} differs (A {row_a.get(setting)!r}, B {row_b.get(setting)!r})")
+    return notes
