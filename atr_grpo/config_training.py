@@ -40,6 +40,10 @@ class TrainerConfig:
     temperature: float = 1.0  # Table 4
     top_p: float = 1.0  # Table 4
     top_k: int = -1  # Table 4; -1 = off
+    # top_p < 1 or top_k > 0 samples from a truncated π_old: every rule's ratio and the rollout correction then
+    # measure against another distribution than the one sampled (trl#6789). Refused unless this is true, which warns
+    # and logs the share of the engine's ratios outside the rule's box (rollout/ratio_outside_box_frac)
+    allow_truncated_sampling: bool = False
     max_steps: int = 1000  # §6.1
     beta: float = 0.0  # KL to the reference policy: none (App. B)
     kl_estimator: str = "k3"  # only used when beta > 0 (RPG paper's estimators)
@@ -76,6 +80,7 @@ class TrainerConfig:
         check(0 < self.temperature <= 10, "trainer.temperature", "in (0, 10]", self.temperature)
         check(0 < self.top_p <= 1, "trainer.top_p", "in (0, 1]", self.top_p)
         check(self.top_k == -1 or self.top_k > 0, "trainer.top_k", "-1 (off) or > 0", self.top_k)
+        check_truncated_sampling(self)
         require_positive("trainer.max_steps", self.max_steps)
         check(self.beta >= 0, "trainer.beta", ">= 0", self.beta)
         require_one_of("trainer.kl_estimator", self.kl_estimator, KL_ESTIMATORS)
@@ -112,6 +117,49 @@ class TrainerConfig:
                 self.overlong_buffer,
             )
         require_positive("trainer.overlong_penalty", self.overlong_penalty)
+
+
+def truncated_sampling(trainer: TrainerConfig) -> str | None:
+    """The setting that truncates the training sampler (`trainer.top_p=0.9`), None when sampling is untruncated."""
+    if trainer.top_p < 1:
+        return f"trainer.top_p={trainer.top_p!r}"
+    if trainer.top_k > 0:
+        return f"trainer.top_k={trainer.top_k!r}"
+    return None
+
+
+def check_truncated_sampling(trainer: TrainerConfig) -> None:
+    """Truncated sampling (top-p < 1, top-k > 0) draws each token from the kept part of π_old, renormalised, while
+    the trainer computes π_old over the whole vocabulary: the ratio every rule clips and the rollout correction's
+    r = π_old/π_rollout carry the kept mass, which is no policy change (with top_p 0.8, 51.8 % of the tokens' r fell
+    outside [0.9, 1.1], against 4.3 % once renormalised: TRL PR #7269). Every rule of the registry takes that ratio,
+    so the check needs no rule. Refused unless `trainer.allow_truncated_sampling=true`; evaluation sampling
+    (eval.top_p) is not concerned."""
+    setting = truncated_sampling(trainer)
+    if trainer.allow_truncated_sampling:  # the flag would be accepted and never read
+        check(setting is not None, "trainer.allow_truncated_sampling", "false with untruncated sampling", True)
+        return
+    why = (
+        "truncated sampling draws from a renormalised part of π_old, so the rule's ratio π_θ/π_old and the rollout "
+        "correction measure against a distribution that was not sampled; trainer.allow_truncated_sampling=true "
+        "trains so anyway, with a warning and the share of ratios outside the rule's box logged"
+    )
+    check(trainer.top_p == 1, "trainer.top_p", f"1.0 for training ({why})", trainer.top_p)
+    check(trainer.top_k == -1, "trainer.top_k", f"-1 for training (off; {why})", trainer.top_k)
+
+
+def check_truncated_sampling_engine(trainer: TrainerConfig, engine: str) -> None:
+    """Truncated sampling, when allowed, logs the engine's ratios against the rule's box: transformers' generate
+    returns no log-probs of the sampled tokens to measure them with."""
+    setting = truncated_sampling(trainer)
+    check(
+        setting is None or engine != "hf",
+        "trainer.allow_truncated_sampling",
+        f"false with rollout.engine='hf' (the share of ratios outside the rule's box that {setting} needs logged "
+        "comes from the rollout engine's log-probs, which transformers' generate does not return; set "
+        "rollout.engine=vllm)",
+        trainer.allow_truncated_sampling,
+    )
 
 
 @dataclass

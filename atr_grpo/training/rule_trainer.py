@@ -32,7 +32,7 @@ from atr_grpo.rundir import layout
 from atr_grpo.training import checkpoints
 from atr_grpo.training.delta_control import DeltaControl
 from atr_grpo.training.extras import TrainerBatch, keeps_old_weights, trainer_extras
-from atr_grpo.training.step_stats import StepStats, rollout_mismatch
+from atr_grpo.training.step_stats import StepStats, ratio_outside_box, rollout_mismatch
 from atr_grpo.training.truncated import TruncationMixin
 from atr_grpo.training.vocab_kl import adapter_snapshot
 from atr_grpo.truncation import Truncation
@@ -276,6 +276,7 @@ class RuleTrainerMixin(TruncationMixin, _Host):
             metrics["kl_ref"] = float(torch.where(valid, result.kl_ref, 0.0).sum() / max(count, 1))
         if sampling_logp is not None:  # π_old's log-probs from the trainer vs the rollout engine's
             metrics.update(rollout_mismatch(sampling_logp, result.batch.old_logp, valid))
+            metrics.update(ratio_outside_box(self.rule, sampling_logp, result.batch.old_logp, valid))
             metrics.update(self.loss_settings.correction.metrics(result.batch.old_logp, sampling_logp, valid))
         self._step_stats.add(metrics, count)
 

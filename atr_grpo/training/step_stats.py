@@ -95,3 +95,24 @@ def rollout_mismatch(sampling_logp: Tensor, trainer_logp: Tensor, mask: Tensor) 
         "rollout/logp_abs_diff_max": values[1],
         "rollout/ratio_out_of_band_frac": values[2],
     }
+
+
+def ratio_outside_box(rule: Any, sampling_logp: Tensor, trainer_logp: Tensor, mask: Tensor) -> dict[str, float]:
+    """The share of valid tokens whose r = π_old/π_rollout lies outside the rule's box, as
+    `rollout/ratio_outside_box_frac`: the box of w the rule clips (`ratio_bounds`, or per token `old_prob_bounds`
+    at π_old(y_t)); empty for a rule with neither. Under truncated sampling r carries the kept mass: this is how
+    much of the batch the rule would see outside its trust region before any update (tokens the engine gave no
+    log-prob count as r = 1)."""
+    with torch.no_grad():
+        old = trainer_logp.detach().double()
+        bounds = rule.ratio_bounds()
+        if bounds is None:
+            bounds = rule.old_prob_bounds(old.exp())
+        if bounds is None:
+            return {}
+        low, high = bounds
+        valid = mask.bool()
+        ratio = torch.exp(torch.nan_to_num(old - sampling_logp.double(), nan=0.0))
+        outside = valid & ((ratio < low) | (ratio > high))
+        share = float(outside.sum() / valid.sum().clamp(min=1))
+    return {"rollout/ratio_outside_box_frac": share}
