@@ -13,7 +13,7 @@ from atr_grpo.benchmarks import BENCHMARKS
 from atr_grpo.config_checks import check, check_vllm_temperature, require_exists, require_one_of, require_positive
 from atr_grpo.errors import ConfigError
 from atr_grpo.losses import AGGREGATION_CHOICES, KL_ESTIMATORS
-from atr_grpo.rollout_correction import RolloutCorrection, correction_problem
+from atr_grpo.rollout_correction import RolloutCorrection, correction_problem, rejection_problem
 from atr_grpo.truncation import DAPO_PENALTY, TRUNCATION_SETTINGS
 
 
@@ -206,6 +206,10 @@ class RolloutConfig:
     correction_level: str = "token"  # token | sequence
     correction_min: float | None = None  # C_min: none in verl's TIS, TRL's default
     correction_max: float | None = 2.0  # C_max: verl's rollout_is_threshold default (TRL's: 3.0)
+    # verl's sequence rejection (rollout_rs): a sequence whose divergence from the rollout policy exceeds
+    # rejection_threshold leaves the loss: none | seq_max_k2 | seq_max_k3 | seq_mean_k3; combines with correction
+    rejection: str = "none"
+    rejection_threshold: float | None = None  # verl's rollout_rs_threshold (no default there either)
 
     def __post_init__(self) -> None:
         check(self.num_iterations >= 1, "rollout.num_iterations", ">= 1", self.num_iterations)
@@ -213,6 +217,8 @@ class RolloutConfig:
             require_positive("rollout.steps_per_generation", self.steps_per_generation)
         require_one_of("rollout.engine", self.engine, ("auto", "hf", "vllm"))
         problem = correction_problem(self.correction, self.correction_level, self.correction_min, self.correction_max)
+        if problem is None:
+            problem = rejection_problem(self.rejection, self.rejection_threshold)
         if problem is not None:
             raise ConfigError(f"invalid config: {problem}")
         if self.correction == "none":  # the correction's settings would be accepted and never read
@@ -226,10 +232,18 @@ class RolloutConfig:
                     getattr(self, key),
                 )
         check_correction_engine(self.correction, self.engine)
+        check_rejection_engine(self.rejection, self.engine)
         check_server_engine(self.vllm.mode, self.engine)
 
     def rollout_correction(self) -> RolloutCorrection:
-        return RolloutCorrection(self.correction, self.correction_level, self.correction_min, self.correction_max)
+        return RolloutCorrection(
+            self.correction,
+            self.correction_level,
+            self.correction_min,
+            self.correction_max,
+            self.rejection,
+            self.rejection_threshold,
+        )
 
 
 ROLLOUT_DEFAULTS = {f.name: f.default for f in dataclasses.fields(RolloutConfig)}
@@ -253,6 +267,17 @@ def check_correction_engine(correction: str, engine: str) -> None:
         "'none' with rollout.engine='hf' (only vLLM rollouts give the sampled tokens' log-probs to correct with; "
         "set rollout.engine=vllm)",
         correction,
+    )
+
+
+def check_rejection_engine(rejection: str, engine: str) -> None:
+    """A rollout rejection measures π_old against the engine's log-probs, which transformers' generate does not give."""
+    check(
+        rejection == "none" or engine != "hf",
+        "rollout.rejection",
+        "'none' with rollout.engine='hf' (only vLLM rollouts give the sampled tokens' log-probs to reject with; "
+        "set rollout.engine=vllm)",
+        rejection,
     )
 
 

@@ -144,7 +144,8 @@ def make_grpo_compute_loss(rule: ClipRule, settings: LossSettings, on_policy: bo
             empty = maskf.new_zeros(0)
             return result.loss, completion_length, mean_kl, empty, empty, coef_1, maskf
         gap = torch.nan_to_num((result.batch.old_logp - sampling_per_token_logps).abs(), nan=0.0) * maskf
-        weight = maskf if result.correction_weight is None else result.correction_weight.expand_as(maskf) * maskf
+        kept = result.batch.mask.to(torch.float32)  # a rollout rejection's rejected tokens weigh 0
+        weight = kept if result.correction_weight is None else result.correction_weight.expand_as(maskf) * kept
         return result.loss, completion_length, mean_kl, gap.detach(), weight.detach(), coef_1, maskf
 
     return grpo_compute_loss
