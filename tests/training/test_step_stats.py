@@ -58,14 +58,28 @@ def test_reduce_pools_sums_counts_and_extremes_across_processes():
 
 def test_reduction_kind_follows_the_key():
     assert [
-        reduction(k) for k in ("ratio/max", "rollout/logp_abs_diff_max", "ratio/min", "clip/frac", "kl/kl3_mean")
-    ] == [
-        "max",
-        "max",
-        "min",
-        "mean",
-        "mean",
-    ]
+        reduction(k)
+        for k in (
+            "ratio/max",
+            "rollout/logp_abs_diff_max",
+            "ratio/min",
+            "clip/frac",
+            "kl/kl3_mean",
+            "completions/finish_length",
+        )
+    ] == ["max", "max", "min", "mean", "mean", "sum"]
+
+
+def test_counts_are_summed_over_micro_batches_and_processes():
+    ranks = [StepStats(), StepStats()]
+    ranks[0].add({"completions/finish_length": 1, "completions/finish_stop": 7}, 8)
+    ranks[0].add({"completions/finish_length": 2, "completions/finish_stop": 6}, 8)
+    ranks[1].add({"completions/finish_length": 4, "completions/finish_stop": 4}, 8)
+    sent = {}
+    ranks[1].reduce(lambda tensor, op: sent.setdefault(op, tensor))
+    combine = {"sum": torch.add, "min": torch.minimum, "max": torch.maximum}
+    out = ranks[0].reduce(lambda tensor, op: combine[op](tensor, sent[op]))
+    assert out == {"completions/finish_length": 7, "completions/finish_stop": 17}
 
 
 def test_rollout_mismatch_of_known_log_probs():
