@@ -33,7 +33,8 @@ A rejected sequence leaves the completion mask, as verl's rejection leaves `resp
 loss, the rule's statistics or the KL term, and its tokens leave token_mean's normaliser (verl's batch_num_tokens);
 seq_mean and Dr.GRPO still count it among the sequences they divide by (verl's global_batch_size, the mini-batch's
 sequence count), so there it weighs 0. It composes with tis/mis as in verl: ρ is computed on the completion's
-tokens as before and multiplies the kept sequences' losses. An empty sequence is kept (its max and mean are 0).
+tokens as before and multiplies the kept sequences' losses. An empty sequence is kept (its max and mean are 0), and
+a token the engine gave no log-prob for has log r = 0 here too (verl's NaN would reject its sequence).
 The logged `rollout/rejected_frac` is the share of valid tokens in rejected sequences (verl's
 `rollout_rs_masked_fraction`).
 
