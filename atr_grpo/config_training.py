@@ -13,7 +13,7 @@ from atr_grpo.benchmarks import BENCHMARKS
 from atr_grpo.config_checks import check, check_vllm_temperature, require_exists, require_one_of, require_positive
 from atr_grpo.errors import ConfigError
 from atr_grpo.losses import AGGREGATION_CHOICES, KL_ESTIMATORS
-from atr_grpo.rollout_correction import RolloutCorrection, correction_problem
+from atr_grpo.rollout_correction import RolloutCorrection, correction_problem, rejection_problem
 from atr_grpo.truncation import DAPO_PENALTY, TRUNCATION_SETTINGS
 
 
@@ -40,6 +40,10 @@ class TrainerConfig:
     temperature: float = 1.0  # Table 4
     top_p: float = 1.0  # Table 4
     top_k: int = -1  # Table 4; -1 = off
+    # top_p < 1 or top_k > 0 samples from a truncated π_old: every rule's ratio and the rollout correction then
+    # measure against another distribution than the one sampled (trl#6789). Refused unless this is true, which warns
+    # and logs the share of the engine's ratios outside the rule's box (rollout/ratio_outside_box_frac)
+    allow_truncated_sampling: bool = False
     max_steps: int = 1000  # §6.1
     beta: float = 0.0  # KL to the reference policy: none (App. B)
     kl_estimator: str = "k3"  # only used when beta > 0 (RPG paper's estimators)
@@ -76,6 +80,7 @@ class TrainerConfig:
         check(0 < self.temperature <= 10, "trainer.temperature", "in (0, 10]", self.temperature)
         check(0 < self.top_p <= 1, "trainer.top_p", "in (0, 1]", self.top_p)
         check(self.top_k == -1 or self.top_k > 0, "trainer.top_k", "-1 (off) or > 0", self.top_k)
+        check_truncated_sampling(self)
         require_positive("trainer.max_steps", self.max_steps)
         check(self.beta >= 0, "trainer.beta", ">= 0", self.beta)
         require_one_of("trainer.kl_estimator", self.kl_estimator, KL_ESTIMATORS)
@@ -112,6 +117,49 @@ class TrainerConfig:
                 self.overlong_buffer,
             )
         require_positive("trainer.overlong_penalty", self.overlong_penalty)
+
+
+def truncated_sampling(trainer: TrainerConfig) -> str | None:
+    """The setting that truncates the training sampler (`trainer.top_p=0.9`), None when sampling is untruncated."""
+    if trainer.top_p < 1:
+        return f"trainer.top_p={trainer.top_p!r}"
+    if trainer.top_k > 0:
+        return f"trainer.top_k={trainer.top_k!r}"
+    return None
+
+
+def check_truncated_sampling(trainer: TrainerConfig) -> None:
+    """Truncated sampling (top-p < 1, top-k > 0) draws each token from the kept part of π_old, renormalised, while
+    the trainer computes π_old over the whole vocabulary: the ratio every rule clips and the rollout correction's
+    r = π_old/π_rollout carry the kept mass, which is no policy change (with top_p 0.8, 51.8 % of the tokens' r fell
+    outside [0.9, 1.1], against 4.3 % once renormalised: TRL PR #7269). Every rule of the registry takes that ratio,
+    so the check needs no rule. Refused unless `trainer.allow_truncated_sampling=true`; evaluation sampling
+    (eval.top_p) is not concerned."""
+    setting = truncated_sampling(trainer)
+    if trainer.allow_truncated_sampling:  # the flag would be accepted and never read
+        check(setting is not None, "trainer.allow_truncated_sampling", "false with untruncated sampling", True)
+        return
+    why = (
+        "truncated sampling draws from a renormalised part of π_old, so the rule's ratio π_θ/π_old and the rollout "
+        "correction measure against a distribution that was not sampled; trainer.allow_truncated_sampling=true "
+        "trains so anyway, with a warning and the share of ratios outside the rule's box logged"
+    )
+    check(trainer.top_p == 1, "trainer.top_p", f"1.0 for training ({why})", trainer.top_p)
+    check(trainer.top_k == -1, "trainer.top_k", f"-1 for training (off; {why})", trainer.top_k)
+
+
+def check_truncated_sampling_engine(trainer: TrainerConfig, engine: str) -> None:
+    """Truncated sampling, when allowed, logs the engine's ratios against the rule's box: transformers' generate
+    returns no log-probs of the sampled tokens to measure them with."""
+    setting = truncated_sampling(trainer)
+    check(
+        setting is None or engine != "hf",
+        "trainer.allow_truncated_sampling",
+        f"false with rollout.engine='hf' (the share of ratios outside the rule's box that {setting} needs logged "
+        "comes from the rollout engine's log-probs, which transformers' generate does not return; set "
+        "rollout.engine=vllm)",
+        trainer.allow_truncated_sampling,
+    )
 
 
 @dataclass
@@ -158,6 +206,10 @@ class RolloutConfig:
     correction_level: str = "token"  # token | sequence
     correction_min: float | None = None  # C_min: none in verl's TIS, TRL's default
     correction_max: float | None = 2.0  # C_max: verl's rollout_is_threshold default (TRL's: 3.0)
+    # verl's sequence rejection (rollout_rs): a sequence whose divergence from the rollout policy exceeds
+    # rejection_threshold leaves the loss: none | seq_max_k2 | seq_max_k3 | seq_mean_k3; combines with correction
+    rejection: str = "none"
+    rejection_threshold: float | None = None  # verl's rollout_rs_threshold (no default there either)
 
     def __post_init__(self) -> None:
         check(self.num_iterations >= 1, "rollout.num_iterations", ">= 1", self.num_iterations)
@@ -165,6 +217,8 @@ class RolloutConfig:
             require_positive("rollout.steps_per_generation", self.steps_per_generation)
         require_one_of("rollout.engine", self.engine, ("auto", "hf", "vllm"))
         problem = correction_problem(self.correction, self.correction_level, self.correction_min, self.correction_max)
+        if problem is None:
+            problem = rejection_problem(self.rejection, self.rejection_threshold)
         if problem is not None:
             raise ConfigError(f"invalid config: {problem}")
         if self.correction == "none":  # the correction's settings would be accepted and never read
@@ -178,10 +232,18 @@ class RolloutConfig:
                     getattr(self, key),
                 )
         check_correction_engine(self.correction, self.engine)
+        check_rejection_engine(self.rejection, self.engine)
         check_server_engine(self.vllm.mode, self.engine)
 
     def rollout_correction(self) -> RolloutCorrection:
-        return RolloutCorrection(self.correction, self.correction_level, self.correction_min, self.correction_max)
+        return RolloutCorrection(
+            self.correction,
+            self.correction_level,
+            self.correction_min,
+            self.correction_max,
+            self.rejection,
+            self.rejection_threshold,
+        )
 
 
 ROLLOUT_DEFAULTS = {f.name: f.default for f in dataclasses.fields(RolloutConfig)}
@@ -205,6 +267,17 @@ def check_correction_engine(correction: str, engine: str) -> None:
         "'none' with rollout.engine='hf' (only vLLM rollouts give the sampled tokens' log-probs to correct with; "
         "set rollout.engine=vllm)",
         correction,
+    )
+
+
+def check_rejection_engine(rejection: str, engine: str) -> None:
+    """A rollout rejection measures π_old against the engine's log-probs, which transformers' generate does not give."""
+    check(
+        rejection == "none" or engine != "hf",
+        "rollout.rejection",
+        "'none' with rollout.engine='hf' (only vLLM rollouts give the sampled tokens' log-probs to reject with; "
+        "set rollout.engine=vllm)",
+        rejection,
     )
 
 

@@ -2,8 +2,9 @@
 
 `grpo_loss` is the one composition both trainer paths call (TRL's `_compute_loss` and the function
 injected into Unsloth's compiled loss): rule → × rollout-correction weight → + β·KL → aggregation →
-÷ gradient-accumulation steps. A rule that owns the rollout correction gets the sampling log-ratio instead of
-the weight. It is
+÷ gradient-accumulation steps; a rollout rejection (`rollout.rejection`) first takes the rejected sequences out of
+the mask, so that everything after it, the aggregation's normaliser included, sees only the kept ones. A rule that
+owns the rollout correction gets the sampling log-ratio instead of the weight. It is
 pure tensor code (no `.item()`, no branching on tensor values), so it also runs under `torch.compile`.
 
 Aggregation is a separate axis from the clipping rule (the clipping rule is the unit of study; docs/framework.md):
@@ -149,6 +150,10 @@ class GRPOLoss(NamedTuple):
     terms: RuleTerms  # the rule's loss and frozen-token masks
     kl_ref: Tensor | None  # the per-token KL-to-reference estimate, when β > 0
     correction_weight: Tensor | None  # the rollout-correction weight ρ `[B, T]` or `[B, 1]`, when a correction is set
+    # with a rollout rejection: the completion's mask before it (`batch.mask` is what it kept) and π_old's log-probs
+    # on all of it (`batch.old_logp` is 0 on the rejected tokens); None without a rejection
+    completion_mask: Tensor | None = None
+    completion_old_logp: Tensor | None = None
 
     def metrics(self) -> dict[str, float]:
         """The rule's metrics (`clip/*`, `ratio/*`, `kl/kl3_mean`, ...) over valid tokens; one host sync."""
@@ -162,8 +167,8 @@ def owned_correction_input(
     ValueError when the engine's log-probs are missing, or when a correction of ours is also set."""
     if settings.correction.active:
         raise ValueError(
-            f"clipping rule {rule.name!r} applies the rollout correction itself; set rollout.correction=none "
-            f"(got {settings.correction.kind})"
+            f"clipping rule {rule.name!r} applies the rollout correction itself; set rollout.correction=none and "
+            f"rollout.rejection=none (got {settings.correction.kind}, {settings.correction.rejection})"
         )
     if sampling_logp is None:
         raise ValueError(
@@ -186,7 +191,7 @@ def grpo_loss(
     gradient_accumulation_steps: int | Tensor = 1,
     extras: dict[str, Any] | None = None,
 ) -> GRPOLoss:
-    """rule → × ρ (settings.correction) → + β·KL(π_θ ‖ π_ref) → aggregation → ÷ gradient-accumulation steps.
+    """rejection → rule → × ρ (settings.correction) → + β·KL(π_θ ‖ π_ref) → aggregation → ÷ accumulation steps.
 
     logp `[B, T]` carries the gradient; old_logp, ref_logp, sampling_logp `[B, T]` and advantages `[B]`/`[B, T]`
     do not; mask `[B, T]` marks the completion tokens that count. `sampling_logp` is the rollout engine's log-prob
@@ -195,18 +200,30 @@ def grpo_loss(
     rule's inputs (e.g. `key_seed`, `full_kl`, `delta`): per token `[B, T]` in the layout of `logp`, per sequence
     `[B, 1]`, or 0-d.
     """
+    correction = settings.correction
+    if correction.active and sampling_logp is None:
+        setting = (
+            f"rollout.correction={correction.kind}"
+            if correction.weighs
+            else f"rollout.rejection={correction.rejection}"
+        )
+        raise ValueError(f"{setting} needs the rollout engine's log-probs (sampling_logp)")
+    completion_mask = completion_old_logp = None
+    if correction.rejects and sampling_logp is not None:  # verl: the rejected sequences leave the response mask
+        completion_mask = mask.bool()
+        mask = completion_mask & correction.kept(old_logp, sampling_logp, completion_mask)
+        completion_old_logp = old_logp.detach()
     batch = make_batch(logp, old_logp, advantages, mask)
     extras = dict(extras or {})
     if rule.owns_correction:
         extras[SAMPLING_LOG_RATIO] = owned_correction_input(rule, settings, batch, sampling_logp)
     per_token, terms = rule.apply(batch, **extras)
     correction_weight = None
-    if settings.correction.active:
-        if sampling_logp is None:
-            raise ValueError(
-                f"rollout.correction={settings.correction.kind} needs the rollout engine's log-probs (sampling_logp)"
-            )
-        correction_weight = settings.correction.weight(batch.old_logp, sampling_logp, batch.mask)
+    if correction.weighs and sampling_logp is not None:  # ρ over the whole completion, as verl computes it
+        if completion_mask is None:
+            correction_weight = correction.weight(batch.old_logp, sampling_logp, batch.mask)
+        else:
+            correction_weight = correction.weight(old_logp, sampling_logp, completion_mask)
         per_token = per_token * torch.where(batch.mask, correction_weight, 0.0)
     kl_ref = None
     if settings.beta != 0.0:
@@ -216,4 +233,12 @@ def grpo_loss(
         kl_ref = kl_penalty(logp, ref_logp, mask, settings.kl_estimator, weight)
         per_token = per_token + settings.beta * kl_ref
     loss = aggregate(per_token, mask, settings.loss_agg, settings.max_completion_length)
-    return GRPOLoss(loss / gradient_accumulation_steps, batch, terms, kl_ref, correction_weight)
+    return GRPOLoss(
+        loss / gradient_accumulation_steps,
+        batch,
+        terms,
+        kl_ref,
+        correction_weight,
+        completion_mask,
+        completion_old_logp,
+    )

@@ -29,7 +29,13 @@ from atr_grpo import distributed
 from atr_grpo.clipping import RULES
 from atr_grpo.config import TrainConfig
 from atr_grpo.config_checks import check, check_vllm_temperature
-from atr_grpo.config_training import EvalConfig, check_correction_engine, check_server_engine
+from atr_grpo.config_training import (
+    EvalConfig,
+    check_correction_engine,
+    check_rejection_engine,
+    check_server_engine,
+    check_truncated_sampling_engine,
+)
 from atr_grpo.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -135,12 +141,16 @@ def _training_backend(cfg: TrainConfig, machine: Machine, rollout_engine: str) -
 
 def _check_rollout_engine(cfg: TrainConfig, machine: Machine, engine: str) -> str | None:
     """The rollout engine (rollout.engine, auto resolved) checked against the machine: vLLM must be installed, the
-    training temperature within vLLM's bound, and a rollout correction (ours or the rule's) needs vLLM's log-probs."""
+    training temperature within vLLM's bound, and a rollout correction (ours or the rule's) or allowed truncated
+    sampling needs vLLM's log-probs."""
     ro = cfg.rollout
     check_correction_engine(ro.correction, engine)
+    check_rejection_engine(ro.rejection, engine)
+    check_truncated_sampling_engine(cfg.trainer, engine)
     if RULES[cfg.clipping.name].owns_correction:
         owner = f"clipping.name={cfg.clipping.name} (a rule that owns the rollout correction)"
         check(ro.correction == "none", "rollout.correction", f"'none' with {owner}", ro.correction)
+        check(ro.rejection == "none", "rollout.rejection", f"'none' with {owner}", ro.rejection)
         needs = f"'vllm' with {owner}: it needs the sampled tokens' log-probs"
         check(engine == "vllm", "rollout.engine", needs, engine)
     check_server_engine(ro.vllm.mode, engine)

@@ -18,8 +18,28 @@ gave no log-prob for (NaN) counts as r = 1 (TRL), and log r is clamped to ±20 b
 must keep r = 1 inside (C_min ≤ 1 ≤ C_max), so identical log-probs give ρ ≡ 1 exactly. A masked token (ρ = 0)
 keeps its place in the aggregation's normaliser, as in TRL and verl. The β·KL term is not weighted (TRL).
 
+Rejection (`rollout.rejection`, threshold τ = `rollout.rejection_threshold`) drops whole sequences whose divergence
+from the rollout policy is too large: verl's rollout-rejection modes (`algorithm.rollout_correction.rollout_rs`,
+`rollout_rs_threshold`; verl 0.9.1 `rollout_corr_helper.compute_rollout_rejection_mask`). Per valid token, with
+log r clamped to ±20: k2 = ½ (log r)², k3 = r − 1 − log r (estimates of KL(π_rollout ‖ π_old) from the sampled tokens).
+
+    rejection     a sequence is kept when                      as in
+    none          always
+    seq_max_k2    max_t k2_t ≤ τ                               verl rollout_rs=seq_max_k2
+    seq_max_k3    max_t k3_t ≤ τ                               verl rollout_rs=seq_max_k3
+    seq_mean_k3   (1/|y|) Σ_t k3_t ≤ τ                         verl rollout_rs=seq_mean_k3
+
+A rejected sequence leaves the completion mask, as verl's rejection leaves `response_mask`: it adds nothing to the
+loss, the rule's statistics or the KL term, and its tokens leave token_mean's normaliser (verl's batch_num_tokens);
+seq_mean and Dr.GRPO still count it among the sequences they divide by (verl's global_batch_size, the mini-batch's
+sequence count), so there it weighs 0. It composes with tis/mis as in verl: ρ is computed on the completion's
+tokens as before and multiplies the kept sequences' losses. An empty sequence is kept (its max and mean are 0), and
+a token the engine gave no log-prob for has log r = 0 here too (verl's NaN would reject its sequence).
+The logged `rollout/rejected_frac` is the share of valid tokens in rejected sequences (verl's
+`rollout_rs_masked_fraction`).
+
 A rule may own the correction instead (`ClipRule.owns_correction`): it receives log r per token
-(`sampling_log_ratio`), no ρ is applied after it, and rollout.correction must be none.
+(`sampling_log_ratio`), no ρ is applied after it, and rollout.correction and rollout.rejection must be none.
 """
 
 from __future__ import annotations
@@ -33,6 +53,7 @@ from atr_grpo.clipping.base import LOG_RATIO_LIMIT
 
 CORRECTIONS = ("none", "tis", "mis")
 LEVELS = ("token", "sequence")
+REJECTIONS = ("none", "seq_max_k2", "seq_max_k3", "seq_mean_k3")
 
 
 @dataclass(frozen=True)
@@ -43,15 +64,45 @@ class RolloutCorrection:
     level: str = "token"
     low: float | None = None
     high: float | None = 2.0
+    rejection: str = "none"  # one of REJECTIONS
+    rejection_threshold: float | None = None  # τ: a sequence whose statistic exceeds it is rejected
 
     def __post_init__(self) -> None:
         problem = correction_problem(self.kind, self.level, self.low, self.high)
+        if problem is None:
+            problem = rejection_problem(self.rejection, self.rejection_threshold)
         if problem is not None:
             raise ValueError(problem)
 
     @property
     def active(self) -> bool:
+        """Whether the rollout engine's log-probs act on the loss (a weight ρ, a rejection or both)."""
+        return self.weighs or self.rejects
+
+    @property
+    def weighs(self) -> bool:
         return self.kind != "none"
+
+    @property
+    def rejects(self) -> bool:
+        return self.rejection != "none"
+
+    def kept(self, old_logp: Tensor, sampling_logp: Tensor, mask: Tensor) -> Tensor:
+        """Which sequences the rejection keeps, `[B, 1]` bool (all of them without a rejection); pure tensor code."""
+        valid = mask.bool()
+        if not self.rejects:
+            return torch.ones_like(valid[:, :1])
+        log_ratio = token_log_ratio(old_logp, sampling_logp, mask).clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)
+        if self.rejection.endswith("k2"):
+            divergence = 0.5 * log_ratio.square()
+        else:
+            divergence = torch.expm1(log_ratio) - log_ratio
+        if self.rejection.startswith("seq_max"):  # divergences are >= 0: 0 off the mask leaves the maximum alone
+            statistic = torch.where(valid, divergence, 0.0).amax(dim=-1, keepdim=True)
+        else:
+            count = valid.sum(dim=-1, keepdim=True).clamp(min=1)
+            statistic = torch.where(valid, divergence, 0.0).sum(dim=-1, keepdim=True) / count
+        return statistic <= self.rejection_threshold
 
     def log_ratio(self, old_logp: Tensor, sampling_logp: Tensor, mask: Tensor) -> Tensor:
         """log r: `[B, T]` per token, or `[B, 1]` per sequence (the sum over its valid tokens), clamped to ±20."""
@@ -79,10 +130,17 @@ class RolloutCorrection:
         return beyond
 
     def metrics(self, old_logp: Tensor, sampling_logp: Tensor, mask: Tensor) -> dict[str, float]:
-        """Over valid tokens (a sequence's weight counts once per token): the weight's mean, min and max, and the
-        fraction of tokens truncated (`tis`) or masked (`mis`), as `rollout/*` keys. Empty for `none`."""
-        if not self.active:
-            return {}
+        """Over the completion's valid tokens `mask` (before any rejection; a sequence's weight counts once per
+        token): the weight's mean, min and max and the fraction of tokens truncated (`tis`) or masked (`mis`), and
+        the share of tokens in rejected sequences (`rollout/rejected_frac`), as `rollout/*` keys. Empty for none."""
+        out: dict[str, float] = {}
+        if self.rejects:
+            with torch.no_grad():
+                valid = mask.bool()
+                rejected = valid & ~self.kept(old_logp, sampling_logp, mask)
+                out["rollout/rejected_frac"] = float(rejected.sum() / valid.sum().clamp(min=1))
+        if not self.weighs:
+            return out
         with torch.no_grad():
             valid = mask.bool()
             ratio = torch.exp(self.log_ratio(old_logp, sampling_logp, mask)).expand(valid.shape)
@@ -101,7 +159,7 @@ class RolloutCorrection:
             ).tolist()
         fraction = "rollout/truncated_frac" if self.kind == "tis" else "rollout/masked_frac"
         keys = ("rollout/weight_mean", "rollout/weight_min", "rollout/weight_max", fraction)
-        return dict(zip(keys, values))
+        return out | dict(zip(keys, values))
 
 
 def token_log_ratio(old_logp: Tensor, sampling_logp: Tensor, mask: Tensor) -> Tensor:
@@ -130,4 +188,20 @@ def correction_problem(kind: str, level: str, low: float | None, high: float | N
         return f"rollout.correction_max must be null or a finite number >= 1 ({unchanged}), got {high!r}"
     if kind != "none" and low is None and high is None:
         return f"rollout.correction={kind} needs rollout.correction_min or rollout.correction_max (both are null)"
+    return None
+
+
+def rejection_problem(rejection: str, threshold: float | None) -> str | None:
+    """What is wrong with a rejection's settings, in terms of the `rollout.*` keys (None when nothing is)."""
+    if rejection not in REJECTIONS:
+        return f"rollout.rejection must be one of {', '.join(map(repr, REJECTIONS))}, got {rejection!r}"
+    if rejection == "none":
+        if threshold is not None:  # it would be accepted and never read
+            return f"rollout.rejection_threshold must be null with rollout.rejection='none', got {threshold!r}"
+        return None
+    if threshold is None or not 0 < threshold < float("inf"):
+        return (
+            f"rollout.rejection_threshold must be a finite number > 0 with rollout.rejection={rejection} (the largest "
+            f"divergence a kept sequence may have), got {threshold!r}"
+        )
     return None

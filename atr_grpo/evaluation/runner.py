@@ -21,7 +21,14 @@ from atr_grpo import rundir
 from atr_grpo.data.prompts import DEFAULT_SYSTEM_PROMPT, prompt_fingerprint, render_prompt
 from atr_grpo.evaluation.backends import Generator, Sample
 from atr_grpo.evaluation.benchmarks import Benchmark, Problem
-from atr_grpo.evaluation.grader import DEFAULT_TIMEOUT, STATUSES, GradeResult, grade_samples, status_counts
+from atr_grpo.evaluation.grader import (
+    DEFAULT_TIMEOUT,
+    FINISH_REASONS,
+    STATUSES,
+    GradeResult,
+    grade_samples,
+    status_counts,
+)
 from atr_grpo.evaluation.metrics import STDERR_SUFFIX, average, standard_errors, summarize
 from atr_grpo.evaluation.outputs import move_aside, read_summary, sample_file, write_samples
 from atr_grpo.evaluation.sampling import SamplingConfig
@@ -74,6 +81,7 @@ def evaluate_benchmark(
         **summarize(matrix),
         **standard_errors(matrix),
         "status_counts": status_counts(results),
+        "finish_counts": finish_counts(samples),
         "mean_num_tokens": sum(r["num_tokens"] for r in records) / len(records),
         **_provenance(generator, tokenizer, benchmark, sampling, system_prompt, enable_thinking, credit_inside_think),
         "generate_s": round(generated - started, 2),
@@ -81,6 +89,13 @@ def evaluate_benchmark(
         "time_s": round(time.time() - started, 2),
     }
     return records, summary
+
+
+def finish_counts(samples: Sequence[Sequence[Sample]]) -> dict[str, int]:
+    """How many samples the engine ended at a stop token (`stop`) and at max_tokens (`length`): the engine's
+    truncation, beside the grader's `truncated` status (the same samples: a truncated sample is never graded)."""
+    reasons = [sample.finish_reason for row in samples for sample in row]
+    return {reason: reasons.count(reason) for reason in FINISH_REASONS}
 
 
 def sample_records(
@@ -221,8 +236,9 @@ def with_stderr(value: float, stderr: float | None, scale: float = 1.0, digits: 
 
 
 def flat_metrics(rows: dict[str, dict[str, Any]], k: int) -> dict[str, float]:
-    """`eval/<benchmark>/{mean,pass}@{1,k}`, their `_stderr`, `eval/<benchmark>/status/<status>` and
-    `eval/average/...`. A standard error the summary line lacks or holds as None (one problem) is left out."""
+    """`eval/<benchmark>/{mean,pass}@{1,k}`, their `_stderr`, `eval/<benchmark>/status/<status>`,
+    `eval/<benchmark>/finish/{stop,length}` and `eval/average/...`. A standard error the summary line lacks or holds
+    as None (one problem) is left out."""
     ks = sorted({1, k})
     names = [f"{m}@{K}{suffix}" for K in ks for m in ("mean", "pass") for suffix in ("", STDERR_SUFFIX)]
     out: dict[str, float] = {}
@@ -233,5 +249,8 @@ def flat_metrics(rows: dict[str, dict[str, Any]], k: int) -> dict[str, float]:
         out.update({f"eval/{name}/{key}": value for key, value in values.items() if value is not None})
         counts = row.get("status_counts", {})
         out.update({f"eval/{name}/status/{status}": counts.get(status, 0) for status in STATUSES})
+        finished = row.get("finish_counts")  # a line written before summaries carried them has none
+        if finished is not None:
+            out.update({f"eval/{name}/finish/{reason}": finished.get(reason, 0) for reason in FINISH_REASONS})
     out.update({f"eval/average/{key}": value for key, value in average(per_benchmark).items() if value is not None})
     return out

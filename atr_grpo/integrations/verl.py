@@ -10,9 +10,11 @@ registers the losses. Rule parameters come from verl's Hydra config through `ATR
     +actor_rollout_ref.actor.policy_loss.delta=0.07
 
 The config is validated by the rule when verl builds it (on the driver, before any model is loaded), and errors
-name the verl key. The loss is the rule's per-token loss (times verl's rollout-correction weights when given),
-reduced by verl's own `agg_loss` with the global batch sizes verl hands it, so data parallelism and
-micro-batching normalise exactly as for verl's built-in losses. Three of verl's `loss_agg_mode`s are ours:
+name the verl key. The loss is the rule's per-token loss (times verl's rollout-correction weights when given;
+verl's rejection, `rollout_rs`, reaches it as the rejected sequences' zeros in `response_mask`, which
+`rollout.rejection` matches: tests_verl/test_rollout_rejection.py), reduced by verl's own `agg_loss` with the
+global batch sizes verl hands it, so data parallelism and micro-batching normalise exactly as for verl's built-in
+losses. Three of verl's `loss_agg_mode`s are ours:
 
     token-mean               ≡ token_mean   Σ ℓ / number of valid tokens in the mini-batch
     seq-mean-token-mean      ≡ seq_mean     mean over the mini-batch's sequences of Σ_t ℓ / |o_i|

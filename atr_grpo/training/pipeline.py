@@ -35,6 +35,7 @@ from omegaconf import OmegaConf
 from atr_grpo import distributed, run_environment, rundir
 from atr_grpo.clipping import RULES
 from atr_grpo.config import TrainConfig
+from atr_grpo.config_training import truncated_sampling
 from atr_grpo.errors import ConfigError
 from atr_grpo.evaluation.schedule import EvaluationState, record_failure, run_evaluation_state, saved_adapters
 from atr_grpo.machine import Decision, decide
@@ -130,6 +131,21 @@ def warn_if_on_policy(cfg: TrainConfig) -> str | None:
         f"trainer.gradient_accumulation_steps = {cfg.trainer.gradient_accumulation_steps} and "
         f"rollout.num_iterations = 1), so w ≡ 1 and the clipping rule {cfg.clipping.name!r} cannot act: every "
         "ratio-based rule gives the same gradient. Use rollout=reuse2 or raise rollout.num_iterations."
+    )
+    _warn(message)
+    return message
+
+
+def warn_if_truncated_sampling(cfg: TrainConfig) -> str | None:
+    """The warning of a run allowed to train on truncated sampling (`trainer.allow_truncated_sampling`)."""
+    setting = truncated_sampling(cfg.trainer)
+    if setting is None:
+        return None
+    message = (
+        f"WARNING: {setting} truncates the training sampler (trainer.allow_truncated_sampling=true): tokens are drawn "
+        "from a renormalised part of π_old, so the rule's ratio and the rollout correction carry the kept mass as if "
+        "it were a policy change. rollout/ratio_outside_box_frac logs the share of π_old/π_rollout outside the "
+        "rule's box."
     )
     _warn(message)
     return message
@@ -309,6 +325,7 @@ def train_grpo(cfg: TrainConfig, state: RunState, decision: Decision, callbacks:
 
     rule = cfg.clipping.rule()  # the rule the config validated: built once in this process
     warn_if_on_policy(cfg)
+    warn_if_truncated_sampling(cfg)
     if cfg.trainer.num_threads:
         torch.set_num_threads(cfg.trainer.num_threads)
     set_seed(cfg.seed)

@@ -32,7 +32,7 @@ from atr_grpo.rundir import layout
 from atr_grpo.training import checkpoints
 from atr_grpo.training.delta_control import DeltaControl
 from atr_grpo.training.extras import TrainerBatch, keeps_old_weights, trainer_extras
-from atr_grpo.training.step_stats import StepStats, rollout_mismatch
+from atr_grpo.training.step_stats import StepStats, ratio_outside_box, rollout_mismatch
 from atr_grpo.training.truncated import TruncationMixin
 from atr_grpo.training.vocab_kl import adapter_snapshot
 from atr_grpo.truncation import Truncation
@@ -275,10 +275,16 @@ class RuleTrainerMixin(TruncationMixin, _Host):
             self.delta_control.observe(metrics["kl/kl3_mean"], count)
         if result.kl_ref is not None:
             metrics["kl_ref"] = float(torch.where(valid, result.kl_ref, 0.0).sum() / max(count, 1))
-        if sampling_logp is not None:  # π_old's log-probs from the trainer vs the rollout engine's
-            metrics.update(rollout_mismatch(sampling_logp, result.batch.old_logp, valid))
-            metrics.update(self.loss_settings.correction.metrics(result.batch.old_logp, sampling_logp, valid))
         self._step_stats.add(metrics, count)
+        if sampling_logp is not None:  # π_old's log-probs from the trainer vs the rollout engine's, over the
+            # completion's tokens (a rollout rejection's included: the rule's metrics above are over the kept ones)
+            completion, old_logp = valid, result.batch.old_logp
+            if result.completion_mask is not None and result.completion_old_logp is not None:
+                completion, old_logp = result.completion_mask, result.completion_old_logp
+            rollout = rollout_mismatch(sampling_logp, old_logp, completion)
+            rollout.update(ratio_outside_box(self.rule, sampling_logp, old_logp, completion))
+            rollout.update(self.loss_settings.correction.metrics(old_logp, sampling_logp, completion))
+            self._step_stats.add(rollout, int(completion.sum()))
 
     def check_sampling_logp(self, sampling_logp: Tensor | None) -> None:
         """A rollout correction (ours, or the rule's own) without the engine's log-probs is an error, never a silent
@@ -286,8 +292,10 @@ class RuleTrainerMixin(TruncationMixin, _Host):
         if sampling_logp is not None or not self.model.training:
             return
         correction = self.loss_settings.correction
-        if correction.active:
+        if correction.weighs:
             setting = f"rollout.correction={correction.kind}"
+        elif correction.rejects:
+            setting = f"rollout.rejection={correction.rejection}"
         elif self.rule.owns_correction:
             setting = f"clipping.name={self.rule.name} (a rule that owns the rollout correction)"
         else:

@@ -3,7 +3,8 @@
 A micro-batch's rule metrics are token-weighted means over its valid tokens (`clip/frac`, `ratio/mean`,
 ...) or extremes (`ratio/min`, `ratio/max`). Averaging per-micro-batch values, as TRL's `_metrics` lists
 do, weighs a short micro-batch like a long one and turns a maximum into a mean of maxima. Here each mean
-is kept as (sum, count) and each extreme as an extreme, then reduced across processes at logging time:
+is kept as (sum, count), each extreme as an extreme and each count as a total, then reduced across processes at
+logging time:
 `clip/frac` is the fraction of all tokens of the optimizer step, on every process, that the rule froze.
 """
 
@@ -16,10 +17,15 @@ from typing import Any
 import torch
 from torch import Tensor
 
+# counts of the step (how many completions the engine ended each way): summed, never averaged
+SUMMED_PREFIXES = ("completions/finish_",)
+
 
 def reduction(key: str) -> str:
     """How a metric pools: `ratio/max`, `rollout/logp_abs_diff_max` → "max"; `.../min`, `..._min` → "min";
-    everything else is a token-weighted mean."""
+    a count (`completions/finish_length`) → "sum"; everything else is a token-weighted mean."""
+    if key.startswith(SUMMED_PREFIXES):
+        return "sum"
     last = key.rsplit("/", 1)[-1].rsplit("_", 1)[-1]
     return last if last in ("min", "max") else "mean"
 
@@ -46,6 +52,9 @@ class StepStats:
                 self.minima[key] = min(math.inf if missing else value, self.minima.get(key, math.inf))
             elif kind == "max":
                 self.maxima[key] = max(-math.inf if missing else value, self.maxima.get(key, -math.inf))
+            elif kind == "sum":  # the count of 1 in the sums, so that the total passes through the mean below
+                self.sums[key] += 0.0 if missing else value
+                self.counts[key] = 1.0
             else:
                 counted = 0.0 if missing or weight <= 0 else float(weight)
                 self.sums[key] += value * counted if counted else 0.0
@@ -64,7 +73,9 @@ class StepStats:
         highs = torch.tensor([self.maxima[k] for k in maxs], dtype=torch.float64)
         if all_reduce is not None:
             sums, lows, highs = all_reduce(sums, "sum"), all_reduce(lows, "min"), all_reduce(highs, "max")
-        out = {k: (s / c if c > 0 else math.nan) for k, (s, c) in zip(keys, sums.tolist())}
+        out = {
+            k: s if reduction(k) == "sum" else (s / c if c > 0 else math.nan) for k, (s, c) in zip(keys, sums.tolist())
+        }
         out.update((k, v if math.isfinite(v) else math.nan) for k, v in zip(mins, lows.tolist()))
         out.update((k, v if math.isfinite(v) else math.nan) for k, v in zip(maxs, highs.tolist()))
         self.__init__()
@@ -95,3 +106,24 @@ def rollout_mismatch(sampling_logp: Tensor, trainer_logp: Tensor, mask: Tensor) 
         "rollout/logp_abs_diff_max": values[1],
         "rollout/ratio_out_of_band_frac": values[2],
     }
+
+
+def ratio_outside_box(rule: Any, sampling_logp: Tensor, trainer_logp: Tensor, mask: Tensor) -> dict[str, float]:
+    """The share of valid tokens whose r = π_old/π_rollout lies outside the rule's box, as
+    `rollout/ratio_outside_box_frac`: the box of w the rule clips (`ratio_bounds`, or per token `old_prob_bounds`
+    at π_old(y_t)); empty for a rule with neither. Under truncated sampling r carries the kept mass: this is how
+    much of the batch the rule would see outside its trust region before any update (tokens the engine gave no
+    log-prob count as r = 1)."""
+    with torch.no_grad():
+        old = trainer_logp.detach().double()
+        bounds = rule.ratio_bounds()
+        if bounds is None:
+            bounds = rule.old_prob_bounds(old.exp())
+        if bounds is None:
+            return {}
+        low, high = bounds
+        valid = mask.bool()
+        ratio = torch.exp(torch.nan_to_num(old - sampling_logp.double(), nan=0.0))
+        outside = valid & ((ratio < low) | (ratio > high))
+        share = float(outside.sum() / valid.sum().clamp(min=1))
+    return {"rollout/ratio_outside_box_frac": share}

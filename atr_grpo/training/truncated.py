@@ -1,6 +1,7 @@
 """What a GRPO trainer does with completions that ran out of tokens (`trainer.truncation`, `atr_grpo.truncation`):
 it checks that it stops on the tokens the rule reads, marks each completion of a rollout batch, masks the loss of
-truncated ones under `mask`, and records the truncated fraction of every micro-batch it trains on.
+truncated ones under `mask`, and records the truncated fraction of every micro-batch it trains on and its
+completions by finish reason, as the evaluation names them (`length`, `stop`).
 """
 
 from __future__ import annotations
@@ -60,8 +61,13 @@ class TruncationMixin:
         return batch
 
     def compute_loss(self, model: Any, inputs: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
-        """Both paths' loss; during training, the micro-batch's truncated fraction is recorded first."""
+        """Both paths' loss; during training, the micro-batch's truncated fraction and its completions by finish
+        reason (`completions/finish_length`: ran out of tokens; `completions/finish_stop`: ended at a stop token,
+        summed over the step's micro-batches and processes) are recorded first."""
         if self.model.training and "truncated" in inputs:
             truncated = inputs["truncated"]
+            length = int(truncated.sum())
             self._step_stats.add({"completions/truncated_frac": float(truncated.float().mean())}, truncated.numel())
+            finished = {"completions/finish_length": length, "completions/finish_stop": truncated.numel() - length}
+            self._step_stats.add(finished, truncated.numel())
         return super().compute_loss(model, inputs, *args, **kwargs)

@@ -38,7 +38,7 @@ TOKEN_EXTRA_PREFIX = "atr_token_extra__"
 EXTRA_PREFIX = "atr_extra__"
 # the loss globals of Unsloth's generated trainer module that `install_rule` replaces
 LOSS_GLOBALS = ("grpo_compute_loss", "grpo_accumulated_loss", "UnslothEfficientGRPO")
-# the arguments of `UnslothEfficientGRPO.forward` the recorder reads, by name (unsloth_zoo 2026.10.7)
+# the arguments of `UnslothEfficientGRPO.forward` the recorder reads, by name (unsloth_zoo 2026.10.9)
 RECORDED_ARGUMENTS = ("_new_logps", "_old_logps", "_ref_logps", "_sampling_per_token_logps", "_mask", "_advantages")
 
 
@@ -144,7 +144,8 @@ def make_grpo_compute_loss(rule: ClipRule, settings: LossSettings, on_policy: bo
             empty = maskf.new_zeros(0)
             return result.loss, completion_length, mean_kl, empty, empty, coef_1, maskf
         gap = torch.nan_to_num((result.batch.old_logp - sampling_per_token_logps).abs(), nan=0.0) * maskf
-        weight = maskf if result.correction_weight is None else result.correction_weight.expand_as(maskf) * maskf
+        kept = result.batch.mask.to(torch.float32)  # a rollout rejection's rejected tokens weigh 0
+        weight = kept if result.correction_weight is None else result.correction_weight.expand_as(maskf) * kept
         return result.loss, completion_length, mean_kl, gap.detach(), weight.detach(), coef_1, maskf
 
     return grpo_compute_loss
@@ -160,7 +161,7 @@ class _Recorder:
         missing = [name for name in (*RECORDED_ARGUMENTS, "extra_kwargs") if name not in self.signature.parameters]
         if missing:
             raise RuntimeError(
-                f"unsloth_zoo's UnslothEfficientGRPO.forward has no argument {missing}; is unsloth_zoo 2026.10.7 used?"
+                f"unsloth_zoo's UnslothEfficientGRPO.forward has no argument {missing}; is unsloth_zoo 2026.10.9 used?"
             )
         self.last: dict[str, Any] | None = None
 
@@ -238,7 +239,7 @@ def install_rule(
     """
     missing = [name for name in LOSS_GLOBALS if name not in namespace]
     if missing:
-        raise RuntimeError(f"Unsloth's GRPO loss globals not found ({', '.join(missing)}); is unsloth 2026.10.7 used?")
+        raise RuntimeError(f"Unsloth's GRPO loss globals not found ({', '.join(missing)}); is unsloth 2026.10.9 used?")
     saved = {name: namespace[name] for name in LOSS_GLOBALS}
     recorder = _Recorder(saved["UnslothEfficientGRPO"])
     namespace["grpo_compute_loss"] = make_grpo_compute_loss(rule, settings, on_policy)

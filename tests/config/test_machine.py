@@ -137,6 +137,11 @@ def test_a_launch_on_several_processes_trains_through_trl():
         ),
         (CPU, ["rollout.correction=tis"], "rollout.correction must be 'none' with rollout.engine='hf'"),
         (CPU, ["rollout.vllm.mode=server"], "rollout.vllm.mode must be 'colocate' with rollout.engine='hf'"),
+        (  # auto → hf on a CPU: the share of ratios outside the box it allows needs the engine's log-probs
+            CPU,
+            ["trainer.top_p=0.9", "trainer.allow_truncated_sampling=true"],
+            "trainer.allow_truncated_sampling must be false with rollout.engine='hf'",
+        ),
         (GPU, ["trainer.temperature=2.5"], "trainer.temperature.*vLLM rollouts"),  # auto → vLLM: its bound
     ],
 )
@@ -144,6 +149,11 @@ def test_what_the_machine_cannot_run_is_refused_naming_the_keys(machine, overrid
     cfg = train_config(["experiment=smoke", *overrides])
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
         decide(cfg, machine)
+
+
+def test_allowed_truncated_sampling_runs_where_rollouts_use_vllm():
+    cfg = train_config(["experiment=smoke", "trainer.top_p=0.9", "trainer.allow_truncated_sampling=true"])
+    assert decide(cfg, GPU).rollout_engine == "vllm"
 
 
 def test_a_hot_temperature_is_kept_where_rollouts_use_transformers():

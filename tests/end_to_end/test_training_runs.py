@@ -98,6 +98,8 @@ def test_smoke_run_writes_every_run_file(atr_run):
             "completions/truncated_frac",  # every step: the share of its completions that ran out of tokens
         ):
             assert isinstance(row[key], float), (key, row)
+        finished = row["completions/finish_length"], row["completions/finish_stop"]  # and how many, each way
+        assert row["completions/finish_length"] == pytest.approx(row["completions/truncated_frac"] * sum(finished))
     for row in rows[0::2]:  # generation steps carry the return and the completion length
         assert 0.0 <= row["reward"] <= 1.0 and row["completion_length"] > 0
     assert json.loads((atr_run / rundir.DONE_FILE).read_text())["step"] == 4
@@ -179,6 +181,7 @@ COMPARED = (
     "ratio/max",
     "completion_length",
     "completions/truncated_frac",
+    "completions/finish_length",
 )
 
 

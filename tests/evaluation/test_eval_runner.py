@@ -97,6 +97,8 @@ def test_files_and_values(tmp_path, aime24):
         "truncated": 1,
         "timeout": 0,
     }
+    # the engine's truncation: every sample ended at a stop token or at max_tokens, the latter the truncated one
+    assert summary["finish_counts"] == {"stop": 11, "length": 1}
     assert summary["mean@4"] == pytest.approx((1 / 4 + 1 + 2 / 4) / 3)
     assert summary["mean@1"] == pytest.approx(2 / 3)  # first samples: correct, correct, wrong
     assert summary["pass@4"] == 1.0
@@ -119,14 +121,15 @@ def test_files_and_values(tmp_path, aime24):
 
     assert metrics["eval/aime24/mean@4"] == summary["mean@4"] and metrics["eval/aime24/pass@1"] == summary["pass@1"]
     assert metrics["eval/average/mean@4"] == summary["mean@4"]
-    assert metrics["eval/aime24/status/truncated"] == 1
+    assert metrics["eval/aime24/status/truncated"] == metrics["eval/aime24/finish/length"] == 1
+    assert metrics["eval/aime24/finish/stop"] == 11
     assert set(metrics) == {
         f"eval/{b}/{m}@{k}{e}"
         for b in ("aime24", "average")
         for m in ("mean", "pass")
         for k in (1, 4)
         for e in ("", "_stderr")
-    } | {f"eval/aime24/status/{s}" for s in STATUSES}
+    } | {f"eval/aime24/status/{s}" for s in STATUSES} | {"eval/aime24/finish/stop", "eval/aime24/finish/length"}
 
 
 def test_prompts_are_rendered_with_the_training_template(tmp_path, aime24):

@@ -33,7 +33,7 @@ def pip_commands(tmp_path: Path, has_gpu: str) -> list[str]:
 
 def test_on_a_cpu_machine_unsloth_goes_in_last_and_alone_without_dependencies(tmp_path):
     commands = pip_commands(tmp_path, has_gpu="")
-    assert commands[-1] == "install -q --no-deps unsloth==2026.10.7 unsloth_zoo==2026.10.7"
+    assert commands[-1] == "install -q --no-deps unsloth==2026.10.9 unsloth_zoo==2026.10.9"
     assert not any("--no-deps" in command or "unsloth" in command for command in commands[:-1])
     assert "install -q -e '.[dev,cpu]' torch==2.13.0" in commands
 

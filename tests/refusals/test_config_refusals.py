@@ -34,6 +34,7 @@ def train_cli(*overrides):
                 (["data=dapo_math", "data.path=/nonexistent.parquet"], "data.path must be null when data.source='hub'"),
                 (["data.source=file", "data.path=/nonexistent.parquet"], "data.path must be an existing file"),
                 (["rollout.engine=vllm", "trainer.temperature=2.5"], "trainer.temperature must be <= 2.0"),
+                (["experiment=smoke", "clipping=clip", "trainer.top_p=0.9"], "trainer.top_p must be 1.0 for training"),
             ]
         ),
     ],
@@ -62,6 +63,40 @@ def test_the_train_entry_point_refuses_with_status_2_and_no_traceback(overrides,
 def test_composed_configs_are_refused(overrides, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
         to_object(compose(["experiment=smoke", *overrides]))
+
+
+# ------------------------------------------------------------------------ truncated training sampling
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["trainer.top_p=0.9"], "trainer.top_p must be 1.0 for training (truncated sampling draws from a renormalised"),
+        (["trainer.top_k=20"], "trainer.top_k must be -1 for training (off; truncated sampling"),
+        (["rollout.correction=tis", "rollout.engine=vllm", "trainer.top_p=0.8"], "trainer.top_p must be 1.0"),
+        (
+            ["trainer.top_p=0.9", "trainer.allow_truncated_sampling=true", "rollout.engine=hf"],
+            "trainer.allow_truncated_sampling must be false with rollout.engine='hf'",
+        ),
+        (["trainer.allow_truncated_sampling=true"], "trainer.allow_truncated_sampling must be false with untruncated"),
+    ],
+)
+def test_truncated_training_sampling_is_refused_naming_the_key_and_the_flag(overrides, message):
+    """A truncated sampler puts its kept mass into every rule's ratio: refused unless explicitly allowed, and then
+    only where the engine's log-probs measure it; the message names the key, why, and the flag."""
+    with pytest.raises(ConfigError) as refused:
+        to_object(compose(["experiment=smoke", "clipping=clip", *overrides]))
+    assert message in str(refused.value)
+    if not any("allow_truncated_sampling" in override for override in overrides):
+        assert "trainer.allow_truncated_sampling=true" in str(refused.value)
+
+
+def test_truncated_training_sampling_is_allowed_with_the_flag_and_warned(capsys):
+    from atr_grpo.training.pipeline import warn_if_truncated_sampling
+
+    cfg = train_config(["trainer.top_p=0.9", "trainer.allow_truncated_sampling=true", "rollout.engine=vllm"])
+    assert warn_if_truncated_sampling(cfg).startswith("WARNING: trainer.top_p=0.9 truncates the training sampler")
+    assert "rollout/ratio_outside_box_frac" in capsys.readouterr().err
+    assert warn_if_truncated_sampling(train_config(["experiment=smoke"])) is None
+    assert cfg.eval.top_p == 0.95, "evaluation sampling keeps the paper's top-p (§6.1)"
 
 
 def test_a_hot_evaluation_temperature_is_allowed_with_the_hf_backend():

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from atr_grpo.clipping import build_rule
-from atr_grpo.training.step_stats import StepStats, reduction, rollout_mismatch
+from atr_grpo.training.step_stats import StepStats, ratio_outside_box, reduction, rollout_mismatch
 
 
 def micro_batch(seed, batch, steps):
@@ -58,14 +58,28 @@ def test_reduce_pools_sums_counts_and_extremes_across_processes():
 
 def test_reduction_kind_follows_the_key():
     assert [
-        reduction(k) for k in ("ratio/max", "rollout/logp_abs_diff_max", "ratio/min", "clip/frac", "kl/kl3_mean")
-    ] == [
-        "max",
-        "max",
-        "min",
-        "mean",
-        "mean",
-    ]
+        reduction(k)
+        for k in (
+            "ratio/max",
+            "rollout/logp_abs_diff_max",
+            "ratio/min",
+            "clip/frac",
+            "kl/kl3_mean",
+            "completions/finish_length",
+        )
+    ] == ["max", "max", "min", "mean", "mean", "sum"]
+
+
+def test_counts_are_summed_over_micro_batches_and_processes():
+    ranks = [StepStats(), StepStats()]
+    ranks[0].add({"completions/finish_length": 1, "completions/finish_stop": 7}, 8)
+    ranks[0].add({"completions/finish_length": 2, "completions/finish_stop": 6}, 8)
+    ranks[1].add({"completions/finish_length": 4, "completions/finish_stop": 4}, 8)
+    sent = {}
+    ranks[1].reduce(lambda tensor, op: sent.setdefault(op, tensor))
+    combine = {"sum": torch.add, "min": torch.minimum, "max": torch.maximum}
+    out = ranks[0].reduce(lambda tensor, op: combine[op](tensor, sent[op]))
+    assert out == {"completions/finish_length": 7, "completions/finish_stop": 17}
 
 
 def test_rollout_mismatch_of_known_log_probs():
@@ -91,3 +105,23 @@ def test_each_process_draws_its_own_clip_cov_keys_and_one_process_draws_as_befor
     expected = torch.Generator().manual_seed(int.from_bytes(legacy[:8], "little") & ((1 << 63) - 1))
     assert draw(micro_batch_stream(7, 3, 1)) == draw(micro_batch_stream(7, 3, 1, 0)) == draw(expected)
     assert draw(micro_batch_stream(7, 3, 1, 1)) != draw(micro_batch_stream(7, 3, 1, 0))
+
+
+def test_the_share_of_engine_ratios_outside_the_rules_box():
+    """r = π_old/π_rollout counted outside the rule's box [1 − ε, 1 + ε] over valid tokens (NaN: r = 1), and per
+    token where the box depends on π_old (DCPO); a rule with no box logs nothing."""
+    trainer = torch.tensor([[-1.0, -2.0, -3.0, -4.0], [-1.0, -1.0, 0.0, 0.0]])
+    rollout = torch.tensor([[-1.0, -2.3, float("nan"), -3.85], [-1.5, -1.0, 7.0, 7.0]])
+    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0]])
+    # log r over the 6 valid tokens: 0, 0.3, (none), -0.15, 0.5, 0 → r = 1, 1.35, 1, 0.86, 1.65, 1
+    clip = ratio_outside_box(build_rule("clip", eps=0.2), rollout, trainer, mask)
+    assert clip == {"rollout/ratio_outside_box_frac": pytest.approx(2 / 6)}
+    narrow = ratio_outside_box(build_rule("clip", eps=0.1), rollout, trainer, mask)
+    assert narrow["rollout/ratio_outside_box_frac"] == pytest.approx(3 / 6)
+    dcpo = build_rule("dcpo")
+    low, high = dcpo.old_prob_bounds(trainer.double().exp())
+    ratio = torch.exp(torch.nan_to_num(trainer.double() - rollout.double(), nan=0.0))
+    expected = ((mask.bool() & ((ratio < low) | (ratio > high))).sum() / 6).item()
+    per_token = ratio_outside_box(dcpo, rollout, trainer, mask)
+    assert per_token == {"rollout/ratio_outside_box_frac": pytest.approx(expected)} and 0 < expected < 1
+    assert ratio_outside_box(build_rule("sapo"), rollout, trainer, mask) == {}

@@ -154,6 +154,18 @@ def test_each_training_step_records_the_truncated_fraction():
     assert trainer._step_stats.reduce()["completions/truncated_frac"] == pytest.approx(1 / 6)
 
 
+def test_each_training_step_counts_its_completions_by_finish_reason():
+    """`length` (ran out of tokens) and `stop` (ended at a stop token) are counts over the step's micro-batches, the
+    truncated share's numerator and its complement."""
+    trainer = built(TRLPath, "zero")
+    batch = trainer._generate_and_score_completions(None)
+    trainer.compute_loss(None, batch)  # one cut, two that stopped
+    trainer.compute_loss(None, {**batch, "truncated": torch.tensor([True, True, False])})
+    logged = trainer._step_stats.reduce()
+    assert (logged["completions/finish_length"], logged["completions/finish_stop"]) == (3, 3)
+    assert logged["completions/truncated_frac"] == pytest.approx(3 / 6)
+
+
 def test_a_trainer_that_stops_on_other_tokens_is_refused():
     trainer = built(TRLPath, "zero")
     trainer.eos_token_ids = [EOS, 7]

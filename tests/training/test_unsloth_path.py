@@ -399,7 +399,7 @@ def test_the_recorder_reads_zoo_arguments_by_name(zoo):
 
     class Renamed:
         @staticmethod
-        def forward(ctx, new_logps, old_logps, mask, advantages):  # not zoo 2026.10.7's names
+        def forward(ctx, new_logps, old_logps, mask, advantages):  # not zoo 2026.10.9's names
             return None
 
     with pytest.raises(RuntimeError, match="has no argument"):
