@@ -78,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     from atr_grpo.config_hydra import to_object
     from atr_grpo.console import configure_logging
     from atr_grpo.errors import ConfigError
+    from atr_grpo.rundir import RunFileError
     from atr_grpo.training.pipeline import EXIT_EVALUATIONS_INCOMPLETE, RunDirError, run_pipeline
 
     configure_logging()
@@ -88,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         train_cfg = to_object(cfg)
         outcome = run_pipeline(train_cfg, OmegaConf.to_yaml(cfg, resolve=True))
-    except (ConfigError, RunDirError) as err:
+    except (ConfigError, RunDirError, RunFileError) as err:  # RunFileError: a folder in use or not writable
         print(err, file=sys.stderr)
         return 2
     if outcome is None:  # a process other than the first under a launcher: the first one reports

@@ -1,6 +1,7 @@
 """Every file and folder name of a run directory, and the paths built from them. No other module spells one.
 
     <run_dir>/
+      run.lock                    one process per run: the lock its launch holds, naming its pid and host (`lock`)
       config.yaml                 the run's fully resolved config
       env.json                    package versions, git commit, python, device, number of processes, start time
       metrics.jsonl               one JSON object per logged training step
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+LOCK_FILE = "run.lock"
 CONFIG_FILE = "config.yaml"
 ENV_FILE = "env.json"
 METRICS_FILE = "metrics.jsonl"
@@ -59,6 +61,10 @@ def step_of(name: str) -> int | None:
     """The step of a `step_<N>` folder name; None for any other name."""
     prefix, _, number = name.partition("_")
     return int(number) if prefix + "_" == STEP_PREFIX and number.isdigit() else None
+
+
+def lock_path(run_dir: str | Path) -> Path:
+    return Path(run_dir) / LOCK_FILE
 
 
 def config_path(run_dir: str | Path) -> Path:
