@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from atr_grpo import rundir
+from atr_grpo.rundir import records
 
 SUMMARY_DIR = Path("results/demo")
 
@@ -35,7 +36,7 @@ def free_run_dir(run_dir: str) -> str:
 
 def before_after(run_dir: Path, k: int) -> dict[str, Any]:
     """Step 0 and the last evaluated step of the demo benchmark, from the run's own files."""
-    rows = [r for r in rundir.read_jsonl(rundir.summary_path(run_dir)) if r["benchmark"] == "arithmetic"]
+    rows = [r for r in records.summary_lines(rundir.summary_path(run_dir)) if r["benchmark"] == "arithmetic"]
     if not rows:
         raise RuntimeError(f"{run_dir}: no evaluation of the arithmetic benchmark was written")
     first = min(rows, key=lambda r: r["step"])

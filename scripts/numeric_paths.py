@@ -26,6 +26,7 @@ sys.path.insert(0, str(REPO))
 
 from atr_grpo import run_environment, rundir  # noqa: E402
 from atr_grpo.numeric_paths import NUMERIC_PATHS, path_environment  # noqa: E402
+from atr_grpo.rundir import records  # noqa: E402
 
 K = 8
 
@@ -40,7 +41,7 @@ def run_once(out: Path, path: str, name: str, overrides: list[str]) -> list[dict
         command = [sys.executable, "-m", "atr_grpo.train", f"run_dir={run_dir.resolve()}", *overrides]
         subprocess.run(command, env=env, cwd=REPO, check=True)
         print(f"{path} {name}: {time.time() - started:.0f} s", flush=True)
-    rows = rundir.read_jsonl(rundir.summary_path(run_dir))
+    rows = records.summary_lines(rundir.summary_path(run_dir))
     return sorted((r for r in rows if r["benchmark"] == "arithmetic"), key=lambda r: r["step"])
 
 
