@@ -24,6 +24,7 @@ place, so a reader never sees half of one. A JSONL file's torn last line is kept
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 LOCK_FILE = "run.lock"
@@ -156,8 +157,32 @@ def is_run_dir(folder: str | Path) -> bool:
 
 
 def find_run_dirs(root: str | Path) -> list[Path]:
-    """Every run directory below `root`, recognised by its config.yaml, in a stable order."""
+    """Every run directory below `root`, recognised by its config.yaml, in a stable order, by the paths that reach
+    them. Links to folders are followed (a run folder may be one); a link back to a folder it lies in (a loop), or
+    a run reached by two paths (it would count twice), is a RunFileError naming the link."""
+    from atr_grpo.rundir.files import RunFileError
+
     root = Path(root)
     if not root.exists():
         return []
-    return sorted(p.parent for p in root.rglob(CONFIG_FILE) if CHECKPOINT_DIR not in p.parts)
+    found: dict[Path, Path] = {}  # real path → the path it was reached by
+
+    def walk(folder: Path, ancestors: frozenset[Path]) -> None:
+        real = folder.resolve()
+        if real in ancestors:
+            raise RunFileError(
+                f"{folder}: a link to {real}, a folder it lies in (a loop); remove the link or point at another root"
+            )
+        if (folder / CONFIG_FILE).is_file():
+            if real in found:
+                raise RunFileError(
+                    f"{folder}: the run {found[real]} again (a link to {real}), which would count twice; "
+                    "remove the link or point at a root that reaches each run once"
+                )
+            found[real] = folder
+        for entry in sorted(os.scandir(folder), key=lambda entry: entry.name):
+            if entry.name != CHECKPOINT_DIR and entry.is_dir():  # is_dir follows links
+                walk(Path(entry.path), ancestors | {real})
+
+    walk(root, frozenset())
+    return sorted(found.values())
