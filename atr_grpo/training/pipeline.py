@@ -115,9 +115,26 @@ def prepare_run_dir(cfg: TrainConfig, config_yaml: str, decision: Decision) -> R
             f"{distributed.world_size()}: the global batch is the same, but the random streams of the processes "
             "differ, so the continuation is not the one an uninterrupted run would have computed"
         )
-    env.setdefault("resumes", []).append(run_environment.environment(cfg.trainer.num_threads))
+    resumed_on = run_environment.environment(cfg.trainer.num_threads)
+    _warn_if_numeric_path_changed(run_dir, env, resumed_on)
+    env.setdefault("resumes", []).append(resumed_on)
     rundir.write_json(env_path, env)
     return run_state(run_dir)
+
+
+def _warn_if_numeric_path_changed(run_dir: Path, started: dict[str, Any], resumed: dict[str, Any]) -> None:
+    """A run continued on another CPU numeric path (instruction set, kernel variables) says so, as one continued on
+    another number of processes does."""
+    from atr_grpo.numeric_paths import numeric_path
+
+    if "device" not in started:
+        return
+    before, now = numeric_path(started["device"]), numeric_path(resumed["device"])
+    if before != now:
+        _warn(
+            f"WARNING: {run_dir} was started on the numeric path {before} and continues on {now}: float results "
+            "differ by kernel, so the continuation is not the one an uninterrupted run would have computed"
+        )
 
 
 # ------------------------------------------------------------------------------------------ checks
@@ -165,9 +182,11 @@ def check_processes(cfg: TrainConfig) -> None:
 def preflight(cfg: TrainConfig) -> Decision:
     """Everything that can be refused before a model is loaded; returns what the run runs on."""
     from atr_grpo.model_checks import check_lora_targets
+    from atr_grpo.numeric_paths import check_kernel_choice
     from atr_grpo.training.evaluations import check_evaluation_fits
     from atr_grpo.training.vllm_server import check_rollout_server
 
+    check_kernel_choice()
     decision = decide(cfg)
     check_lora_targets(cfg.model)
     check_processes(cfg)

@@ -352,3 +352,15 @@ def test_the_results_commands_name_a_torn_line_of_a_run_file(tmp_path, capsys, r
     err = capsys.readouterr().err
     assert f"error: {path}:{number}: not valid JSON" in err and "Traceback" not in err, err
     assert not (tmp_path / "tables").exists()
+
+
+def test_a_kernel_choice_torch_would_ignore_is_refused_before_the_run_dir(tmp_path, monkeypatch):
+    """ATEN_CPU_CAPABILITY=avx-512 (torch takes avx512): torch would warn, compute on the native path, and env.json
+    would record the value as if it had been used."""
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx-512")
+    cfg = compose(["experiment=smoke", f"run_dir={tmp_path / 'run'}"])
+    with pytest.raises(ConfigError, match=r"ATEN_CPU_CAPABILITY='avx-512' .* \(default, avx2, avx512, vsx"):
+        pipeline.run_pipeline(to_object(cfg), OmegaConf.to_yaml(cfg, resolve=True))
+    assert not (tmp_path / "run").exists()
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
+    pipeline.preflight(to_object(cfg))
