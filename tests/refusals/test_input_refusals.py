@@ -364,3 +364,10 @@ def test_a_kernel_choice_torch_would_ignore_is_refused_before_the_run_dir(tmp_pa
     assert not (tmp_path / "run").exists()
     monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
     pipeline.preflight(to_object(cfg))
+
+
+def test_an_evaluation_with_an_empty_study_is_refused(tmp_path):
+    """`study=` would file the evaluation under no study, or silently under its experiment's."""
+    cfg = to_object(compose(["model=tiny", "eval=arithmetic", f"out_dir={tmp_path}", "study="], "evaluate"))
+    with pytest.raises(ConfigError, match="study must be a non-empty name"):
+        cfg.check_inputs()
