@@ -371,3 +371,16 @@ def test_an_evaluation_with_an_empty_study_is_refused(tmp_path):
     cfg = to_object(compose(["model=tiny", "eval=arithmetic", f"out_dir={tmp_path}", "study="], "evaluate"))
     with pytest.raises(ConfigError, match="study must be a non-empty name"):
         cfg.check_inputs()
+
+
+@pytest.mark.slow
+def test_numeric_paths_passes_on_a_runs_refusal_without_a_traceback(tmp_path):
+    """scripts/numeric_paths.py --set with a bad key: the run's one-line refusal, then one line naming the run."""
+    script = [sys.executable, "scripts/numeric_paths.py", "demo", "--out", str(tmp_path), "--paths", "native"]
+    refused = subprocess.run(
+        [*script, "--seeds", "0", "--set", "trainer.learning_rat=1e-4"], cwd=REPO, capture_output=True, text=True
+    )
+    refused_in_one_line(refused, "'trainer.learning_rat' is not a key of trainer")
+    assert refused.stderr.strip().splitlines()[-1] == (
+        "stopped: native demo-s0: `python -m atr_grpo.train` exited with status 2 (above)"
+    )
