@@ -21,6 +21,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from atr_grpo.rundir import layout
+from atr_grpo.rundir.errors import RunFileError
 
 log = logging.getLogger(__name__)
 
@@ -71,10 +72,6 @@ def set_torn_tail_aside(path: Path) -> None:
             os.fsync(torn.fileno())
         handle.truncate(keep)
     log.warning("%s: its last line was cut off; the fragment is kept in %s", path, aside)
-
-
-class RunFileError(ValueError):
-    """A run file cannot be read (cut off, or changed into something else); the message names the file."""
 
 
 def _reason(err: BaseException) -> str:

@@ -27,6 +27,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from atr_grpo.rundir.errors import RunFileError
+
 LOCK_FILE = "run.lock"
 CONFIG_FILE = "config.yaml"
 ENV_FILE = "env.json"
@@ -160,8 +162,6 @@ def find_run_dirs(root: str | Path) -> list[Path]:
     """Every run directory below `root`, recognised by its config.yaml, in a stable order, by the paths that reach
     them. Links to folders are followed (a run folder may be one); a link back to a folder it lies in (a loop), or
     a run reached by two paths (it would count twice), is a RunFileError naming the link."""
-    from atr_grpo.rundir.files import RunFileError
-
     root = Path(root)
     if not root.exists():
         return []

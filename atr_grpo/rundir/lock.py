@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import IO
 
 from atr_grpo.rundir import layout
-from atr_grpo.rundir.files import RunFileError
+from atr_grpo.rundir.errors import RunFileError
 
 _HELD: dict[Path, IO[str]] = {}  # the run directories this process holds, by their resolved path
 _HOLDER_WAIT_S = 2.0  # how long a refused launch waits for a holder that has just taken the lock to name itself

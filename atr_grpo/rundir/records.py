@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from atr_grpo.rundir import files, layout
-from atr_grpo.rundir.files import RunFileError
+from atr_grpo.rundir.errors import RunFileError
 
 
 @dataclass(frozen=True)
