@@ -21,7 +21,7 @@ from omegaconf import MISSING
 from atr_grpo.clipping import RULES, build_rule
 from atr_grpo.clipping.adaptive_delta import DELTA_CONTROL_PARAMS, check_delta_control, delta_rules, takes_delta
 from atr_grpo.clipping.base import ClipRule, value_type
-from atr_grpo.config_checks import check, check_vllm_temperature, require_exists
+from atr_grpo.config_checks import check, check_study, check_vllm_temperature, require_exists
 from atr_grpo.config_inputs import DataConfig, ModelConfig, PromptConfig, SFTConfig
 from atr_grpo.config_training import (
     EvalConfig,
@@ -148,6 +148,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         check(0 <= self.seed < 2**32, "seed", "in [0, 2**32 - 1] (the seeds numpy and torch accept)", self.seed)
+        check_study(self.study)
         tr, ro = self.trainer, self.rollout
         spg = ro.steps_per_generation or tr.gradient_accumulation_steps
         check(
@@ -253,3 +254,4 @@ class EvaluateConfig:
             require_exists("adapter", self.adapter)
         check(not Path(self.out_dir).is_file(), "out_dir", "a directory to write eval/ into, not a file", self.out_dir)
         check(self.step is None or self.step >= 0, "step", "a training step >= 0", self.step)
+        check_study(self.study)

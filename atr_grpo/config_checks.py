@@ -16,6 +16,20 @@ def check(ok: bool, key: str, allowed: str, value: Any) -> None:
         raise ConfigError(f"invalid config: {key} must be {allowed}, got {value!r}")
 
 
+def check_study(study: str) -> None:
+    """`study=` (empty) would file the runs under no study, or silently under the experiment's."""
+    check(
+        bool(str(study).strip()),
+        "study",
+        "a non-empty name (the runs compared together; default: the experiment)",
+        study,
+    )
+
+
+def check_seed(key: str, seed: int) -> None:
+    check(0 <= seed < 2**32, key, "in [0, 2**32 - 1] (the seeds numpy and torch accept)", seed)
+
+
 def require_positive(key: str, value: float) -> None:
     check(value > 0, key, "> 0", value)
 

@@ -11,6 +11,7 @@ from omegaconf import MISSING
 from atr_grpo.config_checks import (
     SOURCES,
     check,
+    check_seed,
     check_source,
     looks_local,
     require_exists,
@@ -179,6 +180,7 @@ class SFTConfig:
         check_source("sft", self.source, self.hub_id, self.path)
         require_positive("sft.num_epochs", self.num_epochs)
         require_positive("sft.learning_rate", self.learning_rate)
+        check_seed("sft.seed", self.seed)  # else the SFT stage fails once the run folder exists
         check(
             0 < self.max_length_fraction <= 1,
             "sft.max_length_fraction",

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from atr_grpo import rundir
+from atr_grpo.rundir import records
 
 SUMMARY_DIR = Path("results/demo")
 
@@ -35,7 +36,7 @@ def free_run_dir(run_dir: str) -> str:
 
 def before_after(run_dir: Path, k: int) -> dict[str, Any]:
     """Step 0 and the last evaluated step of the demo benchmark, from the run's own files."""
-    rows = [r for r in rundir.read_jsonl(rundir.summary_path(run_dir)) if r["benchmark"] == "arithmetic"]
+    rows = [r for r in records.summary_lines(rundir.summary_path(run_dir)) if r["benchmark"] == "arithmetic"]
     if not rows:
         raise RuntimeError(f"{run_dir}: no evaluation of the arithmetic benchmark was written")
     first = min(rows, key=lambda r: r["step"])
@@ -78,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     from atr_grpo.config_hydra import to_object
     from atr_grpo.console import configure_logging
     from atr_grpo.errors import ConfigError
+    from atr_grpo.rundir import RunFileError
     from atr_grpo.training.pipeline import EXIT_EVALUATIONS_INCOMPLETE, RunDirError, run_pipeline
 
     configure_logging()
@@ -88,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         train_cfg = to_object(cfg)
         outcome = run_pipeline(train_cfg, OmegaConf.to_yaml(cfg, resolve=True))
-    except (ConfigError, RunDirError) as err:
+    except (ConfigError, RunDirError, RunFileError) as err:  # RunFileError: a folder in use or not writable
         print(err, file=sys.stderr)
         return 2
     if outcome is None:  # a process other than the first under a launcher: the first one reports

@@ -18,6 +18,30 @@ NUMERIC_PATHS: dict[str, dict[str, str]] = {
 }
 
 
+# the values ATen's dispatcher takes (aten/src/ATen/native/DispatchStub.cpp); any other it ignores with a warning,
+# computing on the native path while the run would record the value as its kernel choice
+ATEN_CAPABILITIES = ("default", "avx2", "avx512", "vsx", "zvector", "sve256")
+
+
+def check_kernel_choice() -> None:
+    """Refuse an ATEN_CPU_CAPABILITY that torch would ignore (ConfigError naming the allowed values)."""
+    from atr_grpo.errors import ConfigError
+
+    value = os.environ.get("ATEN_CPU_CAPABILITY")
+    if value is not None and value not in ATEN_CAPABILITIES:
+        raise ConfigError(
+            f"invalid environment: ATEN_CPU_CAPABILITY={value!r} is not a value torch's CPU kernels take "
+            f"({', '.join(ATEN_CAPABILITIES)}); torch would ignore it and compute on the native path. "
+            "Unset it, or choose a numeric path by name (scripts/numeric_paths.py)"
+        )
+
+
+def numeric_path(device: dict) -> dict:
+    """What decides a run's CPU numerics, from env.json's `device` (`run_environment.device_info`): the instruction
+    set torch dispatches to and the kernel-choosing variables."""
+    return {"cpu_capability": device.get("cpu_capability"), "kernel_choice": device.get("kernel_choice") or {}}
+
+
 def kernel_choice() -> dict[str, str]:
     """The kernel-choosing variables set in this process (empty: the native path)."""
     return {name: os.environ[name] for name in KERNEL_VARIABLES if name in os.environ}

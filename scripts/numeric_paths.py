@@ -26,8 +26,17 @@ sys.path.insert(0, str(REPO))
 
 from atr_grpo import run_environment, rundir  # noqa: E402
 from atr_grpo.numeric_paths import NUMERIC_PATHS, path_environment  # noqa: E402
+from atr_grpo.rundir import records  # noqa: E402
 
 K = 8
+
+
+class RunFailed(Exception):
+    """A run's process failed; its status is this script's."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 def run_once(out: Path, path: str, name: str, overrides: list[str]) -> list[dict]:
@@ -38,9 +47,11 @@ def run_once(out: Path, path: str, name: str, overrides: list[str]) -> list[dict
         env["ATR_GRPO_CACHE"] = str((out / path / "cache").resolve())
         started = time.time()
         command = [sys.executable, "-m", "atr_grpo.train", f"run_dir={run_dir.resolve()}", *overrides]
-        subprocess.run(command, env=env, cwd=REPO, check=True)
+        status = subprocess.run(command, env=env, cwd=REPO).returncode
+        if status != 0:  # the run printed why (a refusal is one line): say which run, no traceback of ours
+            raise RunFailed(status, f"{path} {name}: `python -m atr_grpo.train` exited with status {status} (above)")
         print(f"{path} {name}: {time.time() - started:.0f} s", flush=True)
-    rows = rundir.read_jsonl(rundir.summary_path(run_dir))
+    rows = records.summary_lines(rundir.summary_path(run_dir))
     return sorted((r for r in rows if r["benchmark"] == "arithmetic"), key=lambda r: r["step"])
 
 
@@ -103,7 +114,11 @@ def main() -> int:
     parser.add_argument("--epochs", nargs="+", type=int, default=[3], help="start: the SFT budgets (sft.num_epochs)")
     parser.add_argument("--set", dest="overrides", nargs="+", default=[], metavar="KEY=VALUE", help="config overrides")
     args = parser.parse_args()
-    body = demo_table(args) if args.mode == "demo" else start_table(args)
+    try:
+        body = demo_table(args) if args.mode == "demo" else start_table(args)
+    except RunFailed as err:
+        print(f"stopped: {err}", file=sys.stderr)
+        return err.status
     text = (
         f"Host: {run_environment.cpu_model()}; `python scripts/numeric_paths.py {' '.join(sys.argv[1:])}`\n\n{body}\n"
     )

@@ -47,7 +47,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from atr_grpo.clipping.base import ClipRule, Param, RuleTerms, TokenBatch, number, positive, register
+from atr_grpo.clipping.base import ClipRule, Param, RuleTerms, TokenBatch, number, open_unit, positive, register
 from atr_grpo.clipping.ratio import ppo_clip_terms
 
 # π_old is held in [e^-60, 1 - 1e-6] to compute the bounds: 1/q and 1/(1 - q) stay finite in float32
@@ -138,8 +138,10 @@ def chi2_band(old_logp: Tensor, delta: float) -> tuple[Tensor, Tensor]:
 
 def _bandpo_params(divergence: str, label: str) -> tuple[Param, ...]:
     source = f"BandPO recipe band{divergence}005"
+    radius = f"radius δ of the {label} trust region ({source}: 0.05)"
     return (
-        positive("delta", 0.05, f"radius δ of the {label} trust region ({source}: 0.05)"),
+        # |π_θ − π_old| ≤ δ with δ ≥ 1 holds for every pair of probabilities: the TV band would constrain nothing
+        open_unit("delta", 0.05, radius) if divergence == "tv" else positive("delta", 0.05, radius),
         number(
             "ratio_cap",
             10.0,

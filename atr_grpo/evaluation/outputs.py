@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from atr_grpo import rundir
-from atr_grpo.rundir import files, layout
+from atr_grpo.rundir import files, layout, records
 
 
 def sample_file(run_dir: str | Path, step: int, benchmark: str) -> Path:
@@ -41,16 +41,14 @@ def find_sample_file(run_dir: str | Path, step: int, benchmark: str) -> Path | N
 
 
 def read_summary(run_dir: str | Path, whole: bool = False) -> dict[tuple[int, str], dict[str, Any]]:
-    """The authoritative (last) summary line of every evaluated (step, benchmark)."""
+    """The summary line of every evaluated (step, benchmark)."""
     return read_summary_file(layout.summary_path(run_dir), whole)
 
 
 def read_summary_file(path: Path, whole: bool = False) -> dict[tuple[int, str], dict[str, Any]]:
-    """The last line of each (step, benchmark) of a summary file; {} when there is none. With `whole`, a torn
-    last line is refused too (`rundir.iter_jsonl`)."""
-    if not path.exists():
-        return {}
-    return {(int(row["step"]), str(row["benchmark"])): row for row in rundir.iter_jsonl(path, whole)}
+    """The line of each (step, benchmark) of a summary file; {} when there is none. A (step, benchmark) recorded
+    twice is refused (`records.summary_lines`); with `whole`, a torn last line is refused too."""
+    return {(row["step"], row["benchmark"]): row for row in records.summary_lines(path, whole)}
 
 
 def move_aside(path: Path, tag: str) -> Path:

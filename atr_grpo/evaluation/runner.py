@@ -32,6 +32,7 @@ from atr_grpo.evaluation.grader import (
 from atr_grpo.evaluation.metrics import STDERR_SUFFIX, average, standard_errors, summarize
 from atr_grpo.evaluation.outputs import move_aside, read_summary, sample_file, write_samples
 from atr_grpo.evaluation.sampling import SamplingConfig
+from atr_grpo.rundir.records import REPLACES
 
 log = logging.getLogger(__name__)
 # the training step an evaluation is of, logged beside its keys: the x axis of every eval/* key in W&B
@@ -188,9 +189,12 @@ def run_evaluation(
             rows[benchmark.name] = done[key]
             continue
         path = sample_file(run_dir, step, benchmark.name)
+        # a forced re-evaluation: its summary line says it replaces the recorded one (and where its samples went)
+        replaces = {REPLACES: path.name} if key in done else {}
         if path.exists():
             moved = move_aside(path, "replaced" if key in done else "interrupted")
             log.warning("step %d, %s: moved the earlier per-sample file to %s", step, benchmark.name, moved)
+            replaces = {REPLACES: moved.name} if key in done else {}
         records, summary = evaluate_benchmark(
             generator,
             tokenizer,
@@ -203,7 +207,7 @@ def run_evaluation(
             credit_inside_think=credit_inside_think,
             show_progress=show_progress,
         )
-        row = {"step": step, "benchmark": benchmark.name, **summary, **(metadata or {})}
+        row = {"step": step, "benchmark": benchmark.name, **summary, **(metadata or {}), **replaces}
         write_samples(path, records)
         rundir.append_jsonl(rundir.summary_path(run_dir), row)  # the commit record, written last
         _log_result(step, benchmark.name, row, k)

@@ -1,9 +1,9 @@
 """The run directory: its name, and the files every number in this project is computed from.
 
 `layout` names every file and folder of a run directory (the only module that spells one), `records` holds the
-typed records written to and read from them, `files` the atomic and JSONL I/O, and `naming` a run's name and its
-method's identity. The names below are re-exported so that `from atr_grpo import rundir; rundir.X` reads as before.
-Importing this package does not import torch.
+typed records written to and read from them, `files` the atomic and JSONL I/O, `lock` the one process a run
+directory takes, and `naming` a run's name and its method's identity. The names below are re-exported so that
+`from atr_grpo import rundir; rundir.X` reads as before. Importing this package does not import torch.
 """
 
 from atr_grpo.rundir.files import (
@@ -31,6 +31,7 @@ from atr_grpo.rundir.layout import (
     find_run_dirs,
     summary_path,
 )
+from atr_grpo.rundir.lock import RunDirInUseError, lock_run_dir, unlock_run_dir
 from atr_grpo.rundir.naming import (
     LABELLED_KEYS,
     NOT_METHOD_KEYS,
@@ -57,6 +58,7 @@ __all__ = [
     "METRICS_FILE",
     "NOT_METHOD_KEYS",
     "SUMMARY_FILE",
+    "RunDirInUseError",
     "RunFileError",
     "append_jsonl",
     "config_differences",
@@ -67,6 +69,7 @@ __all__ = [
     "in_section",
     "iter_jsonl",
     "load_config",
+    "lock_run_dir",
     "method_label",
     "method_settings",
     "multirun_suffix",
@@ -80,6 +83,7 @@ __all__ = [
     "summary_path",
     "sweep_run_name",
     "sweep_suffix",
+    "unlock_run_dir",
     "write_json",
     "write_text",
 ]

@@ -21,6 +21,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from atr_grpo.rundir import layout
+from atr_grpo.rundir.errors import RunFileError
 
 log = logging.getLogger(__name__)
 
@@ -73,24 +74,35 @@ def set_torn_tail_aside(path: Path) -> None:
     log.warning("%s: its last line was cut off; the fragment is kept in %s", path, aside)
 
 
-class RunFileError(ValueError):
-    """A run file cannot be read (cut off, or changed into something else); the message names the file."""
-
-
 def _reason(err: BaseException) -> str:
     """An exception's first line (YAML and JSON errors span several), for a one-line message."""
     return (str(err).strip().splitlines() or [type(err).__name__])[0]
 
 
 def read_text(path: str | Path) -> str:
-    """The text of a file, decompressed when its name ends in `.gz` (committed per-sample files are)."""
+    """The text of a file, decompressed when its name ends in `.gz` (committed per-sample files are). Bytes that
+    are not UTF-8 are a RunFileError naming the file and the line (any text file: a plan.yaml too)."""
     path = Path(path)
-    if path.suffix != layout.PACKED_SUFFIX:
-        return path.read_text(encoding="utf-8")
+    data = path.read_bytes()
+    if path.suffix == layout.PACKED_SUFFIX:
+        try:
+            data = gzip.decompress(data)
+        except (EOFError, OSError) as err:  # gzip.BadGzipFile is an OSError
+            raise RunFileError(f"{path}: not a complete gzip file ({err})") from None
+    return decode_utf8(path, data)
+
+
+def decode_utf8(path: str | Path, data: bytes) -> str:
+    """`data`, the bytes of the file `path`, as text; a RunFileError naming the file and line if not UTF-8."""
     try:
-        return gzip.decompress(path.read_bytes()).decode("utf-8")
-    except (EOFError, OSError) as err:  # gzip.BadGzipFile is an OSError
-        raise RunFileError(f"{path}: not a complete gzip file ({err})") from None
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data[: err.start].count(b"\n") + 1
+        raise RunFileError(
+            f"{path}:{line}: not UTF-8 text (byte {data[err.start]:#04x}); the file was damaged or written by "
+            "something else: restore it from a copy, or re-run into a fresh folder"
+        ) from None
+    return text.replace("\r\n", "\n").replace("\r", "\n")  # the newlines Path.read_text gives
 
 
 def iter_jsonl(path: str | Path, whole: bool = False) -> Iterator[dict[str, Any]]:

@@ -1,6 +1,7 @@
 """Every file and folder name of a run directory, and the paths built from them. No other module spells one.
 
     <run_dir>/
+      run.lock                    one process per run: the lock its launch holds, naming its pid and host (`lock`)
       config.yaml                 the run's fully resolved config
       env.json                    package versions, git commit, python, device, number of processes, start time
       metrics.jsonl               one JSON object per logged training step
@@ -23,8 +24,12 @@ place, so a reader never sees half of one. A JSONL file's torn last line is kept
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
+from atr_grpo.rundir.errors import RunFileError
+
+LOCK_FILE = "run.lock"
 CONFIG_FILE = "config.yaml"
 ENV_FILE = "env.json"
 METRICS_FILE = "metrics.jsonl"
@@ -60,6 +65,10 @@ def step_of(name: str) -> int | None:
     """The step of a `step_<N>` folder name; None for any other name."""
     prefix, _, number = name.partition("_")
     return int(number) if prefix + "_" == STEP_PREFIX and number.isdigit() else None
+
+
+def lock_path(run_dir: str | Path) -> Path:
+    return Path(run_dir) / LOCK_FILE
 
 
 def config_path(run_dir: str | Path) -> Path:
@@ -151,8 +160,30 @@ def is_run_dir(folder: str | Path) -> bool:
 
 
 def find_run_dirs(root: str | Path) -> list[Path]:
-    """Every run directory below `root`, recognised by its config.yaml, in a stable order."""
+    """Every run directory below `root`, recognised by its config.yaml, in a stable order, by the paths that reach
+    them. Links to folders are followed (a run folder may be one); a link back to a folder it lies in (a loop), or
+    a run reached by two paths (it would count twice), is a RunFileError naming the link."""
     root = Path(root)
     if not root.exists():
         return []
-    return sorted(p.parent for p in root.rglob(CONFIG_FILE) if CHECKPOINT_DIR not in p.parts)
+    found: dict[Path, Path] = {}  # real path → the path it was reached by
+
+    def walk(folder: Path, ancestors: frozenset[Path]) -> None:
+        real = folder.resolve()
+        if real in ancestors:
+            raise RunFileError(
+                f"{folder}: a link to {real}, a folder it lies in (a loop); remove the link or point at another root"
+            )
+        if (folder / CONFIG_FILE).is_file():
+            if real in found:
+                raise RunFileError(
+                    f"{folder}: the run {found[real]} again (a link to {real}), which would count twice; "
+                    "remove the link or point at a root that reaches each run once"
+                )
+            found[real] = folder
+        for entry in sorted(os.scandir(folder), key=lambda entry: entry.name):
+            if entry.name != CHECKPOINT_DIR and entry.is_dir():  # is_dir follows links
+                walk(Path(entry.path), ancestors | {real})
+
+    walk(root, frozenset())
+    return sorted(found.values())

@@ -6,11 +6,13 @@ Each record turns into the dict its file holds (`to_dict`) and back (`from_dict`
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from atr_grpo.rundir import files, layout
+from atr_grpo.rundir.errors import RunFileError
 
 
 @dataclass(frozen=True)
@@ -113,3 +115,67 @@ class MetricsLine:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> MetricsLine:
         return cls(int(data["step"]), _split(data, ("step",)))
+
+
+# ---------------------------------------------------------------------------------------------- validating readers
+STEPS_REMEDY = (
+    "two processes wrote this run at once (before run directories were locked)? Its lines cannot be told apart: "
+    "re-run it into a fresh run_dir"
+)
+
+
+def metrics_lines(path: str | Path, whole: bool = False) -> list[dict[str, Any]]:
+    """The lines of a metrics.jsonl, refused (RunFileError naming the file and the steps) unless each has a step and
+    the steps rise, each logged once: a run logs each optimizer step once, and a resume sets aside the lines after
+    its checkpoint. [] when the file does not exist. `whole`: as `files.iter_jsonl`."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    lines = files.read_jsonl(path, whole)
+    steps = []
+    for number, line in enumerate(lines, 1):
+        if not isinstance(line.get("step"), int):
+            raise RunFileError(f"{path}: record {number} has no integer step ({line.get('step')!r})")
+        steps.append(line["step"])
+    twice = _twice(steps)
+    if twice:
+        raise RunFileError(f"{path}: steps logged more than once: {_listed(twice)}; {STEPS_REMEDY}")
+    back = [(before, after) for before, after in zip(steps, steps[1:], strict=False) if after < before]
+    if back:
+        listed = ", ".join(f"{after} after {before}" for before, after in back[:5])
+        raise RunFileError(f"{path}: steps out of order: {listed}; {STEPS_REMEDY}")
+    return lines
+
+
+REPLACES = "replaces"  # a summary line's field: the per-sample file of the evaluation it replaces (a forced one)
+
+
+def summary_lines(path: str | Path, whole: bool = False) -> list[dict[str, Any]]:
+    """The lines of an eval/summary.jsonl, refused (RunFileError naming the file, steps and benchmarks) when a
+    (step, benchmark) is recorded twice without the later line saying it `replaces` the earlier (a forced
+    re-evaluation; readers take the last line): an evaluation is committed once, and a retried step is recorded
+    later, so the steps need not rise. [] when the file does not exist. `whole`: as `files.iter_jsonl`."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    lines = files.read_jsonl(path, whole)
+    keys = []
+    for number, line in enumerate(lines, 1):
+        if not isinstance(line.get("step"), int) or not isinstance(line.get("benchmark"), str):
+            raise RunFileError(f"{path}: record {number} has no integer step and benchmark name")
+        if REPLACES not in line:
+            keys.append((line["step"], line["benchmark"]))
+    twice = _twice(keys)
+    if twice:
+        listed = _listed([f"{step} ({benchmark})" for step, benchmark in twice])
+        raise RunFileError(f"{path}: evaluations recorded more than once: step {listed}; {STEPS_REMEDY}")
+    return lines
+
+
+def _twice(items: list[Any]) -> list[Any]:
+    return sorted(item for item, times in Counter(items).items() if times > 1)
+
+
+def _listed(items: list[Any], most: int = 10) -> str:
+    shown = ", ".join(str(item) for item in items[:most])
+    return shown + (f" and {len(items) - most} more" if len(items) > most else "")

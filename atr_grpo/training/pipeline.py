@@ -1,7 +1,8 @@
 """One training run, top to bottom: checks → run directory → SFT format stage → GRPO with the rule → evaluation.
 
 preflight          what the machine and the config must allow, checked before any model is loaded
-prepare_run_dir    refuse to overwrite; a re-launch of the same config continues the run
+prepare_run_dir    refuse to overwrite; a re-launch of the same config continues the run (the main
+                   process holds the run directory's lock first: one process per run directory)
 ensure_sft_adapter the cached format-stage adapter all methods of a model start from (its own process)
 train_grpo         TRL path (CPU, or GPU without Unsloth) or Unsloth path; checkpoints every save_steps,
                    metrics.jsonl every step, an adapter (and, eval.when=during, an evaluation) at each
@@ -20,14 +21,15 @@ once, by the main process, after the process group is gone.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from omegaconf import OmegaConf
@@ -44,6 +46,8 @@ from atr_grpo.rundir import layout, records
 from atr_grpo.training import checkpoints
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 # exit status of a run whose training finished but whose scheduled evaluations are not all done
 EXIT_EVALUATIONS_INCOMPLETE = 3
@@ -112,9 +116,26 @@ def prepare_run_dir(cfg: TrainConfig, config_yaml: str, decision: Decision) -> R
             f"{distributed.world_size()}: the global batch is the same, but the random streams of the processes "
             "differ, so the continuation is not the one an uninterrupted run would have computed"
         )
-    env.setdefault("resumes", []).append(run_environment.environment(cfg.trainer.num_threads))
+    resumed_on = run_environment.environment(cfg.trainer.num_threads)
+    _warn_if_numeric_path_changed(run_dir, env, resumed_on)
+    env.setdefault("resumes", []).append(resumed_on)
     rundir.write_json(env_path, env)
     return run_state(run_dir)
+
+
+def _warn_if_numeric_path_changed(run_dir: Path, started: dict[str, Any], resumed: dict[str, Any]) -> None:
+    """A run continued on another CPU numeric path (instruction set, kernel variables) says so, as one continued on
+    another number of processes does."""
+    from atr_grpo.numeric_paths import numeric_path
+
+    if "device" not in started:
+        return
+    before, now = numeric_path(started["device"]), numeric_path(resumed["device"])
+    if before != now:
+        _warn(
+            f"WARNING: {run_dir} was started on the numeric path {before} and continues on {now}: float results "
+            "differ by kernel, so the continuation is not the one an uninterrupted run would have computed"
+        )
 
 
 # ------------------------------------------------------------------------------------------ checks
@@ -177,9 +198,11 @@ def check_processes(cfg: TrainConfig) -> None:
 def preflight(cfg: TrainConfig) -> Decision:
     """Everything that can be refused before a model is loaded; returns what the run runs on."""
     from atr_grpo.model_checks import check_lora_targets
+    from atr_grpo.numeric_paths import check_kernel_choice
     from atr_grpo.training.evaluations import check_evaluation_fits
     from atr_grpo.training.vllm_server import check_rollout_server
 
+    check_kernel_choice()
     decision = decide(cfg)
     check_lora_targets(cfg.model)
     check_processes(cfg)
@@ -216,10 +239,34 @@ def run_outcome(run_dir: Path) -> RunOutcome:
 
 
 def _prepared(cfg: TrainConfig, config_yaml: str, decision: Decision) -> RunState:
-    """The run directory: prepared by the main process, its state shared with the others."""
-    return distributed.on_main(lambda: prepare_run_dir(cfg, config_yaml, decision))
+    """The run directory: locked and prepared by the main process, its state shared with the others."""
+    return distributed.on_main(lambda: _lock_and_prepare(cfg, config_yaml, decision))
 
 
+def _lock_and_prepare(cfg: TrainConfig, config_yaml: str, decision: Decision) -> RunState:
+    """One process per run directory: its lock is taken before anything is written to it (a second launch is
+    refused, naming the holder), and held until the run returns (`_gives_back_run_lock`) or this process ends."""
+    warning = rundir.lock_run_dir(cfg.run_dir)
+    if warning:
+        _warn(warning)
+    return prepare_run_dir(cfg, config_yaml, decision)
+
+
+def _gives_back_run_lock(run: Callable[..., T]) -> Callable[..., T]:
+    """`run(cfg, ...)` gives the run directory's lock back when it returns or raises, so that a test or notebook
+    can run the same folder again, from another process too."""
+
+    @functools.wraps(run)
+    def locked_for_the_run(cfg: TrainConfig, *args: Any, **kwargs: Any) -> T:
+        try:
+            return run(cfg, *args, **kwargs)
+        finally:
+            rundir.unlock_run_dir(cfg.run_dir)
+
+    return locked_for_the_run
+
+
+@_gives_back_run_lock
 def run_pipeline(cfg: TrainConfig, config_yaml: str) -> RunOutcome | None:
     """`python -m atr_grpo.train`: the whole run, or what is left of it (a finished run's pending evaluations).
 
@@ -276,6 +323,7 @@ def _release_memory() -> None:
         torch.cuda.empty_cache()
 
 
+@_gives_back_run_lock
 def run_training(cfg: TrainConfig, config_yaml: str, callbacks: Sequence[Any] = ()) -> Path:
     """Run (or resume, or skip when finished) the GRPO stage in this process; returns the run directory.
 

@@ -28,7 +28,7 @@ from atr_grpo import rundir
 from atr_grpo.config import TrainConfig
 from atr_grpo.evaluation.runner import EVAL_STEP
 from atr_grpo.rundir import layout
-from atr_grpo.rundir.records import MetricsLine
+from atr_grpo.rundir.records import MetricsLine, metrics_lines
 from atr_grpo.wandb_auth import api_key_available
 
 log = logging.getLogger(__name__)
@@ -286,9 +286,9 @@ def truncate_metrics(run_dir: str | Path, last_step: int) -> int:
     (appended, never deleted) so metrics.jsonl reads as one uninterrupted run. Returns how many moved.
     """
     path = Path(run_dir) / layout.METRICS_FILE
-    if not path.exists():
+    records = metrics_lines(path)  # a step logged twice is refused: the resume would keep both
+    if not records:
         return 0
-    records = rundir.read_jsonl(path)
     keep = [r for r in records if r.get("step", 0) <= last_step]
     moved = [r for r in records if r.get("step", 0) > last_step]
     if moved:

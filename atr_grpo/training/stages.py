@@ -19,10 +19,13 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from atr_grpo.training.stage_process import RUN_CONFIG, STAGE_MODULE, STAGES, handed_decision
+from atr_grpo.training.stage_process import RUN_CONFIG, STAGE_MODULE, STAGES, die_with_parent, handed_decision
 
 
 def main(argv: list[str] | None = None) -> int:
+    if not die_with_parent():
+        print("the process that started this stage has ended; the stage does not run", file=sys.stderr)
+        return 1
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2 or args[0] not in STAGES:
         print(f"usage: python -m {STAGE_MODULE} {{{','.join(STAGES)}}} PATH", file=sys.stderr)

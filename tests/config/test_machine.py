@@ -3,6 +3,7 @@ refusals with their messages, one log line per decision, and the decision in env
 
 import json
 import logging
+import os
 from subprocess import CompletedProcess
 
 import pytest
@@ -253,7 +254,7 @@ def test_the_grpo_stage_process_runs_on_its_parents_decision_and_logs_nothing(tm
 
 def test_the_stage_process_gets_its_decision_by_the_run_directory_alone(tmp_path, monkeypatch):
     """One channel crosses the process boundary: the stage's folder (config.yaml and the decision file). Nothing
-    of the run travels in the child's environment."""
+    of the run travels in the child's environment, only the pid of the process it dies with."""
     from atr_grpo.training import stage_process
 
     envs = []
@@ -261,4 +262,9 @@ def test_the_stage_process_gets_its_decision_by_the_run_directory_alone(tmp_path
         stage_process.subprocess, "run", lambda command, env: envs.append(env) or CompletedProcess(command, 0)
     )
     stage_process.run_stage("grpo", tmp_path, Decision("trl", "hf", "hf", ("why",)))
-    assert envs[0] == {**stage_process.stage_environment(), "PYTHONUNBUFFERED": "1"}
+    expected = {
+        **stage_process.stage_environment(),
+        "PYTHONUNBUFFERED": "1",
+        stage_process.PARENT_ENV: str(os.getpid()),
+    }
+    assert envs[0] == expected

@@ -10,6 +10,7 @@ import math
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 from conftest import REPO, compose, group_variables_kept, needs_vllm
@@ -175,3 +176,29 @@ def test_the_rollout_correction_runs_with_vllm_rollouts(vllm_rollout_run):
         assert row["rollout/weight_min"] == 0.0 and 0.995 <= row["rollout/weight_max"] <= 1.005, row
         assert abs(row["rollout/weight_mean"] - (1 - row["rollout/masked_frac"])) < 0.01, row
         assert math.isfinite(row["loss"]) and row["rollout/logp_abs_diff_max"] > 0.005, row
+
+
+def test_two_launches_on_one_run_dir_train_once(tmp_path, smoke_sft_adapter):
+    """Two `python -m atr_grpo.train experiment=smoke run_dir=D` started together: one trains; the other is refused
+    in seconds (exit status 2, naming the lock and its holder) while the first still runs; every step is logged
+    once."""
+    run_dir = tmp_path / "run"
+    command = [sys.executable, "-m", "atr_grpo.train", "experiment=smoke", f"run_dir={run_dir}", "eval=none"]
+    launches = [
+        subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)
+    ]
+    refused = None
+    while refused is None:  # the first to end is the refused one
+        ended = [proc for proc in launches if proc.poll() is not None]
+        if ended:
+            refused = ended[0]
+        else:
+            time.sleep(0.2)
+    (trains,) = [proc for proc in launches if proc is not refused]
+    assert trains.poll() is None, "the refused launch ended while the other still trained"
+    err = refused.communicate()[1]
+    assert refused.returncode == 2, err[-3000:]
+    assert f"{rundir.layout.lock_path(run_dir)} is locked by pid {trains.pid}" in err and "Traceback" not in err, err
+    out, err = trains.communicate(timeout=900)
+    assert trains.returncode == 0, err[-3000:]
+    assert [row["step"] for row in metrics(run_dir)] == [1, 2, 3, 4]

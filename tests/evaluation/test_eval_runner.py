@@ -179,7 +179,8 @@ def test_force_keeps_the_old_files_and_the_last_summary_line_wins(tmp_path, aime
     assert metrics["eval/aime24/mean@4"] == 1.0
     step_dir = tmp_path / "eval" / "step_000050"
     assert len(rundir.read_jsonl(step_dir / "aime24.jsonl.replaced-1")) == 12
-    assert len(rundir.read_jsonl(tmp_path / "eval" / "summary.jsonl")) == 2
+    first, forced = rundir.read_jsonl(tmp_path / "eval" / "summary.jsonl")
+    assert "replaces" not in first and forced["replaces"] == "aime24.jsonl.replaced-1"
     assert read_summary(tmp_path)[(50, "aime24")]["mean@4"] == 1.0
 
 

@@ -39,6 +39,12 @@ BAD = [
     (["logger.name=tensorboard"], ["logger.name", "'wandb'", "'none'"]),
     (["model.lora.dropout=1.5"], ["model.lora.dropout", "[0, 1)"]),
     (["rollout.num_iterations=0"], ["rollout.num_iterations", ">= 1"]),
+    # accepted silently before: a TV band with δ >= 1 constrains nothing; an empty study; an SFT seed that fails
+    # inside the SFT stage, after the run folder exists
+    (["clipping=bandpo_tv", "clipping.delta=1.0"], ["rule 'bandpo_tv'", "'delta' must be a number in (0, 1)"]),
+    (["study="], ["study must be a non-empty name", "got ''"]),
+    (["sft.seed=-1"], ["sft.seed must be in [0, 2**32 - 1]", "got -1"]),
+    (["sft.seed=4294967296"], ["sft.seed must be in [0, 2**32 - 1]", "got 4294967296"]),
     # adaptive δ: keys of the δ-rules only, and settings that contradict each other (clipping/adaptive_delta.py)
     (["clipping=clip", "clipping.target_kl3=0.01"], ["'clipping.target_kl3'", "allowed keys: name, eps", "atr"]),
     (["clipping=cispo", "+clipping.delta_schedule=linear"], ["'clipping.delta_schedule'", "threshold δ"]),

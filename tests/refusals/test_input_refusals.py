@@ -352,3 +352,35 @@ def test_the_results_commands_name_a_torn_line_of_a_run_file(tmp_path, capsys, r
     err = capsys.readouterr().err
     assert f"error: {path}:{number}: not valid JSON" in err and "Traceback" not in err, err
     assert not (tmp_path / "tables").exists()
+
+
+def test_a_kernel_choice_torch_would_ignore_is_refused_before_the_run_dir(tmp_path, monkeypatch):
+    """ATEN_CPU_CAPABILITY=avx-512 (torch takes avx512): torch would warn, compute on the native path, and env.json
+    would record the value as if it had been used."""
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx-512")
+    cfg = compose(["experiment=smoke", f"run_dir={tmp_path / 'run'}"])
+    with pytest.raises(ConfigError, match=r"ATEN_CPU_CAPABILITY='avx-512' .* \(default, avx2, avx512, vsx"):
+        pipeline.run_pipeline(to_object(cfg), OmegaConf.to_yaml(cfg, resolve=True))
+    assert not (tmp_path / "run").exists()
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
+    pipeline.preflight(to_object(cfg))
+
+
+def test_an_evaluation_with_an_empty_study_is_refused(tmp_path):
+    """`study=` would file the evaluation under no study, or silently under its experiment's."""
+    cfg = to_object(compose(["model=tiny", "eval=arithmetic", f"out_dir={tmp_path}", "study="], "evaluate"))
+    with pytest.raises(ConfigError, match="study must be a non-empty name"):
+        cfg.check_inputs()
+
+
+@pytest.mark.slow
+def test_numeric_paths_passes_on_a_runs_refusal_without_a_traceback(tmp_path):
+    """scripts/numeric_paths.py --set with a bad key: the run's one-line refusal, then one line naming the run."""
+    script = [sys.executable, "scripts/numeric_paths.py", "demo", "--out", str(tmp_path), "--paths", "native"]
+    refused = subprocess.run(
+        [*script, "--seeds", "0", "--set", "trainer.learning_rat=1e-4"], cwd=REPO, capture_output=True, text=True
+    )
+    refused_in_one_line(refused, "'trainer.learning_rat' is not a key of trainer")
+    assert refused.stderr.strip().splitlines()[-1] == (
+        "stopped: native demo-s0: `python -m atr_grpo.train` exited with status 2 (above)"
+    )

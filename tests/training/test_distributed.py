@@ -19,6 +19,7 @@ from atr_grpo.config_hydra import to_object
 from atr_grpo.errors import ConfigError
 from atr_grpo.losses import AGGREGATIONS, LossSettings, grpo_loss
 from atr_grpo.machine import Machine, decide
+from atr_grpo.numeric_paths import KERNEL_VARIABLES
 from atr_grpo.training import pipeline, stage_process
 from atr_grpo.training.rule_trainer import grpo_arg_values
 
@@ -233,3 +234,22 @@ def test_processes_agree_through_the_main_one(tmp_path):
     assert (seen[0]["first"], seen[1]["first"]) == ("built", "found")
     assert seen[0]["failure"] == "ZeroDivisionError: division by zero"
     assert seen[1]["failure"] == "ProcessFailed: process 0 failed: ZeroDivisionError: division by zero"
+
+
+def test_a_run_continued_on_another_numeric_path_is_pointed_out(monkeypatch, tmp_path, capsys):
+    """A resume whose CPU kernels differ (ATEN_CPU_CAPABILITY, MKL_CBWR, ...) warns as a changed process count
+    does; the same path says nothing."""
+    cfg = compose(["experiment=smoke", f"run_dir={tmp_path / 'run'}"])
+    for name in KERNEL_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+
+    def prepare():
+        pipeline.prepare_run_dir(to_object(cfg), OmegaConf.to_yaml(cfg, resolve=True), decide(to_object(cfg)))
+
+    prepare()
+    prepare()
+    assert "numeric path" not in capsys.readouterr().err
+    monkeypatch.setenv("MKL_CBWR", "COMPATIBLE")
+    prepare()
+    err = capsys.readouterr().err
+    assert "was started on the numeric path" in err and "'kernel_choice': {'MKL_CBWR': 'COMPATIBLE'}" in err, err

@@ -115,3 +115,31 @@ def test_the_per_sample_file_is_found_plain_or_compressed_never_both(tmp_path):
         find_sample_file(tmp_path, 50, "aime24")
     packed.unlink()
     assert find_sample_file(tmp_path, 50, "aime24") == plain
+
+
+# ------------------------------------------------------------------------------------- finding run folders
+def a_run(folder):
+    folder.mkdir(parents=True)
+    rundir.write_text(rundir.layout.config_path(folder), "seed: 0\n")
+    return folder
+
+
+def test_run_folders_behind_links_are_found_by_the_link(tmp_path):
+    a_run(tmp_path / "elsewhere" / "b")
+    root = tmp_path / "runs"
+    a_run(root / "a")
+    (root / "b").symlink_to(tmp_path / "elsewhere" / "b")  # a linked run folder
+    (root / "group").symlink_to(tmp_path / "elsewhere", target_is_directory=True)  # reaches b a second time
+    with pytest.raises(rundir.RunFileError, match=r"runs/group/b: the run .*runs/b again .* would count twice"):
+        rundir.find_run_dirs(root)
+    (root / "group").unlink()
+    assert rundir.find_run_dirs(root) == [root / "a", root / "b"]
+
+
+def test_a_link_loop_is_refused_naming_the_link(tmp_path):
+    root = tmp_path / "runs"
+    a_run(root / "a")
+    (root / "a" / "eval").mkdir()
+    (root / "a" / "eval" / "back").symlink_to(root)
+    with pytest.raises(rundir.RunFileError, match=r"runs/a/eval/back: a link to .*runs, a folder it lies in"):
+        rundir.find_run_dirs(root)

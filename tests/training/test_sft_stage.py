@@ -3,6 +3,7 @@ that never imported Unsloth, and the trainer's identity is part of the adapter's
 
 import json
 import sys
+import time
 import types
 
 import pytest
@@ -112,3 +113,58 @@ def test_sft_trains_the_same_adapter_whatever_the_random_state(tmp_path, tiny_mo
         train_sft(cfg, tmp_path / str(index))
         weights.append((tmp_path / str(index) / "adapter_model.safetensors").read_bytes())
     assert weights[0] == weights[1]
+
+
+PARENT = (
+    "import sys; from pathlib import Path; from atr_grpo.training.stage_process import run_stage; "
+    "run_stage('sft', Path(sys.argv[1]))"
+)
+
+
+def test_an_sft_stage_dies_with_the_process_that_started_it(tmp_path, tiny_model_dir):
+    """`kill -9` of a run during SFT: its SFT process is gone within seconds, so nothing trains on beside a relaunch
+    into the same staging folder (here a 300-epoch stage, which would run for minutes)."""
+    import signal
+    import subprocess
+
+    import psutil
+
+    from atr_grpo.config_hydra import config_to_yaml
+    from atr_grpo.training.stage_process import RUN_CONFIG
+
+    staging = tmp_path / "sft.partial"
+    staging.mkdir()
+    (staging / RUN_CONFIG).write_text(config_to_yaml(train_config(["experiment=smoke", "sft.num_epochs=300"])))
+    parent = subprocess.Popen([sys.executable, "-c", PARENT, str(staging)])
+    stages: list[psutil.Process] = []
+    try:
+        deadline = time.monotonic() + 60
+        while not stages and time.monotonic() < deadline:
+            time.sleep(0.1)
+            stages = psutil.Process(parent.pid).children()
+        assert len(stages) == 1, stages
+        time.sleep(3)  # the stage runs (the kill below comes after its start-up, not before)
+        assert stages[0].is_running()
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+        gone, alive = psutil.wait_procs(stages, timeout=15)
+        assert gone and not alive, "the SFT stage outlived the run that started it"
+    finally:
+        parent.kill()
+        for stage in stages:  # the ones this test started, still running if it failed
+            if stage.is_running():
+                stage.kill()
+
+
+def test_a_stage_whose_parent_ended_before_it_started_does_not_run(tmp_path):
+    """The parent named in its environment is not its parent (it ended, the stage was given to another): exit 1."""
+    import os
+    import subprocess
+
+    from atr_grpo.training.stage_process import PARENT_ENV, STAGE_MODULE
+
+    env = {**os.environ, PARENT_ENV: str(os.getppid())}  # the stage's parent is this process, not its parent
+    result = subprocess.run(
+        [sys.executable, "-m", STAGE_MODULE, "sft", str(tmp_path)], env=env, capture_output=True, text=True
+    )
+    assert result.returncode == 1 and "the process that started this stage has ended" in result.stderr, result.stderr
