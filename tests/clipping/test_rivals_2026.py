@@ -222,3 +222,50 @@ def test_dppo_topk_drops_a_token_by_its_estimate_only_on_the_side_its_advantage_
     for sign, dropped in ((1.0, [True, False, True, False]), (-1.0, [False, True, False, True])):
         _, grad, _ = run("dppo_topk_tv", {}, logp, old, torch.tensor([sign]), mask, topk_tv=estimate)
         assert (grad[0] == 0).tolist() == dropped
+
+
+# --------------------------------------------------------------------------------------------------- NSR
+def nsr_sets(logp, old, advantages, mask, low=0.8, high=1.28, band=0.1):
+    """NSR's sets: clipped (A > 0 and w > high, A < 0 and w < low) and near (clipped within `band` of the bound)."""
+    w, a = torch.exp(logp - old), broadcast(advantages, logp)
+    clipped = mask & (((a > 0) & (w > high)) | ((a < 0) & (w < low)))
+    near = clipped & (((a > 0) & (w <= high + band)) | ((a < 0) & (w >= low - band)))
+    return w, a, clipped, near
+
+
+@pytest.mark.parametrize("seed", [3, 11])
+def test_nsr_rescues_exactly_the_near_tokens_whose_draw_is_below_p(seed):
+    """NSR's law: gradient −w·A on kept and rescued tokens (near and u < p, u = key(seed, index, log π_old) / 2³²), 0
+    on the other clipped tokens, DAPO's clip loss elsewhere; deep violations are never rescued."""
+    from atr_grpo.clipping.cov import hashed_keys
+
+    logp, old, advantages, mask = probs_batch(seed=seed, batch=16, steps=64, spread=0.4)
+    key_seed = torch.tensor(seed * 7919)
+    loss, grad, metrics = run("nsr", {}, logp, old, advantages, mask, key_seed=key_seed)
+    w, a, clipped, near = nsr_sets(logp, old, advantages, mask)
+    salt = old.float().view(torch.int32)
+    rescued = near & (hashed_keys(key_seed, mask, salt).double() / 2**32 < 0.5)
+    frozen = clipped & ~rescued
+    torch.testing.assert_close(grad, torch.where(mask & ~frozen, -w * a, 0.0), **TOL)
+    clip_loss = -torch.minimum(w * a, w.clamp(0.8, 1.28) * a)
+    torch.testing.assert_close(loss, torch.where(mask, torch.where(rescued, -w * a, clip_loss), 0.0), **TOL)
+    assert 0 < rescued.sum() < near.sum() < clipped.sum()
+    assert metrics["nsr/frac_rescued"] == pytest.approx(float(rescued.sum() / mask.sum()), abs=1e-6)
+    assert metrics["clip/frac"] == pytest.approx(float(frozen.sum() / mask.sum()), abs=1e-6)
+
+
+def test_nsr_keeps_a_fraction_p_of_its_near_tokens_and_is_dapo_at_p_zero():
+    """E[rescued | near] = p: over ~thousands of near tokens the fraction lies within 4 binomial SDs of p; p → 0 gives
+    DAPO's clip_higher exactly; the same seed draws the same tokens, another seed others."""
+    logp, old, advantages, mask = probs_batch(seed=5, batch=64, steps=256, spread=0.4)
+    _, _, _, near = nsr_sets(logp, old, advantages, mask)
+    draws = {}
+    for p, seed in ((0.3, 1), (0.3, 1), (0.3, 2)):
+        _, grad, _ = run("nsr", {"rescue_prob": p}, logp, old, advantages, mask, key_seed=torch.tensor(seed))
+        draws.setdefault(seed, []).append(near & (grad != 0))
+    share = float(draws[1][0].sum() / near.sum())
+    assert abs(share - 0.3) < 4 * (0.3 * 0.7 / float(near.sum())) ** 0.5
+    assert torch.equal(draws[1][0], draws[1][1]) and not torch.equal(draws[1][0], draws[2][0])
+    _, grad, _ = run("nsr", {"rescue_prob": 1e-12}, logp, old, advantages, mask, key_seed=torch.tensor(1))
+    _, dapo_grad, _ = run("clip_higher", {}, logp, old, advantages, mask)
+    torch.testing.assert_close(grad, dapo_grad, **TOL)
