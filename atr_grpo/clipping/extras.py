@@ -147,6 +147,18 @@ register_extra(
     )
 )
 
+register_extra(
+    Extra(
+        name="entropy_ratio",
+        meaning=(
+            "[B, T] float: H(π_θ(·|s_t)) / H(π_old(·|s_t)), the ratio of the two full-vocabulary entropies at each "
+            "completion token (ERC's, with 1e-8 added to both), detached"
+        ),
+        from_verl=Unavailable("π_old's and π_θ's per-token entropies (verl's policy-loss API passes log-probs only)"),
+        fixture=lambda like, generator: 0.9 + 0.2 * torch.rand(like.shape, generator=generator, dtype=like.dtype),
+    )
+)
+
 for _name, _what in (("topk_tv", "total variation"), ("topk_kl", "KL(π_old ‖ π_θ)")):
     register_extra(
         Extra(

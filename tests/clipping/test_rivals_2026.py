@@ -269,3 +269,40 @@ def test_nsr_keeps_a_fraction_p_of_its_near_tokens_and_is_dapo_at_p_zero():
     _, grad, _ = run("nsr", {"rescue_prob": 1e-12}, logp, old, advantages, mask, key_seed=torch.tensor(1))
     _, dapo_grad, _ = run("clip_higher", {}, logp, old, advantages, mask)
     torch.testing.assert_close(grad, dapo_grad, **TOL)
+
+
+# --------------------------------------------------------------------------------------------------- ERC
+@pytest.mark.parametrize(
+    "base,params,rule,rule_params",
+    [
+        ("dapo", {}, "dual_clip", {"eps_high": 0.28, "c": 10.0}),
+        ("gppo", {"eps_high": 0.2}, "gppo", {"eps_high": 0.2}),
+    ],
+)
+def test_erc_drops_the_gradient_of_tokens_whose_entropy_ratio_leaves_its_open_interval(base, params, rule, rule_params):
+    """ERC's law (authors' grpo_erc / gppo_erc): loss_t = L^base_t if 0.95 < H_θ/H_old < 1.05, else sg(L^base_t):
+    the same loss values as the base everywhere, its gradient inside, 0 outside (boundaries excluded)."""
+    logp, old, advantages, mask = probs_batch(spread=0.5)
+    g = torch.Generator().manual_seed(1)
+    ratio_h = 0.9 + 0.2 * torch.rand(logp.shape, generator=g, dtype=torch.float64)
+    ratio_h[1, :4] = torch.tensor([0.95, 1.05, 0.95 + 1e-6, 1.05 - 1e-6], dtype=torch.float64)
+    loss, grad, metrics = run("erc", {"base": base, **params}, logp, old, advantages, mask, entropy_ratio=ratio_h)
+    base_loss, base_grad, _ = run(rule, rule_params, logp, old, advantages, mask)
+    inside = (ratio_h > 0.95) & (ratio_h < 1.05)
+    assert inside[1, :4].tolist() == [False, False, True, True]
+    torch.testing.assert_close(loss, base_loss, **TOL)
+    torch.testing.assert_close(grad, torch.where(inside, base_grad, 0.0), **TOL)
+    dropped = mask & ~inside
+    assert 0 < dropped.sum() < mask.sum()
+    assert metrics["erc/frac_dropped"] == pytest.approx(float(dropped.sum() / mask.sum()), abs=1e-6)
+
+
+def test_erc_with_an_unchanged_entropy_is_its_base():
+    """H_θ = H_old (ratio 1, as on-policy): ERC is DAPO's clip with the dual clip, loss and gradient."""
+    logp, old, advantages, mask = probs_batch(spread=0.8)
+    ones = torch.ones_like(logp)
+    loss, grad, metrics = run("erc", {}, logp, old, advantages, mask, entropy_ratio=ones)
+    want_loss, want_grad, want = run("dual_clip", {"eps_high": 0.28, "c": 10.0}, logp, old, advantages, mask)
+    torch.testing.assert_close(loss, want_loss, **TOL)
+    torch.testing.assert_close(grad, want_grad, **TOL)
+    assert metrics["clip/frac"] == pytest.approx(want["clip/frac"]) and metrics["erc/frac_dropped"] == 0
