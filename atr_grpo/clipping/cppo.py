@@ -1,5 +1,5 @@
 """CPPO (Mao et al. 2026, arXiv 2606.10968, Tencent Hunyuan): DPPO's token mask with a position-weighted threshold
-and a cumulative prefix budget, written from the paper's §3.3-3.4, Algorithm 1 and Appendix C.
+and a cumulative prefix budget, written from the paper's §3.3-3.4, Algorithm 1, §4.1 and Table 3.
 
 An early token's shift conditions every later token, so CPPO weighs the divergence D_t of token t (DPPO's, `dppo.py`:
 binary TV |π_θ(y_t) − π_old(y_t)| or the Bernoulli KL) by a weight that falls along the response, and caps the
