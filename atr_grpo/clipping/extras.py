@@ -108,7 +108,8 @@ def fixture_extras(needs: Iterable[str], like: Tensor, seed: int = 0, owns_corre
 
 
 # ------------------------------------------------------------------------------------------- the extras
-# K of DPPO's top-K estimates (the extras `topk_tv` and `topk_kl`): this project's choice, the paper's K not read
+# K of DPPO's top-K estimates (the extras `topk_tv` and `topk_kl`): 20, as CPPO's authors use it with DPPO's top-K
+# construction (arXiv 2606.10968, §4.1); DPPO's released code leaves K to the rollout's `logprobs` setting
 TOPK_K = 20
 
 
