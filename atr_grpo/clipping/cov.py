@@ -130,6 +130,12 @@ def hashed_keys(seed: Tensor, mask: Tensor, salt: Tensor | None = None) -> Tenso
     return keys
 
 
+def hashed_words(seed: Tensor, mask: Tensor, salt: Tensor | None = None) -> Tensor:
+    """`hashed_keys` as the int32 words that hold them (read unsigned), without the int64 copy: for a caller that
+    only compares them with a threshold (NSR)."""
+    return _murmur32(seed, mask, salt)
+
+
 def hash_ranks(seed: Tensor, mask: Tensor) -> Tensor:
     """`[B, T]` distinct int64 keys ordered as (`hashed_keys`, row-major position), the stable sort of the hashed
     keys: key · 2³¹ + position (positions < 2³¹), built in place on the keys' buffer."""

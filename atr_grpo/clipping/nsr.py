@@ -27,16 +27,19 @@ import torch
 from torch import Tensor
 
 from atr_grpo.clipping.base import ClipRule, RuleTerms, TokenBatch, fraction, positive, ratio_from_log, register
-from atr_grpo.clipping.cov import hashed_keys
-from atr_grpo.clipping.ratio import clip_range, ppo_clip_terms
+from atr_grpo.clipping.cov import hashed_words
+from atr_grpo.clipping.ratio import clip_range
 
 
-def uniform_draws(key_seed: Tensor, batch: TokenBatch) -> Tensor:
-    """`[B, T]` float64 u ∈ [0, 1) per token: the hashed key of (seed, index among the row's valid tokens, the bits of
-    the token's float32 log π_old) over 2³². Salted by log π_old, not by the row, so that a sequence draws the same
-    alone as in any micro-batch."""
-    salt = batch.old_logp.float().view(torch.int32)
-    return hashed_keys(key_seed.to(batch.mask.device), batch.mask, salt).double() / 2.0**32
+def draws_below(key_seed: Tensor, batch: TokenBatch, probability: float) -> Tensor:
+    """`[B, T]` bool: u_t < `probability`, u_t = the hashed key of (seed, index among the row's valid tokens, the bits
+    of the token's float32 log π_old) over 2³². Salted by log π_old, not by the row, so that a sequence draws the same
+    alone as in any micro-batch. Compared as int32 words: flipping the sign bit makes signed order the unsigned one."""
+    if probability >= 1:
+        return torch.ones_like(batch.mask)
+    words = hashed_words(key_seed.to(batch.mask.device), batch.mask, batch.old_logp.float().view(torch.int32))
+    words ^= -(2**31)
+    return words < int(probability * 2**32) - 2**31
 
 
 @register
@@ -61,18 +64,18 @@ class NSR(ClipRule):
 
     def terms(self, batch: TokenBatch, key_seed: Tensor, **_: Any) -> RuleTerms:
         low, high = 1 - self.eps_low, 1 + self.eps_high
-        clipped = ppo_clip_terms(batch, low, high)
-        ratio = batch.log_ratio.detach().exp()
-        near_high = clipped.frozen_high & (ratio <= high + self.band)
-        near_low = clipped.frozen_low & (ratio >= low - self.band)
-        draws = uniform_draws(key_seed, batch)
-        rescued = (near_high | near_low) & (draws < self.rescue_prob)
-        unclipped = -ratio_from_log(batch.log_ratio) * batch.advantages
+        ratio, adv = ratio_from_log(batch.log_ratio), batch.advantages
+        frozen_low, frozen_high = (adv < 0) & (ratio < low), (adv > 0) & (ratio > high)  # PPO's clipped tokens
+        near = (frozen_high & (ratio <= high + self.band)) | (frozen_low & (ratio >= low - self.band))
+        rescued = near & draws_below(key_seed, batch, self.rescue_prob)
+        # PPO's min picks w·A on every token it does not clip, and the constant clip(w)·A on a clipped one
+        stays_clipped = (frozen_low | frozen_high) & ~rescued
+        weight = torch.where(stays_clipped, ratio.clamp(low, high), ratio)
         return RuleTerms(
-            loss=torch.where(rescued, unclipped, clipped.loss),
-            frozen_low=clipped.frozen_low & ~rescued,
-            frozen_high=clipped.frozen_high & ~rescued,
-            extra={"nsr/frac_rescued": rescued, "nsr/frac_near": near_high | near_low},
+            loss=-weight * adv,
+            frozen_low=frozen_low & ~rescued,
+            frozen_high=frozen_high & ~rescued,
+            extra={"nsr/frac_rescued": rescued, "nsr/frac_near": near},
         )
 
     def bounds_text(self) -> str:
