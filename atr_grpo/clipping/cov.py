@@ -93,15 +93,20 @@ def _as_int32(value: int) -> int:
     return value - (1 << 32) if value >= 1 << 31 else value
 
 
-def _murmur32(seed: Tensor, mask: Tensor) -> Tensor:
+def _murmur32(seed: Tensor, mask: Tensor, salt: Tensor | None = None) -> Tensor:
     """`[B, T]` int32 whose bits are murmur3's 32-bit finaliser of seed·0x9E3779B1 + row·0x85EBCA77 +
-    index·0xC2B2AE3D (mod 2³²), index = the token's index among its row's valid tokens. int32 arithmetic wraps like
-    the finaliser's unsigned words; `>>` on int32 extends the sign, so each shift is masked to its logical value."""
+    index·0xC2B2AE3D (mod 2³²), index = the token's index among its row's valid tokens; an int32 `[B, T]` `salt`
+    takes the row's place. int32 arithmetic wraps like the finaliser's unsigned words; `>>` on int32 extends the
+    sign, so each shift is masked to its logical value."""
     x = torch.cumsum(mask, dim=1, dtype=torch.int32)  # index among the row's valid tokens, plus one
     x *= _as_int32(0xC2B2AE3D)
-    rows = torch.arange(mask.shape[0], device=mask.device, dtype=torch.int32)
-    # per row: row·C_row + seed·C_seed - C_index (the - C_index turns the index + 1 above into the index)
-    x += (rows * _as_int32(0x85EBCA77) + (seed.int() * _as_int32(0x9E3779B1) - _as_int32(0xC2B2AE3D))).unsqueeze(1)
+    # seed·C_seed - C_index (the - C_index turns the index + 1 above into the index), plus row·C_row or salt·C_row
+    offset = seed.int() * _as_int32(0x9E3779B1) - _as_int32(0xC2B2AE3D)
+    if salt is None:
+        rows = torch.arange(mask.shape[0], device=mask.device, dtype=torch.int32)
+        x += (rows * _as_int32(0x85EBCA77) + offset).unsqueeze(1)
+    else:
+        x += salt * _as_int32(0x85EBCA77) + offset
     for shift, multiplier in ((16, 0x85EBCA6B), (13, 0xC2B2AE35), (16, None)):
         shifted = x >> shift
         shifted &= (1 << (32 - shift)) - 1
@@ -111,17 +116,24 @@ def _murmur32(seed: Tensor, mask: Tensor) -> Tensor:
     return x
 
 
-def hashed_keys(seed: Tensor, mask: Tensor) -> Tensor:
+def hashed_keys(seed: Tensor, mask: Tensor, salt: Tensor | None = None) -> Tensor:
     """`[B, T]` int64 pseudo-random keys in [0, 2³²) from (seed, row, index of the token among its row's valid tokens).
 
     A counter-based hash (murmur3's 32-bit finaliser) instead of a random-number generator: pure integer
     tensor ops, so it runs inside torch.compile, and keyed by each token's position among the valid tokens,
     so it is the same whether a batch is left- or right-padded (Unsloth repacks padding before its loss).
-    It runs on every token of every Clip-Cov call, so it works on 32-bit words in place (`_murmur32`).
+    It runs on every token of every Clip-Cov call, so it works on 32-bit words in place (`_murmur32`). With an int32
+    `[B, T]` `salt` (NSR: the bits of each token's log π_old) the keys depend on the salt instead of the row.
     """
-    keys = _murmur32(seed, mask).long()
+    keys = _murmur32(seed, mask, salt).long()
     keys &= _MASK32
     return keys
+
+
+def hashed_words(seed: Tensor, mask: Tensor, salt: Tensor | None = None) -> Tensor:
+    """`hashed_keys` as the int32 words that hold them (read unsigned), without the int64 copy: for a caller that
+    only compares them with a threshold (NSR)."""
+    return _murmur32(seed, mask, salt)
 
 
 def hash_ranks(seed: Tensor, mask: Tensor) -> Tensor:

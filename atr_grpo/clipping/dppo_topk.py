@@ -11,9 +11,13 @@ are DPPO's:
 
 For the binary TV, D_t = |π_θ(y_t) − π_old(y_t)|, this test is `dppo_tv`'s signed one, and for the Bernoulli KL
 it is `dppo_kl`'s: with the binary estimates as extras these rules are DPPO-Binary exactly (tested). The authors'
-code (sail-sg/Stable-RL) was not read; the categories above and K = 20 (`extras.TOPK_K`) are this project's
-reading of the paper's top-K estimate. Defaults are DPPO's binary recipe (δ 0.15 for TV, 0.05 for KL, c = 1e4).
-verl's policy-loss API passes no top-K log-probs, so the verl plugin refuses these rules.
+code (sail-sg/Stable-RL, `compute_topk_kl` and `_compute_token_mask_for_policy_loss`) confirms the mask, the
+categories' TV ½(Σ|p − q| + |rest|) and KL(π_old ‖ π_θ). Two differences, both small: it takes the top K from the
+rollout engine's log-probs and, when y_t is not among them, puts y_t in place of the K-th token (K categories, not
+K + 1); and it clamps the masses at 1e-12 where verl's binary KL adds 1e-8. K = 20 (`extras.TOPK_K`) is the value
+CPPO's authors use "following the DPPO approximation construction" (arXiv 2606.10968, §4.1); the released code
+leaves K to the rollout's `logprobs` setting. Defaults are DPPO's binary recipe (δ 0.15 for TV, 0.05 for KL,
+c = 1e4). verl's policy-loss API passes no top-K log-probs, so the verl plugin refuses these rules.
 """
 
 from __future__ import annotations
@@ -60,7 +64,7 @@ class DPPOTopKTV(_DPPOTopK):
     needs = ("topk_tv",)
     params = _dppo_params(0.15)
     summary = "dppo_tv with the TV over π_old's top-K tokens, the sampled token and the rest, not the binary TV"
-    source = "DPPO-TopK-TV (Qi et al. 2026, arXiv 2602.04879); authors' code not read: K = 20 is this project's"
+    source = "DPPO-TopK-TV (Qi et al. 2026, arXiv 2602.04879); authors' code sail-sg/Stable-RL; K = 20 as CPPO §4.1"
 
 
 @register
@@ -71,4 +75,4 @@ class DPPOTopKKL(_DPPOTopK):
     needs = ("topk_kl",)
     params = _dppo_params(0.05)
     summary = "dppo_kl with the KL over π_old's top-K tokens, the sampled token and the rest, not the Bernoulli KL"
-    source = "DPPO-TopK-KL (Qi et al. 2026, arXiv 2602.04879); authors' code not read: K = 20 is this project's"
+    source = "DPPO-TopK-KL (Qi et al. 2026, arXiv 2602.04879); authors' code sail-sg/Stable-RL; K = 20 as CPPO §4.1"

@@ -108,7 +108,8 @@ def fixture_extras(needs: Iterable[str], like: Tensor, seed: int = 0, owns_corre
 
 
 # ------------------------------------------------------------------------------------------- the extras
-# K of DPPO's top-K estimates (the extras `topk_tv` and `topk_kl`): this project's choice, the paper's K not read
+# K of DPPO's top-K estimates (the extras `topk_tv` and `topk_kl`): 20, as CPPO's authors use it with DPPO's top-K
+# construction (arXiv 2606.10968, §4.1); DPPO's released code leaves K to the rollout's `logprobs` setting
 TOPK_K = 20
 
 
@@ -144,6 +145,18 @@ register_extra(
         meaning="[B, T] float: the entropy of π_θ(·|s_t) over the whole vocabulary at each completion token, detached",
         from_verl=Unavailable("π_θ's per-token entropy (verl's policy-loss API passes log-probs, not the entropy)"),
         fixture=lambda like, generator: torch.rand(like.shape, generator=generator, dtype=like.dtype) * 2.0,
+    )
+)
+
+register_extra(
+    Extra(
+        name="entropy_ratio",
+        meaning=(
+            "[B, T] float: H(π_θ(·|s_t)) / H(π_old(·|s_t)), the ratio of the two full-vocabulary entropies at each "
+            "completion token (ERC's, with 1e-8 added to both), detached"
+        ),
+        from_verl=Unavailable("π_old's and π_θ's per-token entropies (verl's policy-loss API passes log-probs only)"),
+        fixture=lambda like, generator: 0.9 + 0.2 * torch.rand(like.shape, generator=generator, dtype=like.dtype),
     )
 )
 

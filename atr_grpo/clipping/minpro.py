@@ -13,6 +13,11 @@ REINFORCE. The prefix runs over the mask only (the i-th valid token of a row), s
 give the same weights. A token whose weight is an earlier token's ratio (m_t < w_t) has its weight truncated:
 `clip/frac_*` count it, on the side of its own ratio, as CISPO counts a truncated weight; `minpro/weight` is
 the mean m_t.
+
+Unresolved: the paper's equations could not be read. Its abstract takes "the minimum token-level ratio observed in
+the preceding prefix" and CPPO (arXiv 2606.10968, appendix "Baselines") has MinPRO weigh "the sampled importance
+ratio" by that minimum, which reads as sg(min_{i<t} w_i)·w_t·A: a weight that would differ from m_t above. Check
+the paper before a comparison that turns on MinPRO.
 """
 
 from __future__ import annotations

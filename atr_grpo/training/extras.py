@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from atr_grpo.clipping.extras import TOPK_K, describe, key_seed_from
-from atr_grpo.training.token_entropy import token_entropy
+from atr_grpo.training.token_entropy import entropy_ratio, token_entropy
 from atr_grpo.training.topk_divergence import topk_divergence
 from atr_grpo.training.vocab_kl import full_vocab_kl
 
@@ -96,6 +96,15 @@ def token_entropy_from_trainer(batch: TrainerBatch) -> Tensor:
     return token_entropy(batch.model, batch.input_ids, batch.attention_mask, batch.logits_to_keep, batch.temperature)
 
 
+def entropy_ratio_from_trainer(batch: TrainerBatch) -> Tensor:
+    """H(π_θ)/H(π_old) at each completion token from π_old's kept weights; 1 on-policy (π_old = π_θ)."""
+    if batch.on_policy or batch.old_weights is None:
+        return torch.ones_like(batch.like, dtype=torch.float32)
+    return entropy_ratio(
+        batch.model, batch.old_weights, batch.input_ids, batch.attention_mask, batch.logits_to_keep, batch.temperature
+    )
+
+
 def topk_from_trainer(which: int) -> Callable[[TrainerBatch], Tensor]:
     """DPPO's top-K TV (`which` 0) or KL (1) from π_old's kept weights; 0 on-policy (π_old = π_θ)."""
 
@@ -118,5 +127,6 @@ def topk_from_trainer(which: int) -> Callable[[TrainerBatch], Tensor]:
 register_trainer_extra("key_seed", lambda batch: key_seed_from(batch.random()))
 register_trainer_extra("token_entropy", token_entropy_from_trainer, runs_model=True)
 register_trainer_extra("full_kl", full_kl_from_trainer, old_weights=True)
+register_trainer_extra("entropy_ratio", entropy_ratio_from_trainer, old_weights=True)
 register_trainer_extra("topk_tv", topk_from_trainer(0), old_weights=True)
 register_trainer_extra("topk_kl", topk_from_trainer(1), old_weights=True)

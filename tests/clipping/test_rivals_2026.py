@@ -1,8 +1,10 @@
 """The 2026 rivals (issue 45): MinPRO, DRPO, CPPO, DPPO's top-K estimates, NSR and ERC, each against the law of its
-paper, written again here in float64. None of these papers released code we could read (DPPO's top-K aside, whose
-authors' code was not read either): each test states the law from the paper's rule as the rule's `source` does."""
+paper, written again here in float64. Each test names the equation it restates; where a paper could not be read,
+the rule's `source` says so and the test states the law as the rule reads it."""
 
 from __future__ import annotations
+
+import math
 
 import pytest
 import torch
@@ -107,68 +109,91 @@ def test_drpos_gradient_vanishes_on_dppo_tvs_boundary_and_points_back_beyond(old
 
 
 # -------------------------------------------------------------------------------------------------- CPPO
-def cppo_oracle(logp, old, advantages, mask, divergence, delta, ramp, budget):
-    """CPPO's kept tokens, written token by token from its law: D_t ≤ δ·min(1, (t+1)/ramp) unless π moved against
-    A's push, and the prefix's Σ D_s ≤ budget (t and the sum over the row's valid tokens)."""
+def cppo_oracle(logp, old, advantages, mask, divergence, delta, w_min, budget, budget_mode):
+    """CPPO's Algorithm 1, token by token over each row's valid tokens: w_t = 1 − (1 − w_min)(t − 1)/(T − 1) (Eq. 9),
+    Z_t = w_t·D_t, keep when A_t(ρ_t − 1) ≤ 0 or Z_t ≤ min(δ, δ + δ_b·W_{t−1} − S_{t−1}) (Eq. 8, 10), then
+    S_t = S_{t−1} + Z_t and W_t = W_{t−1} + w_t whatever the decision (step 9). p90: δ_b = clamp(P90(D), δ_b, 2δ_b)
+    per row (Eq. 22)."""
     p, q = torch.exp(logp), torch.exp(old)
     kept = torch.zeros_like(mask)
     for row in range(mask.shape[0]):
-        position, spent, a = 0, 0.0, float(advantages[row])
-        for t in range(mask.shape[1]):
-            if not mask[row, t]:
-                continue
+        valid = [t for t in range(mask.shape[1]) if mask[row, t]]
+        a, length = float(advantages[row]), len(valid)
+        d = []
+        for t in valid:
             pt, qt = float(p[row, t]), float(q[row, t])
             if divergence == "tv":
-                d = abs(pt - qt)
+                d.append(abs(pt - qt))
             else:
-                d = qt * torch.log(torch.tensor(qt / pt)) + (1 - qt) * torch.log(torch.tensor((1 - qt) / (1 - pt)))
-                d = float(d)
-            position, spent = position + 1, spent + d
-            pushed = (pt > qt) if a > 0 else (pt < qt)
-            within = d <= delta * min(1.0, position / ramp) or not pushed
-            kept[row, t] = within and spent <= budget
+                d.append(qt * math.log(qt / pt) + (1 - qt) * math.log((1 - qt + 1e-8) / (1 - pt + 1e-8)))
+        row_budget = budget
+        if budget_mode == "p90" and d:
+            row_budget = min(2 * budget, max(budget, float(torch.quantile(torch.tensor(d), 0.9))))
+        spent = mass = 0.0
+        for i, t in enumerate(valid):
+            w = 1 - (1 - w_min) * i / max(length - 1, 1)
+            z = w * d[i]
+            toward_one = a * (float(p[row, t]) - float(q[row, t])) <= 0
+            kept[row, t] = toward_one or z <= min(delta, delta + row_budget * mass - spent)
+            spent, mass = spent + z, mass + w
     return kept
 
 
 @pytest.mark.parametrize(
     "params",
-    [{}, {"divergence": "kl", "delta": 0.05, "ramp": 4, "budget": 0.5}, {"ramp": 1, "budget": 1.0}],
+    [
+        {},
+        {"divergence": "kl", "delta": 0.1, "budget": 0.002},
+        {"budget_mode": "p90", "budget": 0.02},
+        {"w_min": 0.5, "budget": 0.05},
+    ],
 )
-def test_cppo_keeps_the_tokens_of_its_law_with_dppos_loss(params):
-    """CPPO's law (a loop): the kept tokens above, each with DPPO's gradient −A·w·∇log π (c = 1e4 never binds)."""
-    settings = {"divergence": "tv", "delta": 0.15, "ramp": 16, "budget": 2.0, **params}
+def test_cppo_keeps_the_tokens_of_algorithm_1_with_the_ratio_advantage_loss(params):
+    """CPPO's mask (Algorithm 1, a loop) with the surrogate of Eq. 11: loss −M·ρ·A, gradient −M·A·ρ."""
+    settings = {"divergence": "tv", "delta": 0.15, "w_min": 0.8, "budget": 0.015, "budget_mode": "fixed", **params}
     logp, old, advantages, mask = probs_batch(spread=0.3)
     loss, grad, metrics = run("cppo", params, logp, old, advantages, mask)
-    kept = cppo_oracle(logp, old, advantages, mask, **settings)
+    kept = mask & cppo_oracle(logp, old, advantages, mask, **settings)
     a, w = broadcast(advantages, logp), torch.exp(logp - old)
     torch.testing.assert_close(grad, torch.where(kept, -a * w, 0.0), **TOL)
-    torch.testing.assert_close(loss, torch.where(kept, -a * w * logp, 0.0), **TOL)
+    torch.testing.assert_close(loss, torch.where(kept, -a * w, 0.0), **TOL)
     dropped = mask & ~kept & (a != 0)
     assert 0 < dropped.sum() < mask.sum()
     assert metrics["clip/frac"] == pytest.approx(float(dropped.sum() / mask.sum()), abs=1e-6)
 
 
 @pytest.mark.parametrize("divergence,dppo,delta", [("tv", "dppo_tv", 0.15), ("kl", "dppo_kl", 0.05)])
-def test_cppo_without_ramp_or_budget_is_dppo_binary(divergence, dppo, delta):
-    """ramp = 1 and a budget never reached: CPPO is DPPO-Binary, loss and gradient."""
+def test_cppo_with_flat_weights_and_no_budget_keeps_dppos_tokens(divergence, dppo, delta):
+    """w_min = 1 and a budget never reached: the mask is DPPO-Binary's (the same tokens get a gradient)."""
     logp, old, advantages, mask = probs_batch(spread=0.8)
-    params = {"divergence": divergence, "delta": delta, "ramp": 1, "budget": 1e9}
-    loss, grad, metrics = run("cppo", params, logp, old, advantages, mask)
-    dppo_loss, dppo_grad, dppo_metrics = run(dppo, {}, logp, old, advantages, mask)
-    torch.testing.assert_close(loss, dppo_loss, **TOL)
-    torch.testing.assert_close(grad, dppo_grad, **TOL)
+    params = {"divergence": divergence, "delta": delta, "w_min": 1.0 - 1e-12, "budget": 1e9}
+    _, grad, metrics = run("cppo", params, logp, old, advantages, mask)
+    _, dppo_grad, dppo_metrics = run(dppo, {}, logp, old, advantages, mask)
+    assert torch.equal(grad != 0, dppo_grad != 0)
     assert metrics["clip/frac"] == pytest.approx(dppo_metrics["clip/frac"]) and metrics["clip/frac"] > 0
 
 
-def test_cppo_holds_early_tokens_tighter_and_stops_a_row_past_its_budget():
-    """One shift of +0.05 on every token (q = 0.5, A > 0, TV): with ramp 8 the first two tokens (δ_t = 0.15/8,
-    0.15·2/8 < 0.05) are dropped and the third kept; with budget 0.22 everything from the 5th token (Σ D = 0.25) on."""
-    q = torch.full((1, 10), 0.5, dtype=torch.float64)
-    logp, old, mask = torch.log(q + 0.05), torch.log(q), torch.ones(1, 10, dtype=torch.bool)
-    _, grad, metrics = run("cppo", {"ramp": 8, "budget": 0.22}, logp, old, torch.tensor([1.0]), mask)
-    kept = grad[0] != 0
-    assert kept.tolist() == [False, False, True, True, False, False, False, False, False, False]
-    assert metrics["cppo/frac_over_budget"] == pytest.approx(0.6)
+def test_cppo_relaxes_late_tokens_and_stops_a_drifting_prefix():
+    """Eq. 8-9 by hand (TV, A > 0, q = 0.5, five tokens, w_min = 0.5: w = 1, .875, .75, .625, .5). A shift of
+    0.16 > δ = 0.15 is masked at t = 1 (Z = 0.16) and kept at t = 5 (Z = 0.08). With δ_b = 0.01 and shifts of 0.1, the
+    prefix room δ + δ_b·W_{t−1} − S_{t−1} is 0.15, 0.06, −0.01875, ... so tokens 1 kept, 2 masked (Z = 0.0875 > 0.06,
+    under δ: by the budget alone), 3-5 masked."""
+    q = torch.full((1, 5), 0.5, dtype=torch.float64)
+    old, mask, up = torch.log(q), torch.ones(1, 5, dtype=torch.bool), torch.tensor([1.0])
+    shift = torch.tensor([[0.16, 0.0, 0.0, 0.0, 0.16]], dtype=torch.float64)
+    _, grad, _ = run("cppo", {"w_min": 0.5, "budget": 1.0}, torch.log(q + shift), old, up, mask)
+    assert (grad[0, [0, 4]] != 0).tolist() == [False, True]
+    _, grad, metrics = run("cppo", {"w_min": 0.5, "budget": 0.01}, torch.log(q + 0.1), old, up, mask)
+    assert (grad[0] != 0).tolist() == [True, False, False, False, False]
+    assert metrics["cppo/frac_over_budget"] == pytest.approx(0.8)
+
+
+def test_cppo_never_masks_a_token_moving_its_ratio_back_to_one():
+    """Eq. 10's first clause: A·(ρ − 1) ≤ 0 keeps the token whatever its divergence or its prefix."""
+    q = torch.full((1, 4), 0.5, dtype=torch.float64)
+    logp, old, mask = torch.log(q - 0.3), torch.log(q), torch.ones(1, 4, dtype=torch.bool)
+    _, grad, metrics = run("cppo", {"budget": 1e-6}, logp, old, torch.tensor([1.0]), mask)
+    assert (grad[0] != 0).all() and metrics["clip/frac"] == 0
 
 
 # ------------------------------------------------------------------------------------------- DPPO top-K
@@ -197,3 +222,87 @@ def test_dppo_topk_drops_a_token_by_its_estimate_only_on_the_side_its_advantage_
     for sign, dropped in ((1.0, [True, False, True, False]), (-1.0, [False, True, False, True])):
         _, grad, _ = run("dppo_topk_tv", {}, logp, old, torch.tensor([sign]), mask, topk_tv=estimate)
         assert (grad[0] == 0).tolist() == dropped
+
+
+# --------------------------------------------------------------------------------------------------- NSR
+def nsr_sets(logp, old, advantages, mask, low=0.8, high=1.28, band=0.1):
+    """NSR's sets: clipped (A > 0 and w > high, A < 0 and w < low) and near (clipped within `band` of the bound)."""
+    w, a = torch.exp(logp - old), broadcast(advantages, logp)
+    clipped = mask & (((a > 0) & (w > high)) | ((a < 0) & (w < low)))
+    near = clipped & (((a > 0) & (w <= high + band)) | ((a < 0) & (w >= low - band)))
+    return w, a, clipped, near
+
+
+@pytest.mark.parametrize("seed", [3, 11])
+def test_nsr_rescues_exactly_the_near_tokens_whose_draw_is_below_p(seed):
+    """NSR's law: gradient −w·A on kept and rescued tokens (near and u < p, u = key(seed, index, log π_old) / 2³²), 0
+    on the other clipped tokens, DAPO's clip loss elsewhere; deep violations are never rescued."""
+    from atr_grpo.clipping.cov import hashed_keys
+
+    logp, old, advantages, mask = probs_batch(seed=seed, batch=16, steps=64, spread=0.4)
+    key_seed = torch.tensor(seed * 7919)
+    loss, grad, metrics = run("nsr", {}, logp, old, advantages, mask, key_seed=key_seed)
+    w, a, clipped, near = nsr_sets(logp, old, advantages, mask)
+    salt = old.float().view(torch.int32)
+    rescued = near & (hashed_keys(key_seed, mask, salt).double() / 2**32 < 0.5)
+    frozen = clipped & ~rescued
+    torch.testing.assert_close(grad, torch.where(mask & ~frozen, -w * a, 0.0), **TOL)
+    clip_loss = -torch.minimum(w * a, w.clamp(0.8, 1.28) * a)
+    torch.testing.assert_close(loss, torch.where(mask, torch.where(rescued, -w * a, clip_loss), 0.0), **TOL)
+    assert 0 < rescued.sum() < near.sum() < clipped.sum()
+    assert metrics["nsr/frac_rescued"] == pytest.approx(float(rescued.sum() / mask.sum()), abs=1e-6)
+    assert metrics["clip/frac"] == pytest.approx(float(frozen.sum() / mask.sum()), abs=1e-6)
+
+
+def test_nsr_keeps_a_fraction_p_of_its_near_tokens_and_is_dapo_at_p_zero():
+    """E[rescued | near] = p: over ~thousands of near tokens the fraction lies within 4 binomial SDs of p; p → 0 gives
+    DAPO's clip_higher exactly; the same seed draws the same tokens, another seed others."""
+    logp, old, advantages, mask = probs_batch(seed=5, batch=64, steps=256, spread=0.4)
+    _, _, _, near = nsr_sets(logp, old, advantages, mask)
+    draws = {}
+    for p, seed in ((0.3, 1), (0.3, 1), (0.3, 2)):
+        _, grad, _ = run("nsr", {"rescue_prob": p}, logp, old, advantages, mask, key_seed=torch.tensor(seed))
+        draws.setdefault(seed, []).append(near & (grad != 0))
+    share = float(draws[1][0].sum() / near.sum())
+    assert abs(share - 0.3) < 4 * (0.3 * 0.7 / float(near.sum())) ** 0.5
+    assert torch.equal(draws[1][0], draws[1][1]) and not torch.equal(draws[1][0], draws[2][0])
+    _, grad, _ = run("nsr", {"rescue_prob": 1e-12}, logp, old, advantages, mask, key_seed=torch.tensor(1))
+    _, dapo_grad, _ = run("clip_higher", {}, logp, old, advantages, mask)
+    torch.testing.assert_close(grad, dapo_grad, **TOL)
+
+
+# --------------------------------------------------------------------------------------------------- ERC
+@pytest.mark.parametrize(
+    "base,params,rule,rule_params",
+    [
+        ("dapo", {}, "dual_clip", {"eps_high": 0.28, "c": 10.0}),
+        ("gppo", {"eps_high": 0.2}, "gppo", {"eps_high": 0.2}),
+    ],
+)
+def test_erc_drops_the_gradient_of_tokens_whose_entropy_ratio_leaves_its_open_interval(base, params, rule, rule_params):
+    """ERC's law (authors' grpo_erc / gppo_erc): loss_t = L^base_t if 0.95 < H_θ/H_old < 1.05, else sg(L^base_t):
+    the same loss values as the base everywhere, its gradient inside, 0 outside (boundaries excluded)."""
+    logp, old, advantages, mask = probs_batch(spread=0.5)
+    g = torch.Generator().manual_seed(1)
+    ratio_h = 0.9 + 0.2 * torch.rand(logp.shape, generator=g, dtype=torch.float64)
+    ratio_h[1, :4] = torch.tensor([0.95, 1.05, 0.95 + 1e-6, 1.05 - 1e-6], dtype=torch.float64)
+    loss, grad, metrics = run("erc", {"base": base, **params}, logp, old, advantages, mask, entropy_ratio=ratio_h)
+    base_loss, base_grad, _ = run(rule, rule_params, logp, old, advantages, mask)
+    inside = (ratio_h > 0.95) & (ratio_h < 1.05)
+    assert inside[1, :4].tolist() == [False, False, True, True]
+    torch.testing.assert_close(loss, base_loss, **TOL)
+    torch.testing.assert_close(grad, torch.where(inside, base_grad, 0.0), **TOL)
+    dropped = mask & ~inside
+    assert 0 < dropped.sum() < mask.sum()
+    assert metrics["erc/frac_dropped"] == pytest.approx(float(dropped.sum() / mask.sum()), abs=1e-6)
+
+
+def test_erc_with_an_unchanged_entropy_is_its_base():
+    """H_θ = H_old (ratio 1, as on-policy): ERC is DAPO's clip with the dual clip, loss and gradient."""
+    logp, old, advantages, mask = probs_batch(spread=0.8)
+    ones = torch.ones_like(logp)
+    loss, grad, metrics = run("erc", {}, logp, old, advantages, mask, entropy_ratio=ones)
+    want_loss, want_grad, want = run("dual_clip", {"eps_high": 0.28, "c": 10.0}, logp, old, advantages, mask)
+    torch.testing.assert_close(loss, want_loss, **TOL)
+    torch.testing.assert_close(grad, want_grad, **TOL)
+    assert metrics["clip/frac"] == pytest.approx(want["clip/frac"]) and metrics["erc/frac_dropped"] == 0

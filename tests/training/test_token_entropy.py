@@ -44,3 +44,34 @@ def test_a_models_completion_entropy_comes_from_the_positions_that_predict_the_c
     log_p = logits.log_softmax(-1)
     assert got.shape == (3, 5)
     torch.testing.assert_close(got.double(), -(log_p.exp() * log_p).sum(-1), rtol=1e-5, atol=1e-5)
+
+
+def test_the_entropy_ratio_divides_the_entropy_under_the_weights_by_that_under_the_snapshot():
+    """ERC's extra: (H(π_θ) + 1e-8)/(H(π_old) + 1e-8) at the completion positions, π_old the snapshot swapped in."""
+    from atr_grpo.training.token_entropy import entropy_ratio
+    from atr_grpo.training.vocab_kl import adapter_snapshot, swapped_parameters
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=97,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+    )
+    model = LlamaForCausalLM(config).eval()
+    snapshot = {n: v + 0.2 * torch.randn_like(v) for n, v in adapter_snapshot(model).items() if "lm_head" not in n}
+    input_ids = torch.randint(0, 97, (3, 12))
+    attention_mask = torch.ones_like(input_ids)
+    attention_mask[0, :2] = 0
+    got = entropy_ratio(model, snapshot, input_ids, attention_mask, logits_to_keep=5, temperature=0.7)
+    new = token_entropy(model, input_ids, attention_mask, 5, 0.7)
+    with swapped_parameters(model, snapshot):
+        old = token_entropy(model, input_ids, attention_mask, 5, 0.7)
+    assert got.shape == (3, 5) and (got - 1).abs().max() > 1e-3  # the snapshot moved the entropies
+    torch.testing.assert_close(got, (new + 1e-8) / (old + 1e-8))
+    torch.testing.assert_close(
+        entropy_ratio(model, adapter_snapshot(model), input_ids, attention_mask, 5, 0.7), torch.ones(3, 5)
+    )
