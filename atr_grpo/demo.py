@@ -1,7 +1,8 @@
 """`python -m atr_grpo.demo [key=value ...]` (what `make demo` runs): the whole protocol on a laptop CPU.
 
 A tiny Qwen3 learns a synthetic arithmetic task: SFT format stage → GRPO with ATR clipping → Mean@8 /
-Pass@8 on held-out problems before GRPO (step 0) and after it. The run directory is an ordinary one
+Pass@8 on held-out problems before GRPO (step 0) and after it, with the two parts Mean@8 is made of: the answered
+rate and the accuracy given an answer (`evaluation.outcomes`). The run directory is an ordinary one
 (results/runs/demo/...); `results/demo/summary.json` and the printed table are rebuilt from its
 eval/summary.jsonl. A repeated demo gets a new run directory, so no earlier run is touched.
 """
@@ -43,7 +44,7 @@ def before_after(run_dir: Path, k: int) -> dict[str, Any]:
     last = max(rows, key=lambda r: r["step"])
     if first["step"] != 0 or last["step"] == 0:
         raise RuntimeError(f"{run_dir}: the demo needs an evaluation at step 0 and after training")
-    pick = lambda r: {f"mean@{k}": r[f"mean@{k}"], f"pass@{k}": r[f"pass@{k}"]}
+    pick = lambda r: {key: r.get(key) for key in shown_keys(k)}
     return {"before": pick(first), "after": pick(last), "steps": last["step"]}
 
 
@@ -59,16 +60,26 @@ def write_summary(summary: dict[str, Any], out_dir: Path = SUMMARY_DIR) -> Path:
     return path
 
 
+def shown_keys(k: int) -> tuple[str, ...]:
+    """The summary's values the demo shows: Mean@K, Pass@K and Mean@K's two parts."""
+    return f"mean@{k}", f"pass@{k}", f"answered@{k}", f"acc_given_answer@{k}"
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
 def format_table(summary: dict[str, Any], k: int) -> str:
-    rows = [("", f"Mean@{k}", f"Pass@{k}")]
+    rows = [("", f"Mean@{k}", f"Pass@{k}", "answered", "acc | answered")]
     for label in ("before", "after"):
         values = summary[label]
-        rows.append((f"{label} GRPO", f"{100 * values[f'mean@{k}']:.1f}%", f"{100 * values[f'pass@{k}']:.1f}%"))
-    width = [max(len(r[i]) for r in rows) for i in range(3)]
+        rows.append((f"{label} GRPO", *(_percent(values.get(key)) for key in shown_keys(k))))
+    width = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = [
         "  ".join(cell.rjust(w) if i else cell.ljust(w) for i, (cell, w) in enumerate(zip(r, width))) for r in rows
     ]
     lines.insert(1, "-" * len(lines[0]))
+    lines.append(f"Mean@{k} = answered × acc | answered (the share of samples with a final box × its accuracy)")
     lines.append(f"{summary['steps']} GRPO steps, {summary['seconds']:.0f} s in all; run files: {summary['run_dir']}")
     return "\n".join(lines)
 

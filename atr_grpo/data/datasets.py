@@ -1,8 +1,9 @@
 """Training data for the two stages, as `datasets.Dataset`s in TRL's conversational formats.
 
-GRPO: columns `prompt` (the chat of `prompts.build_messages`) and `answer` (the gold answer string the
-reward compares with). SFT: columns `prompt` and `completion` (the assistant turn of
-`prompts.format_answer`), so that the SFT loss covers the completion only.
+GRPO: columns `prompt` (the chat of `prompts.build_messages`), `answer` (the gold answer string the
+reward compares with) and `prompt_id` (a hash of the problem's text, which the trainer records:
+`training.prompts_seen`). SFT: columns `prompt` and `completion` (the assistant turn of `prompts.format_answer`),
+so that the SFT loss covers the completion only.
 
 Where the rows come from is the config's `source`: a hub dataset, a local file, or the package's arithmetic
 generator; `name` is only a label.
@@ -10,6 +11,7 @@ generator; `name` is only a label.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import random
 from pathlib import Path
@@ -23,6 +25,8 @@ if TYPE_CHECKING:
     from atr_grpo.config_inputs import DataConfig, PromptConfig, SFTConfig
 
 log = logging.getLogger(__name__)
+
+PROMPT_ID = "prompt_id"  # the GRPO dataset's column of prompt ids
 
 
 def get_field(row: dict[str, Any], dotted: str) -> Any:
@@ -62,6 +66,12 @@ def _clean_answer(value: Any) -> str:
     return str(value).strip()
 
 
+def prompt_id(question: str) -> str:
+    """A training prompt's id: the first 16 hex digits of the sha256 of its problem text, so that the same problem
+    has the same id in every run, wherever it sits in the data, and repeated rows count once."""
+    return hashlib.sha256(question.encode()).hexdigest()[:16]
+
+
 def grpo_dataset(data: DataConfig, prompt: PromptConfig) -> Any:
     """The GRPO training prompts and their gold answers."""
     from datasets import Dataset
@@ -80,6 +90,7 @@ def grpo_dataset(data: DataConfig, prompt: PromptConfig) -> Any:
         {
             "prompt": [build_messages(q, prompt.system) for q, _ in problems],
             "answer": [a for _, a in problems],
+            PROMPT_ID: [prompt_id(q) for q, _ in problems],
         }
     )
 

@@ -96,7 +96,8 @@ def standard_errors(correct: Sequence[Sequence[bool]], ks: Iterable[int] | None 
 
 def average(per_benchmark: Sequence[dict[str, float | None]]) -> dict[str, float | None]:
     """The mean over benchmarks of every metric all of them report (the paper's "Average"); a standard error
-    (`*_stderr`) combines as √(Σ SE²) / B instead, and is None when a benchmark's is None."""
+    (`*_stderr`) combines as √(Σ SE²) / B instead. Either is None when a benchmark's is None (one problem, or the
+    accuracy given an answer of a benchmark without one)."""
     if not per_benchmark:
         return {}
     keys = [key for key in per_benchmark[0] if all(key in values for values in per_benchmark)]
@@ -104,10 +105,10 @@ def average(per_benchmark: Sequence[dict[str, float | None]]) -> dict[str, float
     out: dict[str, float | None] = {}
     for key in keys:
         values = [row[key] for row in per_benchmark]
-        if not key.endswith(STDERR_SUFFIX):
-            out[key] = sum(values) / count
-        elif any(value is None for value in values):
+        if any(value is None for value in values):
             out[key] = None
+        elif not key.endswith(STDERR_SUFFIX):
+            out[key] = sum(values) / count
         else:
             out[key] = math.sqrt(sum(value * value for value in values)) / count
     return out

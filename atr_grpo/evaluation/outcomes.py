@@ -15,6 +15,9 @@ Standard errors (`<name>_stderr`) are over problems, like Mean@K's (`metrics.sta
 the per-problem rates over √P, and for the ratio C / A the linearised (delta-method) SE of a ratio of two
 problem-level sums, √(Σ_i (c_i − R·a_i)² / (P (P − 1))) / ā. Each is None for one problem, or no answer.
 
+`summary_scores` is every score an evaluation's summary line holds (the runner's and a regrade's): Mean@K, Pass@K
+and the three parts, each with its standard error, for K = 1..n.
+
 `split_gain` says how much of a change in Mean@K is the answered rate and how much the accuracy given an answer.
 The two parts of a product's change depend on the order in which they are taken, so it gives both orders.
 """
@@ -26,7 +29,7 @@ import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from atr_grpo.evaluation.metrics import STDERR_SUFFIX
+from atr_grpo.evaluation.metrics import STDERR_SUFFIX, standard_errors, summarize
 
 ANSWERED = ("correct", "wrong", "timeout")
 TRUNCATED = "truncated"
@@ -76,6 +79,14 @@ def outcome_parts(statuses: Sequence[Sequence[str]], ks: Iterable[int]) -> dict[
         out[f"truncated@{k}"] = sum(truncated) / total
         out[f"truncated@{k}{STDERR_SUFFIX}"] = _rate_stderr([t / k for t in truncated])
     return out
+
+
+def summary_scores(statuses: Sequence[Sequence[str]]) -> dict[str, float | None]:
+    """Mean@K, Pass@K, `outcome_parts` and every one's `_stderr`, for K = 1..n, from a problems × samples matrix of
+    grader statuses (a sample is correct when its status is `correct`)."""
+    correct = [[status == "correct" for status in row] for row in statuses]
+    scores = {**summarize(correct), **standard_errors(correct)}  # these refuse an empty or ragged matrix first
+    return {**scores, **outcome_parts(statuses, range(1, len(statuses[0]) + 1))}
 
 
 @dataclass(frozen=True)

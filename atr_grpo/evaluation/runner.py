@@ -3,9 +3,10 @@
 `run_evaluation` renders every problem with the training prompt (`atr_grpo.data.prompts.render_prompt`),
 draws n samples per problem from a backend, grades them in worker processes, writes the per-sample
 file and the summary line of each benchmark (see `outputs` for the layout and the overwrite policy) and
-returns a flat dict for the logger: `eval/<benchmark>/mean@K`, `eval/<benchmark>/pass@K`, their standard errors
-`eval/<benchmark>/mean@K_stderr` and `.../pass@K_stderr` (`metrics.standard_errors`), `eval/average/...` for K in
-{1, k}, and `eval/<benchmark>/status/<status>` counts.
+returns a flat dict for the logger: `eval/<benchmark>/mean@K`, `eval/<benchmark>/pass@K`, what Mean@K is made of
+(`eval/<benchmark>/answered@K`, `.../acc_given_answer@K`, `.../truncated@K`: `outcomes.outcome_parts`), each one's
+standard error (`eval/<benchmark>/mean@K_stderr`, ...), `eval/average/...` for K in {1, k}, and
+`eval/<benchmark>/status/<status>` counts.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ from atr_grpo.evaluation.grader import (
     grade_samples,
     status_counts,
 )
-from atr_grpo.evaluation.metrics import STDERR_SUFFIX, average, standard_errors, summarize
+from atr_grpo.evaluation.metrics import STDERR_SUFFIX, average
+from atr_grpo.evaluation.outcomes import PARTS, summary_scores
 from atr_grpo.evaluation.outputs import move_aside, read_summary, sample_file, write_samples
 from atr_grpo.evaluation.sampling import SamplingConfig
 from atr_grpo.rundir.records import REPLACES
@@ -75,12 +77,11 @@ def evaluate_benchmark(
         results = grade_samples(
             jobs, workers=grader_workers, timeout=grader_timeout, progress=bar, credit_inside_think=credit_inside_think
         )
-    records, matrix = sample_records(problems, samples, results)
+    records, statuses = sample_records(problems, samples, results)
     summary = {
         "num_problems": len(problems),
         "n": sampling.n,
-        **summarize(matrix),
-        **standard_errors(matrix),
+        **summary_scores(statuses),
         "status_counts": status_counts(results),
         "finish_counts": finish_counts(samples),
         "mean_num_tokens": sum(r["num_tokens"] for r in records) / len(records),
@@ -101,16 +102,16 @@ def finish_counts(samples: Sequence[Sequence[Sample]]) -> dict[str, int]:
 
 def sample_records(
     problems: Sequence[Problem], samples: Sequence[Sequence[Sample]], results: Sequence[GradeResult]
-) -> tuple[list[dict[str, Any]], list[list[bool]]]:
-    """(the per-sample file's records, the [problem][sample] correctness matrix), from each problem's samples and
-    their grades in the same order."""
+) -> tuple[list[dict[str, Any]], list[list[str]]]:
+    """(the per-sample file's records, the [problem][sample] matrix of grader statuses), from each problem's samples
+    and their grades in the same order."""
     grades = iter(results)
     records, matrix = [], []
     for problem, row in zip(problems, samples):
-        verdicts = []
+        statuses = []
         for index, sample in enumerate(row):
             result = next(grades)
-            verdicts.append(result.correct)
+            statuses.append(result.status)
             records.append(
                 {
                     "problem_id": problem.id,
@@ -125,7 +126,7 @@ def sample_records(
                     "num_tokens": sample.num_tokens,
                 }
             )
-        matrix.append(verdicts)
+        matrix.append(statuses)
     return records, matrix
 
 
@@ -149,7 +150,8 @@ def _provenance(
         "top_p": sampling.top_p,
         "top_k": sampling.top_k,
         "max_tokens": sampling.max_tokens,
-        "seed": sampling.seed,
+        "seed": sampling.seed,  # a training run's summary line holds the run's seed here (its metadata)
+        "drawn_seed": sampling.seed,  # the seed the samples were drawn with (eval.seed, or its step's step_seed)
         "backend": getattr(generator, "name", type(generator).__name__),
         "grader": _grader_version(),
         "credit_inside_think": credit_inside_think,
@@ -224,11 +226,11 @@ def _check_request(benchmarks: Sequence[Benchmark], sampling: SamplingConfig, k:
 
 
 def _log_result(step: int, name: str, row: dict[str, Any], k: int) -> None:
-    """One line per evaluated benchmark: its Mean@K and Pass@K ± their standard errors, sample statuses and time."""
+    """One line per evaluated benchmark: its Mean@K, Pass@K and the parts of Mean@K ± their standard errors, sample
+    statuses and time."""
     counts = ", ".join(f"{status} {n}" for status, n in row["status_counts"].items())
-    values = ", ".join(
-        f"{m}@{k} {with_stderr(row[f'{m}@{k}'], row.get(f'{m}@{k}{STDERR_SUFFIX}'))}" for m in ("mean", "pass")
-    )
+    shown = [f"{m}@{k}" for m in ("mean", "pass", *PARTS) if row.get(f"{m}@{k}") is not None]
+    values = ", ".join(f"{key} {with_stderr(row[key], row.get(key + STDERR_SUFFIX))}" for key in shown)
     log.info("step %d, %s: %s; samples: %s (%.0f s)", step, name, values, counts, row["time_s"])
 
 
@@ -240,11 +242,12 @@ def with_stderr(value: float, stderr: float | None, scale: float = 1.0, digits: 
 
 
 def flat_metrics(rows: dict[str, dict[str, Any]], k: int) -> dict[str, float]:
-    """`eval/<benchmark>/{mean,pass}@{1,k}`, their `_stderr`, `eval/<benchmark>/status/<status>`,
-    `eval/<benchmark>/finish/{stop,length}` and `eval/average/...`. A standard error the summary line lacks or holds
-    as None (one problem) is left out."""
+    """`eval/<benchmark>/{mean,pass,answered,acc_given_answer,truncated}@{1,k}`, their `_stderr`,
+    `eval/<benchmark>/status/<status>`, `eval/<benchmark>/finish/{stop,length}` and `eval/average/...`. A value the
+    summary line lacks (a line written before it was recorded) or holds as None (a standard error of one problem,
+    the accuracy given no answer) is left out."""
     ks = sorted({1, k})
-    names = [f"{m}@{K}{suffix}" for K in ks for m in ("mean", "pass") for suffix in ("", STDERR_SUFFIX)]
+    names = [f"{m}@{K}{suffix}" for K in ks for m in ("mean", "pass", *PARTS) for suffix in ("", STDERR_SUFFIX)]
     out: dict[str, float] = {}
     per_benchmark = []
     for name, row in rows.items():

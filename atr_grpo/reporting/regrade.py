@@ -2,7 +2,7 @@
 
     <run_dir>/eval/regrade/<tag>/
       grader.json                          what grades: math-verify and its parsers' versions, the grader code's hash
-      summary.jsonl                        one line per (step, benchmark), with the fields of eval/summary.jsonl
+      summary.jsonl                        one line per (step, benchmark), with the scores of eval/summary.jsonl
       step_<step:06d>/<benchmark>.jsonl    the new verdict of every sample (problem_id, sample, extracted, ...)
       changes.jsonl                        every sample whose status changed: gold, before and after
 
@@ -29,7 +29,7 @@ from typing import Any
 
 from atr_grpo import run_environment, rundir
 from atr_grpo.evaluation import gold, grader
-from atr_grpo.evaluation.metrics import summarize
+from atr_grpo.evaluation.outcomes import summary_scores
 from atr_grpo.evaluation.outputs import find_sample_file, move_aside, read_summary, read_summary_file, write_samples
 from atr_grpo.rundir import layout
 
@@ -190,7 +190,7 @@ class Regraded:
 
     records: list[dict[str, Any]]  # the verdict file's lines
     changed_lines: list[dict[str, Any]]  # one per sample whose status (or verdict) changed
-    matrix: list[list[bool]]  # [problem][sample] correct
+    statuses: list[list[str]]  # [problem][sample] the new grader status
     changed: int  # verdicts changed
     status_changed: int
 
@@ -203,7 +203,7 @@ def _regrade_samples(
     n_changed = n_status = 0
     for before, result in zip(before_rows, after):
         records.append(_record(before, result))
-        by_problem[str(before["problem_id"])][int(before["sample"])] = result.correct
+        by_problem[str(before["problem_id"])][int(before["sample"])] = result.status
         verdict, status = _changes(before, result)
         n_changed, n_status = n_changed + verdict, n_status + status
         if status:
@@ -219,8 +219,8 @@ def _regrade_samples(
                     "after": {k: _record(before, result)[k] for k in ("status", "correct", "extracted")},
                 }
             )
-    matrix = [[row[i] for i in sorted(row)] for row in by_problem.values()]
-    return Regraded(records, changed_lines, matrix, n_changed, n_status)
+    statuses = [[row[i] for i in sorted(row)] for row in by_problem.values()]
+    return Regraded(records, changed_lines, statuses, n_changed, n_status)
 
 
 def _write_evaluation(
@@ -247,13 +247,13 @@ def _write_evaluation(
     write_samples(path, regraded.records)
     if regraded.changed_lines:
         rundir.append_jsonl(regrade_dir(run_dir, tag) / layout.CHANGES_FILE, regraded.changed_lines)
-    matrix = regraded.matrix
+    statuses = regraded.statuses
     line = {
         "step": step,
         "benchmark": bench,
-        "num_problems": len(matrix),
-        "n": len(matrix[0]) if matrix else 0,
-        **(summarize(matrix) if matrix else {}),
+        "num_problems": len(statuses),
+        "n": len(statuses[0]) if statuses else 0,
+        **(summary_scores(statuses) if statuses else {}),  # Mean@K, Pass@K, the parts of Mean@K, their SEs
         "status_counts": grader.status_counts(after),
         "samples": len(after),
         "changed": regraded.changed,

@@ -6,12 +6,13 @@
       env.json                    package versions, git commit, python, device, number of processes, start time
       metrics.jsonl               one JSON object per logged training step
       metrics.discarded.jsonl     metric lines set aside on resume (logged after the checkpoint resumed from)
-      train_summary.json          the trainer's end-of-training summary (runtime, mean loss)
+      train_summary.json          the trainer's end-of-training summary (runtime, mean loss, prompts seen)
       DONE                        written when training reached its last step (`records.Done`)
       final_adapter/              the adapter at the last step
       wandb_run_id                the W&B run this run mirrors to
       wandb_eval.jsonl            the evaluation steps mirrored to W&B, and failed attempts
       checkpoints/checkpoint-<N>/ trainer checkpoints (resume continues from the newest), with delta_control.json
+                                  and prompts_seen.json
       eval/step_<N:06d>/<benchmark>.jsonl   one line per (problem, sample), or its packed `.jsonl.gz`
       eval/summary.jsonl          one line per (step, benchmark): the commit record of an evaluation
       eval/adapters/step_<N:06d>/ the adapter of a scheduled step, kept until its evaluation is recorded
@@ -42,6 +43,7 @@ WANDB_ID_FILE = "wandb_run_id"
 WANDB_EVAL_FILE = "wandb_eval.jsonl"
 CHECKPOINT_DIR = "checkpoints"
 DELTA_STATE_FILE = "delta_control.json"  # adaptive δ's state, inside each checkpoint
+PROMPTS_SEEN_FILE = "prompts_seen.json"  # each step's training prompt ids so far, inside each checkpoint
 EVAL_DIR = "eval"
 SUMMARY_FILE = "summary.jsonl"
 ADAPTERS_DIR = "adapters"

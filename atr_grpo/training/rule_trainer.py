@@ -7,7 +7,8 @@
   micro-batch's `GRPOLoss` into the step's metrics: the rule's `clip/*` (with `clip/delta` for a δ-rule),
   `ratio/*`, `kl/*`, the entropy, and under `rollout/` the rollout-engine mismatch and the correction's weights.
   Metrics are pooled over micro-batches and processes (`step_stats.StepStats`) and added to TRL's log at each
-  logging step. A δ-rule's `DeltaControl` moves δ after each optimizer step and is saved with each checkpoint.
+  logging step. A δ-rule's `DeltaControl` moves δ after each optimizer step and is saved with each checkpoint, as
+  is the record of the training prompts generated from (`PromptsSeen`), whose count and hash end in the train summary.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ from atr_grpo.rundir import layout
 from atr_grpo.training import checkpoints
 from atr_grpo.training.delta_control import DeltaControl
 from atr_grpo.training.extras import TrainerBatch, keeps_old_weights, trainer_extras
+from atr_grpo.training.prompts_seen import PromptsSeen
+from atr_grpo.training.run_logger import SUMMARY_KEYS
 from atr_grpo.training.step_stats import StepStats, ratio_outside_box, rollout_mismatch
 from atr_grpo.training.truncated import TruncationMixin
 from atr_grpo.training.vocab_kl import adapter_snapshot
@@ -218,12 +221,26 @@ class RuleTrainerMixin(TruncationMixin, _Host):
         self.delta_control = delta
         self._old_adapter: dict[str, Tensor] | None = None
         self._step_stats = StepStats()
+        self.prompts_seen = PromptsSeen()
 
     def _generate_and_score_completions(self, inputs: Any) -> Any:
+        if self.model.training:
+            self._record_prompts(inputs)
         # π_old's weights, for an extra computed from them (the full-vocabulary KL): those that generate this rollout
         if keeps_old_weights(self.rule.needs):
             self._old_adapter = adapter_snapshot(self.accelerator.unwrap_model(self.model))
         return self.apply_truncation(super()._generate_and_score_completions(inputs))
+
+    def _record_prompts(self, inputs: Any) -> None:
+        """The generation batch's prompt ids (every process's), under the optimizer step that first trains on it."""
+        from atr_grpo.data.datasets import PROMPT_ID
+
+        ids = [row[PROMPT_ID] for row in inputs if PROMPT_ID in row]
+        if self.accelerator.num_processes > 1:
+            from accelerate.utils import gather_object
+
+            ids = gather_object(ids)
+        self.prompts_seen.add(self.state.global_step + 1, ids)
 
     def rule_extras(
         self,
@@ -307,7 +324,10 @@ class RuleTrainerMixin(TruncationMixin, _Host):
 
     # ------------------------------------------------------------------------------ adaptive δ
     def train(self, resume_from_checkpoint: str | bool | None = None, *args: Any, **kwargs: Any) -> Any:
-        """Before training: δ restored from the checkpoint resumed from, and the step hook that moves δ."""
+        """Before training: the prompts seen and δ restored from the checkpoint resumed from, and the step hook that
+        moves δ."""
+        if resume_from_checkpoint:
+            self._load_prompts_seen(resume_from_checkpoint)
         if self.delta_control is not None:
             if resume_from_checkpoint:
                 self._load_delta(self.delta_control, resume_from_checkpoint)
@@ -341,9 +361,11 @@ class RuleTrainerMixin(TruncationMixin, _Host):
         self._checkpoint_staging = checkpoints.staging_dir(checkpoint)
         try:
             super()._save_checkpoint(model, trial)
-            if self.delta_control is not None and self.args.should_save:
-                path = self._checkpoint_staging / checkpoint.name / layout.DELTA_STATE_FILE
-                rundir.write_json(path, self.delta_control.state_dict())
+            if self.args.should_save:
+                folder = self._checkpoint_staging / checkpoint.name
+                rundir.write_json(folder / layout.PROMPTS_SEEN_FILE, self.prompts_seen.state_dict())
+                if self.delta_control is not None:
+                    rundir.write_json(folder / layout.DELTA_STATE_FILE, self.delta_control.state_dict())
         finally:
             self._checkpoint_staging = None
         wait()  # every process's files (its RNG state) are in place
@@ -352,12 +374,28 @@ class RuleTrainerMixin(TruncationMixin, _Host):
             rotate_checkpoints(str(root), self.args.save_total_limit, use_mtime=True)
         wait()
 
-    def _load_delta(self, control: DeltaControl, checkpoint: str | bool) -> None:
+    def _checkpoint_path(self, checkpoint: str | bool) -> Path:
         if checkpoint is True:
             from transformers.trainer_utils import get_last_checkpoint
 
             checkpoint = get_last_checkpoint(self.args.output_dir)
-        path = Path(str(checkpoint)) / layout.DELTA_STATE_FILE
+        return Path(str(checkpoint))
+
+    def _load_prompts_seen(self, checkpoint: str | bool) -> None:
+        """The prompts seen up to the checkpoint's step; a checkpoint from before they were recorded has none, and
+        the run's count then starts at its resume (a warning says so)."""
+        folder = self._checkpoint_path(checkpoint)
+        path = folder / layout.PROMPTS_SEEN_FILE
+        if not path.exists():
+            log.warning("%s is missing: the prompts seen are counted from this resume on", path)
+            return
+        try:
+            self.prompts_seen.load_state_dict(rundir.read_json(path), checkpoints.checkpoint_step(folder))
+        except (AttributeError, KeyError, TypeError, ValueError) as err:  # valid JSON, but not this record
+            raise rundir.RunFileError(f"{path}: the prompts seen cannot be restored ({err!r})") from None
+
+    def _load_delta(self, control: DeltaControl, checkpoint: str | bool) -> None:
+        path = self._checkpoint_path(checkpoint) / layout.DELTA_STATE_FILE
         if path.exists():
             try:
                 control.load_state_dict(rundir.read_json(path))
@@ -378,6 +416,8 @@ class RuleTrainerMixin(TruncationMixin, _Host):
         """Add the step's pooled metrics (global over micro-batches and processes) to TRL's log."""
         if self._step_stats.keys():
             logs.update(self._step_stats.reduce(self._all_reduce))
+        if any(key in logs for key in SUMMARY_KEYS):  # the end-of-training summary (train_summary.json)
+            logs.update(self.prompts_seen.summary())
         super().log(logs, start_time)
 
     def _all_reduce(self, tensor: Tensor, op: str) -> Tensor:

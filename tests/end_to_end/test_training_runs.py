@@ -4,6 +4,7 @@ the evaluation callback, and run-directory safety."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 
@@ -14,8 +15,12 @@ from transformers import TrainerCallback
 
 from atr_grpo import rundir
 from atr_grpo.config_hydra import config_from_yaml, to_object
+from atr_grpo.data.arithmetic import task_splits
+from atr_grpo.data.datasets import prompt_id
 from atr_grpo.provenance import weights_sha256
+from atr_grpo.rundir import layout
 from atr_grpo.training.pipeline import RunDirError, run_training
+from atr_grpo.training.prompts_seen import DISTINCT_KEY, HASH_KEY
 from atr_grpo.training.sft import sft_cache_key
 
 pytestmark = pytest.mark.slow
@@ -106,6 +111,25 @@ def test_smoke_run_writes_every_run_file(atr_run):
     assert (atr_run / "final_adapter" / "adapter_model.safetensors").exists()
     checkpoints = sorted(p.name for p in (atr_run / rundir.CHECKPOINT_DIR).glob("checkpoint-*"))
     assert checkpoints == ["checkpoint-2", "checkpoint-4"]
+
+
+def prompts_seen(run_dir):
+    """(how many distinct training prompts, the hash of their ids) from the run's train summary."""
+    summary = json.loads((run_dir / layout.TRAIN_SUMMARY_FILE).read_text())
+    return summary[DISTINCT_KEY], summary[HASH_KEY]
+
+
+def test_the_train_summary_counts_the_distinct_training_prompts_seen(atr_run):
+    """The last checkpoint records each step's prompt ids, all of them training prompts; the train summary holds how
+    many distinct ones there are and the sha256 of their sorted ids."""
+    config = config_from_yaml((atr_run / rundir.CONFIG_FILE).read_text())
+    record = json.loads((atr_run / rundir.CHECKPOINT_DIR / "checkpoint-4" / layout.PROMPTS_SEEN_FILE).read_text())
+    assert sorted(map(int, record["by_step"])) == [1, 3]  # reuse2: one generation batch per two optimizer steps
+    seen = set().union(*record["by_step"].values())
+    assert seen <= {prompt_id(p.question) for p in task_splits(config.data)[0]}
+    count, digest = prompts_seen(atr_run)
+    assert count == len(seen) > 0
+    assert digest == hashlib.sha256("\n".join(sorted(seen)).encode()).hexdigest()
 
 
 def test_the_console_shows_the_grpo_stage_line_and_no_log_dicts(atr_smoke):
@@ -208,22 +232,30 @@ RESUMED = ["clipping=clip_cov", "eval=none", "trainer.learning_rate=1e-3"]  # cl
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory, tiny_model_dir):
-    """The metrics of an uninterrupted run with RESUMED's settings."""
+def uninterrupted_run(tmp_path_factory, tiny_model_dir):
+    """An uninterrupted run with RESUMED's settings."""
     import os
 
     old = os.getcwd()
     os.chdir(REPO)
     try:
-        return metrics(smoke(tmp_path_factory.mktemp("whole") / "run", RESUMED))
+        return smoke(tmp_path_factory.mktemp("whole") / "run", RESUMED)
     finally:
         os.chdir(old)
 
 
-def test_resume_after_a_kill_matches_an_uninterrupted_run(uninterrupted, tmp_path):
+@pytest.fixture(scope="module")
+def uninterrupted(uninterrupted_run):
+    """The metrics of an uninterrupted run with RESUMED's settings."""
+    return metrics(uninterrupted_run)
+
+
+def test_resume_after_a_kill_matches_an_uninterrupted_run(uninterrupted_run, tmp_path):
     """Killed after step 2 and re-launched, a run ends with the same metrics as an uninterrupted one
-    (optimizer, scheduler, RNG and step restored; the killed run's later metric lines are set aside)."""
-    assert_resume_matches(tmp_path / "killed", RESUMED, uninterrupted)
+    (optimizer, scheduler, RNG and step restored; the killed run's later metric lines are set aside), and has seen
+    the same training prompts: their count and hash in the train summary."""
+    assert_resume_matches(tmp_path / "killed", RESUMED, metrics(uninterrupted_run))
+    assert prompts_seen(tmp_path / "killed") == prompts_seen(uninterrupted_run)
 
 
 def checkpoint_names(run_dir):

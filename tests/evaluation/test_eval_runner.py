@@ -1,6 +1,8 @@
 """The evaluation runner with a scripted generator: contracts §3 files, metrics, the overwrite policy."""
 
 import json
+import math
+import statistics
 
 import pytest
 from conftest import REPO
@@ -17,6 +19,7 @@ from atr_grpo.evaluation import (
     run_evaluation,
 )
 from atr_grpo.evaluation.backends import check_samples
+from atr_grpo.evaluation.outcomes import PARTS
 
 FIXTURES = REPO / "tests" / "fixtures" / "eval"
 SAMPLE_FIELDS = {
@@ -126,10 +129,51 @@ def test_files_and_values(tmp_path, aime24):
     assert set(metrics) == {
         f"eval/{b}/{m}@{k}{e}"
         for b in ("aime24", "average")
-        for m in ("mean", "pass")
+        for m in ("mean", "pass", "answered", "acc_given_answer", "truncated")
         for k in (1, 4)
         for e in ("", "_stderr")
     } | {f"eval/aime24/status/{s}" for s in STATUSES} | {"eval/aime24/finish/stop", "eval/aime24/finish/length"}
+
+
+def test_the_summary_line_holds_what_mean_at_k_is_made_of(tmp_path, aime24):
+    """Of AIME24_SCRIPT's 12 samples, 10 hold a final box (7 correct, 3 wrong), 1 has none and 1 ran out of tokens:
+    answered 10/12, accuracy given an answer 7/10, truncated 1/12, and Mean@4 = 10/12 × 7/10. The first samples
+    (correct, correct, wrong) all answered. The logged metrics and the Average carry the same values."""
+    metrics = evaluate(tmp_path, [aime24], ScriptedGenerator(AIME24_SCRIPT))
+    (summary,) = rundir.read_jsonl(tmp_path / "eval" / "summary.jsonl")
+    assert summary["answered@4"] == pytest.approx(10 / 12)
+    assert summary["acc_given_answer@4"] == pytest.approx(7 / 10)
+    assert summary["truncated@4"] == pytest.approx(1 / 12)
+    assert summary["answered@4"] * summary["acc_given_answer@4"] == pytest.approx(summary["mean@4"])
+    assert (summary["answered@1"], summary["acc_given_answer@1"], summary["truncated@1"]) == pytest.approx(
+        (1, 2 / 3, 0)
+    )
+    answered = [2 / 4, 4 / 4, 4 / 4]  # each problem's answered rate over its 4 samples
+    assert summary["answered@4_stderr"] == pytest.approx(statistics.stdev(answered) / math.sqrt(3))
+    for k in range(1, 5):  # every K that Mean@K has, each part with its standard error
+        assert {f"{part}@{k}{e}" for part in PARTS for e in ("", "_stderr")} <= set(summary)
+    for part in PARTS:
+        assert metrics[f"eval/aime24/{part}@4"] == summary[f"{part}@4"]
+        assert metrics[f"eval/aime24/{part}@4_stderr"] == summary[f"{part}@4_stderr"]
+        assert metrics[f"eval/average/{part}@4"] == pytest.approx(summary[f"{part}@4"])
+
+
+def test_no_answer_leaves_the_accuracy_given_an_answer_out_of_the_logged_metrics(tmp_path, aime24):
+    """None answered: the summary line holds acc_given_answer@K as null, and the logger (W&B takes no None) and the
+    Average leave it out."""
+    silent = {"": [("no box", "stop")] * 4}
+    metrics = evaluate(tmp_path, [aime24], ScriptedGenerator(silent))
+    (summary,) = rundir.read_jsonl(tmp_path / "eval" / "summary.jsonl")
+    assert summary["answered@4"] == 0.0 and summary["acc_given_answer@4"] is None
+    assert "eval/aime24/acc_given_answer@4" not in metrics and "eval/average/acc_given_answer@4" not in metrics
+    assert metrics["eval/aime24/answered@4"] == 0.0
+
+
+def test_the_summary_line_records_the_seed_it_drew_with(tmp_path, aime24):
+    """`drawn_seed` is the sampling seed; a training run's metadata puts the run's seed under `seed`."""
+    evaluate(tmp_path, [aime24], ScriptedGenerator(AIME24_SCRIPT), metadata={"seed": 0})
+    row = read_summary(tmp_path)[(50, "aime24")]
+    assert (row["drawn_seed"], row["seed"]) == (SAMPLING.seed, 0)
 
 
 def test_prompts_are_rendered_with_the_training_template(tmp_path, aime24):

@@ -3,10 +3,13 @@ run's evaluations do not reread one random stream, and the methods of one run se
 
 from __future__ import annotations
 
-from conftest import train_config
+from dataclasses import replace
+
+from conftest import REPO, train_config
+from helpers.scripted_generation import FakeTokenizer, ScriptedGenerator
 
 import atr_grpo.evaluation
-from atr_grpo.evaluation import engines
+from atr_grpo.evaluation import engines, load_benchmark, read_summary
 from atr_grpo.evaluation.sampling import step_seed
 from atr_grpo.training import evaluations
 
@@ -32,3 +35,15 @@ def test_a_training_evaluation_samples_with_its_steps_seed(monkeypatch, tmp_path
     for step in (0, 2):
         evaluations._run(cfg, object(), object(), [], tmp_path, step)
     assert seen == [step_seed(4, 0), step_seed(4, 2)]
+
+
+def test_a_training_evaluations_summary_line_records_the_seed_it_drew_with(tmp_path):
+    """Through the runner: the line of step 2 holds its step's seed as `drawn_seed` and the run's seed as `seed`."""
+    cfg = train_config(["experiment=smoke", "seed=4", "eval.seed=${seed}", "eval.seed_by_step=true"])
+    amc = load_benchmark("amc23", REPO / "tests" / "fixtures" / "eval" / "amc23.jsonl", strict=False)
+    generator = ScriptedGenerator({"": [("\\boxed{84}", "stop")] * 4})
+    evaluations._run(
+        replace(cfg, eval=replace(cfg.eval, grader_workers=0)), generator, FakeTokenizer(), [amc], tmp_path, 2
+    )
+    row = read_summary(tmp_path)[(2, "amc23")]
+    assert (row["drawn_seed"], row["seed"]) == (step_seed(4, 2), 4)

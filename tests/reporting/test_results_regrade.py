@@ -109,6 +109,29 @@ def test_a_wrong_old_verdict_is_reported_corrected_and_used_with_grader(tree, tm
         assert row["final"] == value and row["ci_low"] != "nan"
 
 
+def test_the_regrade_summary_holds_what_mean_at_k_is_made_of(tree):
+    """clip's step 100 on aime24: 60 of 240 samples right (problem i has i % 5), none on problem 0. Two of problem
+    0's wrong samples lose their box and one runs out of tokens: 237 answered, 60 of them right, 1 truncated, and
+    Mean@8 = 237/240 × 60/237 is unchanged."""
+    run = tree / "table2" / "table2__clip__s0__model=qwen3-1.7b"
+    path = run / "eval" / "step_000100" / "aime24.jsonl"
+    records = rundir.read_jsonl(path)
+    for sample in records[:2]:
+        sample.update(completion="I cannot tell.", extracted=None, status="no_answer")
+    records[2].update(finish_reason="length", status="truncated")
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert regrade_cli(tree)[0] == 0
+    line = {(r["step"], r["benchmark"]): r for r in rundir.read_jsonl(regrade.summary_path(run, tag()))}[
+        (100, "aime24")
+    ]
+    assert line["answered@8"] == pytest.approx(237 / 240)
+    assert line["acc_given_answer@8"] == pytest.approx(60 / 237)
+    assert line["truncated@8"] == pytest.approx(1 / 240)
+    assert line["mean@8"] == pytest.approx(60 / 240) and line["changed"] == 0
+    assert line["answered@8_stderr"] > 0 and line["mean@8_stderr"] > 0
+    assert line["status_counts"]["no_answer"] == 2 and line["status_counts"]["truncated"] == 1
+
+
 def test_a_second_regrade_grades_only_what_is_new(tree):
     run = tree / "table2" / "table2__atr__s0__model=qwen3-1.7b"
     regrade_cli(tree)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import train_config
+from transformers import TrainerState
 
 from atr_grpo.clipping import build_rule
 from atr_grpo.config_hydra import config_from_yaml, config_to_yaml
@@ -130,12 +131,14 @@ def built(path, setting: str):
         trainer, build_rule("clip"), LossSettings(max_completion_length=BUDGET), None, truncation
     )
     trainer.model = type("Model", (), {"training": True})()
+    trainer.state = TrainerState()  # the mixin records each generation batch's prompts under the step it trains
+    trainer.accelerator = type("Accelerator", (), {"num_processes": 1})()
     return trainer
 
 
 @pytest.mark.parametrize("setting", ["zero", "mask", "soft_overlong", "credit_box"])
 def test_both_trainer_paths_mark_and_mask_the_same_completions(setting):
-    batches = [built(path, setting)._generate_and_score_completions(None) for path in (TRLPath, UnslothPath)]
+    batches = [built(path, setting)._generate_and_score_completions([]) for path in (TRLPath, UnslothPath)]
     for batch in batches:
         assert batch["truncated"].tolist() == [True, False, False]
         assert batch["completion_mask"].sum(dim=1).tolist() == [6, 6, 3], "the model still reads every completion"
@@ -148,7 +151,7 @@ def test_both_trainer_paths_mark_and_mask_the_same_completions(setting):
 
 def test_each_training_step_records_the_truncated_fraction():
     trainer = built(TRLPath, "zero")
-    batch = trainer._generate_and_score_completions(None)
+    batch = trainer._generate_and_score_completions([])
     trainer.compute_loss(None, batch)
     trainer.compute_loss(None, {**batch, "truncated": torch.tensor([False, False, False])})
     assert trainer._step_stats.reduce()["completions/truncated_frac"] == pytest.approx(1 / 6)
@@ -158,7 +161,7 @@ def test_each_training_step_counts_its_completions_by_finish_reason():
     """`length` (ran out of tokens) and `stop` (ended at a stop token) are counts over the step's micro-batches, the
     truncated share's numerator and its complement."""
     trainer = built(TRLPath, "zero")
-    batch = trainer._generate_and_score_completions(None)
+    batch = trainer._generate_and_score_completions([])
     trainer.compute_loss(None, batch)  # one cut, two that stopped
     trainer.compute_loss(None, {**batch, "truncated": torch.tensor([True, True, False])})
     logged = trainer._step_stats.reduce()
