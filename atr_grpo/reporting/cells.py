@@ -1,21 +1,29 @@
 """The per-problem scores behind a table cell, its interval, and the paired comparison of two cells.
 
-A cell is one (model, method) on one benchmark, or on the Average of several, for one metric (mean@K or
-pass@K), at one endpoint. Its scores are an [S, P] array per benchmark: a row per run (seed), a column per
-problem, each entry the problem's score at the endpoint (`evaluation.metrics` applied to that problem's
-samples): `final`, the run's final evaluation (or a step chosen by the caller), or `auc`, the mean of the
-problem's scores over the run's evaluations after step 0, whose mean over problems is the run's AUC
-(`endpoints.run_endpoints`). Problems are matched by id, never by position. Nothing is assumed: a run without
-the per-sample file, or runs that do not share their problems or seeds, raise ScoreError saying what is missing.
+A cell is one (model, method) on one benchmark, or on the Average of several, for one metric
+(`reporting.metric`: mean@K, pass@K or a part of Mean@K), at one endpoint. Its scores are an [S, P] array per
+benchmark: a row per run (seed), a column per problem, each entry the problem's score at the endpoint
+(`evaluation.metrics` applied to that problem's samples): `final`, the run's final evaluation (or a step chosen
+by the caller), or `auc`, the mean of the problem's scores over the run's evaluations after step 0, whose mean
+over problems is the run's AUC (`endpoints.run_endpoints`). Problems are matched by id, never by position.
+Nothing is assumed: a run without the per-sample file, or runs that do not share their problems or seeds, raise
+ScoreError saying what is missing.
+
+The accuracy given an answer is a ratio over problems: an entry is the problem's share of it
+(`runs.Run.problem_scores`), so a run's value (the mean over problems; over the AUC's steps, the mean of each
+step's ratio) is exact, and the seed-level tests read it as any other; the problem-level interval and test do not
+(`reads_problems`).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from atr_grpo.reporting import stats
+from atr_grpo.reporting.metric import Metric
 from atr_grpo.reporting.runs import AVERAGE, MissingSamples, Run
 
 
@@ -35,6 +43,7 @@ class Scores:
     method: str = ""  # of those runs (`comparison_key` names the comparison by it)
     experiment: str = ""
     endpoint: str = "final"
+    metric: str = ""  # the metric the values are scores of (`runs.Run.problem_scores`)
 
     def run_values(self) -> np.ndarray:
         """[S]: each run's value (the mean over problems; for the Average, the mean over its benchmarks)."""
@@ -121,6 +130,7 @@ def cell_scores(
         first.method if first else "",
         first.experiment if first else "",
         endpoint if step is None else "final",
+        metric,
     )
 
 
@@ -137,8 +147,16 @@ def _mean_over_steps(run: Run, steps: tuple[int, ...], benchmark: str, metric: s
     return {pid: sum(scores[pid] for scores in per_step) / len(per_step) for pid in per_step[0]}
 
 
+def reads_problems(scores: Scores) -> bool:
+    """Whether each problem's entry is a score of its own, so that a test or an interval may resample or flip
+    problems; not so for a ratio (`Metric.is_ratio`), whose run values alone mean something."""
+    return not (Metric.is_name(scores.metric) and Metric.parse(scores.metric).is_ratio)
+
+
 def cell_interval(scores: Scores, resampling: stats.Resampling, key: str) -> tuple[float, float, float]:
-    """(estimate, interval low, interval high) in percent."""
+    """(estimate, interval low, interval high) in percent; ScoreError for a ratio (`reads_problems`)."""
+    if not reads_problems(scores):
+        raise ScoreError(f"{scores.metric} is a ratio over problems: it has no problem-level interval")
     arrays = scores.arrays()
     low, high = stats.interval(arrays, resampling, key)
     return 100 * float(stats.estimate(arrays)), 100 * float(low), 100 * float(high)
@@ -169,7 +187,7 @@ class Difference:
     p_exact: bool
     p_t: float  # paired t over the seeds
     sd: float  # SD of the per-seed differences (ddof 1); the MDE and power depend on the family (`compare.detectable`)
-    p_problems: float  # secondary: sign-flip over problems (these runs differ beyond evaluation noise)
+    p_problems: float  # secondary: sign-flip over problems (these runs differ beyond evaluation noise); nan for a ratio
     p_problems_floor: float  # its Monte Carlo floor 1 / (R + 1)
     runs_a: list[float]  # each run's value, in `seeds` order
     runs_b: list[float]
@@ -247,7 +265,9 @@ def compare(
         p_exact=stats.seed_test_is_exact(n_seeds),
         p_t=float(t_test.p_value),
         sd=100 * float(t_test.sd),
-        p_problems=float(stats.sign_flip_pvalue(differences, resampling, f"sign-flip|{key}")),
+        p_problems=float(stats.sign_flip_pvalue(differences, resampling, f"sign-flip|{key}"))
+        if reads_problems(a)
+        else math.nan,
         p_problems_floor=1.0 / (resampling.resamples + 1),
         runs_a=[100 * float(x) for x in value_a],
         runs_b=[100 * float(x) for x in value_b],

@@ -18,6 +18,7 @@ from typing import Any
 
 from atr_grpo import rundir
 from atr_grpo.evaluation.metrics import summarize
+from atr_grpo.evaluation.outcomes import outcome_parts
 from atr_grpo.evaluation.outputs import find_sample_file, read_summary, read_summary_file
 from atr_grpo.evaluation.schedule import read_failures
 from atr_grpo.reporting import regrade
@@ -29,6 +30,10 @@ AVERAGE = "average"
 
 class MissingSamples(LookupError):
     """A per-sample file a computation needs is absent (the message names it)."""
+
+
+class UndefinedScore(MissingSamples):
+    """The samples are there but do not define the score: the accuracy given an answer with no answered sample."""
 
 
 @dataclass
@@ -132,7 +137,19 @@ class Run:
     def verdicts(self, step: int, benchmark: str) -> dict[str, list[bool]]:
         """{problem id: verdicts in sample order} of one evaluation, from its per-sample file (or, with a
         grader tag, the regraded verdicts). Raises MissingSamples naming the file that is absent."""
-        key = ("verdicts", step, benchmark)
+        return self._samples(step, benchmark)[0]
+
+    def statuses(self, step: int, benchmark: str) -> dict[str, list[str]]:
+        """{problem id: grader statuses in sample order} (`evaluation.outcomes`), from the file `verdicts` reads.
+        Raises MissingSamples when the file is absent or was written before statuses were recorded."""
+        statuses = self._samples(step, benchmark)[1]
+        if statuses is None:
+            raise MissingSamples(f"{self.path}: step {step}, {benchmark}: the per-sample file records no status")
+        return statuses
+
+    def _samples(self, step: int, benchmark: str) -> tuple[dict[str, list[bool]], dict[str, list[str]] | None]:
+        """(verdicts, statuses or None when a record lacks one) of one evaluation, read once."""
+        key = ("samples", step, benchmark)
         if key not in self._cache:
             if self.grader is None:
                 path = find_sample_file(self.path, step, benchmark)
@@ -142,22 +159,43 @@ class Run:
                 wanted, path = str(path.relative_to(self.path)), path if path.exists() else None
             if path is None:
                 raise MissingSamples(f"{self.path}: no per-sample file {wanted}")
-            by_problem: dict[str, dict[int, bool]] = defaultdict(dict)
+            by_problem: dict[str, dict[int, tuple[bool, str | None]]] = defaultdict(dict)
             for record in rundir.iter_jsonl(path, whole=True):
-                by_problem[str(record["problem_id"])][int(record["sample"])] = bool(record["correct"])
-            self._cache[key] = {pid: [row[i] for i in sorted(row)] for pid, row in by_problem.items()}
+                verdict = (bool(record["correct"]), record.get("status"))
+                by_problem[str(record["problem_id"])][int(record["sample"])] = verdict
+            rows = {pid: [row[i] for i in sorted(row)] for pid, row in by_problem.items()}
+            verdicts = {pid: [correct for correct, _ in row] for pid, row in rows.items()}
+            statuses = {pid: [status for _, status in row] for pid, row in rows.items()}
+            complete = all(status is not None for row in statuses.values() for status in row)
+            self._cache[key] = verdicts, statuses if complete else None
         return self._cache[key]
 
     def problem_scores(self, step: int, benchmark: str, metric: str) -> dict[str, float]:
-        """{problem id: the problem's `metric` (mean@K or the unbiased pass@K), a fraction}, by the definitions of
-        evaluation.metrics applied to that problem's row alone."""
+        """{problem id: the problem's `metric`, a fraction}, whose mean over problems is the evaluation's value:
+        Mean@K or the unbiased Pass@K by the definitions of evaluation.metrics applied to that problem's row alone;
+        the answered or truncated share of its first K samples (`evaluation.outcomes`). The accuracy given an
+        answer is Σ correct / Σ answered over problems, a ratio no problem has alone: a problem's entry is its
+        Mean@K over the evaluation's answered rate, its share of the ratio (`Metric.is_ratio`: only its mean over
+        problems means anything). MissingSamples when no sample of the evaluation has an answer."""
         key = ("scores", step, benchmark, metric)
         if key not in self._cache:
-            k = Metric.parse(metric).k
+            parsed = Metric.parse(metric)
+            k = parsed.k
             rows = self.verdicts(step, benchmark)
             if any(len(row) < k for row in rows.values()):
                 raise MissingSamples(f"{self.path}: step {step}, {benchmark}: fewer than {k} samples for {metric}")
-            self._cache[key] = {pid: summarize([row], ks=[k])[metric] for pid, row in rows.items()}
+            if parsed.is_ratio:
+                answered_rate = str(Metric("answered", k))
+                answered = outcome_parts(list(self.statuses(step, benchmark).values()), [k])[answered_rate]
+                if not answered:
+                    raise UndefinedScore(f"{self.path}: step {step}, {benchmark}: no answered sample for {metric}")
+                correct = self.problem_scores(step, benchmark, str(Metric("mean", k)))
+                self._cache[key] = {pid: value / answered for pid, value in correct.items()}
+            elif parsed.is_part:
+                statuses = self.statuses(step, benchmark)
+                self._cache[key] = {pid: outcome_parts([row], [k])[metric] for pid, row in statuses.items()}
+            else:
+                self._cache[key] = {pid: summarize([row], ks=[k])[metric] for pid, row in rows.items()}
         return self._cache[key]
 
     @cached_property
@@ -170,16 +208,29 @@ class Run:
         return sorted({step for step, _ in self.summary})
 
     def eval_table(self, metric: str) -> dict[int, dict[str, float]]:
-        """{step: {benchmark: value, "average": mean over the configured benchmarks}} in percent.
+        """{step: {benchmark: value, "average": mean over the configured benchmarks}} in percent. A part of Mean@K
+        (`Metric.is_part`) that a summary line lacks is computed from the evaluation's per-sample file.
 
         `average` is only defined at steps where every configured benchmark was evaluated (as in the paper).
         """
         table: dict[int, dict[str, float]] = {}
+        part = Metric.is_name(metric) and Metric.parse(metric).is_part
         for (step, bench), row in self.summary.items():
             value = row.get(metric)
+            if value is None and part:  # summaries written before the parts were: from the per-sample file
+                value = self.sample_value(step, bench, metric)
             if isinstance(value, (int, float)) and not math.isnan(value):
                 table.setdefault(step, {})[bench] = 100.0 * float(value)
         return self._with_average(table)
+
+    def sample_value(self, step: int, benchmark: str, metric: str) -> float:
+        """One evaluation's `metric` (a fraction) from its per-sample file: the mean of `problem_scores`, which is
+        the ratio itself for the accuracy given an answer; nan when no sample has an answer to grade."""
+        try:
+            scores = self.problem_scores(step, benchmark, metric)
+        except UndefinedScore:
+            return math.nan
+        return sum(scores.values()) / len(scores)
 
     def _with_average(self, table: dict[int, dict[str, float]]) -> dict[int, dict[str, float]]:
         for values in table.values():

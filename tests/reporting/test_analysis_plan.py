@@ -71,7 +71,7 @@ def test_a_plan_loads_typed(tmp_path):
         ({"test": "welch"}, "test is 'welch'; allowed: seed_sign_flip or paired_t"),
         ({"alpha": 0.5}, r"alpha is 0.5; allowed: a number in \(0, 0.5\)"),
         ({"equivalence_margin": 0}, "equivalence_margin is 0; allowed: a number of points > 0"),
-        ({"metric": "mean8"}, "metric is 'mean8'; allowed: mean@K or pass@K"),
+        ({"metric": "mean8"}, "metric is 'mean8'; allowed: mean@K, pass@K"),
         ({"seeds": [0, 0, 1]}, r"seeds is \[0, 0, 1\]; allowed: a non-empty list of distinct integers"),
         ({"primary": ["atr", "atr"]}, r"primary is \[.atr., .atr.\]; allowed: \[A, B\]: two different method names"),
         ({"secondary": [["atr", "clip"]]}, r"secondary is \[\[.atr., .clip.\]\]; allowed: comparisons that differ"),

@@ -8,10 +8,12 @@ import re
 import pytest
 from conftest import REPO
 
-from atr_grpo.reporting.metric import EXPECTED, Metric, MetricError, defaults
+from atr_grpo.reporting.metric import EXPECTED, Metric, MetricError, defaults, parts
 
 
-@pytest.mark.parametrize("name", ["mean@8", "pass@1", "mean@16", "pass@128"])
+@pytest.mark.parametrize(
+    "name", ["mean@8", "pass@1", "mean@16", "pass@128", "answered@8", "acc_given_answer@8", "truncated@4"]
+)
 def test_a_parsed_name_prints_back_as_itself(name):
     assert str(Metric.parse(name)) == name and Metric.is_name(name)
 
@@ -25,6 +27,11 @@ def test_anything_but_mean_or_pass_at_a_positive_k_is_refused_with_the_expected_
     assert not Metric.is_name(name)
     with pytest.raises(MetricError, match=re.escape(f"expected {EXPECTED}")):
         Metric.parse(name)
+
+
+def test_only_the_accuracy_given_an_answer_is_a_ratio_and_the_parts_are_read_from_statuses():
+    assert [Metric.parse(name).is_ratio for name in parts(8)] == [False, True, False]
+    assert all(Metric.parse(name).is_part for name in parts(8)) and not Metric.parse("mean@8").is_part
 
 
 @pytest.mark.parametrize("k", [1, 4, 8])

@@ -253,7 +253,7 @@ def test_unknown_table_lists_the_allowed_ones(tree, capsys):
     with pytest.raises(SystemExit):
         main(["table9", "--runs", str(tree)])
     allowed = (
-        "table2, table3, seeds, seeds_auc, delta, passk, clip_binding, endpoints, bounds, timing, all, figures, "
+        "table2, table3, seeds, seeds_auc, delta, passk, clip_binding, endpoints, parts, bounds, timing, all, figures, "
         "compare, regrade"
     )
     assert f"unknown table 'table9'; allowed: {allowed}" in capsys.readouterr().err
@@ -265,8 +265,8 @@ def test_no_runs_fails_clearly(tmp_path, capsys):
     assert "no run directories (folders with a config.yaml) under" in capsys.readouterr().err
     assert main(["all", "--runs", str(tmp_path / "empty"), "--out", str(tmp_path / "out")]) == 2
     assert (
-        "none of table2, table3, seeds, seeds_auc, delta, passk, clip_binding, endpoints, bounds, timing has runs"
-        in capsys.readouterr().err
+        "none of table2, table3, seeds, seeds_auc, delta, passk, clip_binding, endpoints, parts, bounds, timing "
+        "has runs" in capsys.readouterr().err
     )
     with pytest.raises(SystemExit):
         main(["table2", "--runs", str(tmp_path / "absent")])

@@ -6,6 +6,9 @@ each of the rule's bounds acted at all.
   the number of seeds. The AUC of a run is the mean of its evaluations after step 0 (step 0 is the same adapter
   for every method, so it carries no information about the rule): less noisy than the last point, and it counts
   how soon a rule gains as well as where it ends. `auc_minus_start` is the mean over seeds of AUC − step 0.
+- parts: the endpoints table of Mean@K's parts (`evaluation.outcomes`): the answered rate, the accuracy given an
+  answer (a run's AUC of it is the mean of its steps' ratios) and the truncated share, beside Mean@K, read from the
+  per-sample files' grader statuses; a run whose files record none is named and left out.
 - bounds: one row per training run: the mean completion length over training (generation steps, from
   metrics.jsonl), and for every `clip/frac_*` key the rule logs (low, high, dual, ...) the fraction of optimizer
   steps on which that bound froze any token (`fired_<bound>`) and its mean frozen fraction (`frac_<bound>`). A
@@ -16,12 +19,14 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 from atr_grpo.reporting.analyses.tables import Table
-from atr_grpo.reporting.metric import defaults
+from atr_grpo.reporting.metric import defaults, parts
 from atr_grpo.reporting.runs import (
     AVERAGE,
+    MissingSamples,
     Run,
     mean_or_nan,
     mean_std,
@@ -67,7 +72,18 @@ def _mean_sd(values: list[float]) -> tuple[float, float]:
 
 
 def endpoints_table(runs: list[Run]) -> Table:
+    return _endpoints(runs, "endpoints", defaults)
+
+
+def parts_table(runs: list[Run]) -> Table:
+    """The endpoints of Mean@K and of its parts (`metric.parts`), from the per-sample files."""
+    return _endpoints(runs, "parts", lambda k: defaults(k)[:1] + parts(k))
+
+
+def _endpoints(runs: list[Run], name: str, metrics_of: Callable[[int], list[str]]) -> Table:
+    """Per (experiment, model, method, benchmark) and each metric `metrics_of(K)` names, the seeds' endpoints."""
     kept = refuse_repeats([run for run in runs if run.max_steps is not None])
+    unread: dict[str, str] = {}
     groups: dict[tuple[str, str, str], list[Run]] = defaultdict(list)
     for run in kept:
         groups[(run.scope, run.model, run.method)].append(run)
@@ -76,8 +92,8 @@ def endpoints_table(runs: list[Run]) -> Table:
         k = group[0].k
         benches = sorted({b for run in group for b in run.benchmarks}) + [AVERAGE]
         for bench in benches if len(benches) > 2 else benches[:1]:  # one benchmark: its average is itself
-            for metric in defaults(k):
-                found = [e for run in group if (e := run_endpoints(run, metric, bench)) is not None]
+            for metric in metrics_of(k):
+                found = [e for run in group if (e := _read(run, metric, bench, unread)) is not None]
                 if not found:
                     continue
                 final, final_sd = _mean_sd([e["final"] for e in found])
@@ -105,7 +121,25 @@ def endpoints_table(runs: list[Run]) -> Table:
         "final = last evaluation, best = maximum over evaluations after step 0 (chosen on the same problems, so "
         "biased upward); auc = mean of a run's evaluations after step 0"
     ]
-    return Table("endpoints", ENDPOINT_COLUMNS, rows, problems(kept), notes)
+    if name == "parts":
+        notes.append(
+            "answered@K: the share of the first K samples with an extracted answer; acc_given_answer@K: Σ correct / "
+            "Σ answered over the problems of an evaluation (Mean@K = answered@K × acc_given_answer@K); truncated@K: "
+            "the share that ran out of tokens; from the per-sample files' grader statuses"
+        )
+    missing = problems(kept) + [f"{path}: not in {name} ({why})" for path, why in sorted(unread.items())]
+    return Table(name, ENDPOINT_COLUMNS, rows, missing, notes)
+
+
+def _read(run: Run, metric: str, key: str, unread: dict[str, str]) -> dict[str, float] | None:
+    """`run_endpoints`, or None with the reason kept in `unread` when its samples cannot give `metric`."""
+    if str(run.path) in unread:
+        return None
+    try:
+        return run_endpoints(run, metric, key)
+    except MissingSamples as err:
+        unread[str(run.path)] = str(err).removeprefix(f"{run.path}: ")
+        return None
 
 
 def bounds_table(runs: list[Run]) -> Table:

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from atr_grpo.reporting import cells, plan, stats
-from atr_grpo.reporting.analyses import compare, planned
+from atr_grpo.reporting.analyses import compare, parts, planned
 from atr_grpo.reporting.commands import options
 from atr_grpo.reporting.render import compare_text
 from atr_grpo.reporting.selection import of_experiment, read_runs, start_points_agree
@@ -66,9 +66,24 @@ def run(opts: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     for line in dict.fromkeys(w for row in rows for w in row.warnings):
         print(f"warning: {line}", file=sys.stderr)
     print(compare_text.format_rows(rows, *opts.methods, resampling), end="")
+    print_parts(runs, rows, opts, resampling)
     if found is not None:
         print("\n".join(["", *planned.planned_lines(analysis, the_plan, commit.commit)]))
     return 0
+
+
+def print_parts(runs: list, rows: list[compare.Row], opts: argparse.Namespace, resampling: stats.Resampling) -> None:
+    """What the Mean@K difference is made of (`analyses/parts.py`); runs whose samples record no grader status
+    get a note on stderr instead."""
+    request = (options.split(opts.benchmark), options.split(opts.metric), opts.step, opts.endpoint)
+    try:
+        part_rows = parts.part_rows(runs, *opts.methods, resampling, *request)
+        found = parts.splits(rows, runs, *opts.methods)
+    except compare.CompareError as err:
+        print(f"note: the parts of Mean@K are not shown: {err}", file=sys.stderr)
+        return
+    if part_rows or found:
+        print("\n" + compare_text.format_parts(part_rows, found, *opts.methods, resampling), end="")
 
 
 def eval_main(argv: list[str]) -> int:

@@ -1,5 +1,5 @@
-"""`python -m atr_grpo.results {table2,table3,seeds,seeds_auc,delta,passk,clip_binding,endpoints,bounds,timing,all,
-  figures} --runs DIR --out DIR`
+"""`python -m atr_grpo.results {table2,table3,seeds,seeds_auc,delta,passk,clip_binding,endpoints,parts,bounds,timing,
+  all,figures} --runs DIR --out DIR`
 `python -m atr_grpo.results compare A B --runs DIR [--benchmark B] [--metric mean@8] [--endpoint auc]`
 `python -m atr_grpo.results compare --eval DIR_A DIR_B [--step-a N] [--step-b N]` (two models on the same problems)
 `python -m atr_grpo.results regrade --runs DIR`
@@ -11,7 +11,8 @@ CSV, Markdown and LaTeX, plus `<table>_vs_paper.md` where a row has a number the
 (results/paper/), or its figures as PNG and PDF. Each table takes the runs of one experiment:
   table2 → table2, table3 → table3, seeds and seeds_auc (each run's final value or AUC, IQM and the seed-level
   tests against clip) → table3, delta → ablate_delta (Figure 3), passk → passk_curve (Figure 4);
-  binding (clip_binding: does the rule act or react to noise), endpoints (step 0, final, best, AUC per method) and
+  binding (clip_binding: does the rule act or react to noise), endpoints (step 0, final, best, AUC per method),
+  parts (the same of Mean@K's answered rate, accuracy given an answer and truncated share, from the samples) and
   bounds (per run: completion length, how often each bound fired) and timing (per run: wall, training and
   evaluation seconds) → every run; figures 2 and the clipping
   curves → table2. --experiment NAME takes that experiment's runs for every table and figure instead
@@ -57,13 +58,19 @@ TABLES = {
     "passk": "passk_curve",
     "clip_binding": None,
     "endpoints": None,
+    "parts": None,
     "bounds": None,
     "timing": None,
 }
 # the data of figures 3 and 4
 FIGURE_TABLES = {"delta": tables.delta_table, "passk": tables.passk_table}
 # tables of any experiment's training runs (reporting/analyses/endpoints.py, reporting/analyses/timing.py)
-RUN_TABLES = {"endpoints": endpoints.endpoints_table, "bounds": endpoints.bounds_table, "timing": timing_table}
+RUN_TABLES = {
+    "endpoints": endpoints.endpoints_table,
+    "parts": endpoints.parts_table,
+    "bounds": endpoints.bounds_table,
+    "timing": timing_table,
+}
 COMMANDS = (*TABLES, "all", "figures", "compare", "regrade", "pack", "diverge")
 # tables whose rows are methods compared within one study (its Holm family): they take the runs of one study
 STUDY_TABLES = ("table2", "table3", "seeds", "seeds_auc", "delta", "passk")

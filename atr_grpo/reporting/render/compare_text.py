@@ -11,6 +11,7 @@ from typing import Any
 from atr_grpo.reporting import cells, stats
 from atr_grpo.reporting.analyses.compare import SEED_TEST, Row, seed_design_note
 from atr_grpo.reporting.analyses.eval_compare import EvalRow, Side
+from atr_grpo.reporting.analyses.parts import Split
 
 
 def format_rows(rows: list[Row], method_a: str, method_b: str, resampling: stats.Resampling) -> str:
@@ -170,6 +171,58 @@ def seed_level_cells(d: cells.Difference, p_holm: float, alpha: float, mde_and_p
         mde,
         power,
     ]
+
+
+# ------------------------------------------------------------------------------------------ what a gain is made of
+def format_parts(
+    rows: list[Row], found: list[Split], method_a: str, method_b: str, resampling: stats.Resampling
+) -> str:
+    """Markdown: per (study, model), the seed-level table of Mean@K's parts (`analyses/parts.py`), secondary
+    endpoints, then one line per Mean@K row splitting its difference between the answered rate and the accuracy."""
+    level, alpha = f"{100 * resampling.confidence:g}%", 1 - resampling.confidence
+    lines = []
+    for experiment, model in dict.fromkeys((r.experiment, r.model) for r in rows + found):  # type: ignore[operator]
+        block = [r for r in rows if (r.experiment, r.model) == (experiment, model)]
+        lines += [
+            f"## What {method_a} − {method_b} is made of: {experiment}, {model} (secondary endpoints)",
+            "",
+            f"| benchmark | metric | {method_a} | {method_b} | difference | per seed | {level} CI (t, seeds) "
+            "| p (seeds) | smallest p | p (Holm) | † | p (paired t) | MDE (80%) | power (observed) |",
+            "|---|---|---:|---:|---:|---|---|---:|---:|---:|:-:|---:|---:|---:|",
+        ]
+        for r in block:
+            cells_ = seed_level_cells(r.difference, r.p_holm, alpha, r.detectable)
+            lines.append(f"| {r.benchmark} | {r.metric} | {r.mean_a:.2f} | {r.mean_b:.2f} | {' | '.join(cells_)} |")
+        lines.append("")
+        lines += [split_line(s, method_a, method_b) for s in found if (s.experiment, s.model) == (experiment, model)]
+        lines.append("")
+    lines.append(
+        "answered@K: the share of the first K samples with an extracted answer; acc_given_answer@K: the correct "
+        "ones among those answered, Σ correct / Σ answered over the problems of each evaluation (a run's AUC is "
+        "the mean of its steps' ratios); truncated@K: the share that ran out of tokens. Mean@K = answered@K × "
+        "acc_given_answer@K at each evaluation. Each part is tested as Mean@K is, over the seed pairs, with the "
+        "Holm family of its own column; they are secondary endpoints, and the accuracy given an answer, a ratio, "
+        "has no problem-level test. The split: the change from B's (answered rate, accuracy) to A's, taken for "
+        "each seed pair at each evaluation and benchmark, then averaged as Mean@K is; the two parts of either "
+        "order add up to the difference."
+    )
+    return "\n".join(lines) + "\n"
+
+
+def split_line(s: Split, method_a: str, method_b: str) -> str:
+    """One Mean@K difference split, both orders, in points and in percent of the difference."""
+
+    def share(value: float) -> str:
+        return "" if s.difference == 0 or value != value else f" ({100 * value / s.difference:.0f} %)"
+
+    first, then = s.answered_first
+    accuracy, answered = s.accuracy_first
+    return (
+        f"{s.benchmark} {s.metric}: of {method_a} − {method_b} = {s.difference:+.2f} points, answered rate first: "
+        f"the answered rate {first:+.2f}{share(first)}, then the accuracy given an answer {then:+.2f}{share(then)}; "
+        f"accuracy first: the accuracy given an answer {accuracy:+.2f}{share(accuracy)}, then the answered rate "
+        f"{answered:+.2f}{share(answered)}."
+    )
 
 
 # ------------------------------------------------------------------------------------------ compare --eval
