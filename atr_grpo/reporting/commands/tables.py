@@ -38,11 +38,11 @@ import sys
 from pathlib import Path
 
 from atr_grpo.reporting import plan, stats
-from atr_grpo.reporting.analyses import binding, endpoints, seeds, tables
+from atr_grpo.reporting.analyses import binding, endpoints, gates, seeds, tables
 from atr_grpo.reporting.analyses.no_effect import study_warnings
 from atr_grpo.reporting.analyses.timing import timing_table
 from atr_grpo.reporting.commands import options
-from atr_grpo.reporting.render import writers
+from atr_grpo.reporting.render import gates_text, writers
 from atr_grpo.reporting.runs import Run, refuse_repeats
 from atr_grpo.reporting.selection import ResultsError, of_experiment, read_runs, select, start_points_agree
 from atr_grpo.rundir import layout
@@ -182,5 +182,18 @@ def _plan_table(opts: argparse.Namespace, runs: list[Run], out: Path) -> list[Pa
     found = options.planned_analysis(opts, runs, options.resampling(opts))
     if found is None:
         writers.remove_stale(out, "plan")
+        writers.remove_stale(out, "gates")
         return []
-    return writers.write_table(tables.planned_table(found[2], found[0], found[1], found[3]), out)
+    written = writers.write_table(tables.planned_table(found[2], found[0], found[1], found[3]), out)
+    return written + _gates_table(runs, found[0], found[2], out)
+
+
+def _gates_table(runs: list[Run], the_plan: plan.Plan, analysis: list, out: Path) -> list[Path]:
+    """`results all`: the `gates` table when the plan (or an amendment) has gates; the verdicts go to stderr too."""
+    if the_plan.gates is None:
+        writers.remove_stale(out, "gates")
+        return []
+    result = gates.check(runs, the_plan, analysis)
+    for line in [*(a.describe() for a in the_plan.amendments), *gates_text.verdict_lines(result)]:
+        print(line, file=sys.stderr)
+    return writers.write_table(gates.gates_table(result, the_plan), out)
