@@ -91,8 +91,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--ddof",
         type=int,
         choices=(0, 1),
-        default=0,
-        help="table3's std over seeds: 0 as in the paper (default), 1 for the sample std",
+        default=1,
+        help="table3's std over seeds: 1, the sample std (default, as every SD of the results), 0 as in the paper",
     )
     parser.add_argument(
         "--methods", default=None, help="figures 2, 4 and the clipping curves: comma-separated methods (default all)"
@@ -143,7 +143,7 @@ def build_table(
     out_dir: Path,
     experiment: str | None = None,
     study: str | None = None,
-    ddof: int = 0,
+    ddof: int = 1,
     resampling: stats.Resampling | None = None,
     alpha: float = tables.ALPHA,
 ) -> list[Path]:
@@ -171,6 +171,9 @@ def build_table(
         if not table.rows:
             raise ResultsError(f"no training run with evaluations after step 0 and {layout.METRICS_FILE}")
     else:
+        reason = tables.one_delta_reason(tables.delta_groups(chosen)) if name == "delta" else None
+        if reason is not None:
+            raise ResultsError(reason)
         table = FIGURE_TABLES[name](chosen)
     for line in table.missing:
         print(f"warning: {name}: {line}", file=sys.stderr)
