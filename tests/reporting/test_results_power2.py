@@ -183,3 +183,17 @@ def test_the_amendment_restates_the_gates_and_they_pass(capsys):
     assert [r["gate"] for r in gates] == ["validity"] + ["precision"] * len(PLANNED)
     assert abs(float(gates[0]["value"])) < 0.05 and all(r["verdict"].startswith("passes") for r in gates)
     assert max(float(r["value"]) for r in gates[1:]) == 0.43  # clip_higher − clip; the paired t MDE is 0.41
+
+
+def test_the_log_quotes_the_gates_table():
+    """The experiment log's table of the gates' reported numbers is `tables/gates.csv`, row for row, and its r̄."""
+    text = DOCS.read_text()
+    rows = _rows("gates")
+    assert f"r̄ = {float(rows[0]['value']):+.4f}".replace("-", "−") in text
+    for row in rows[1:]:
+        point, low, high = (round(100 * float(row[k])) for k in ("noise_share", "share_low", "share_high"))
+        quoted = (
+            f"| {row['comparison']} | {row['level']} | {row['value']} | {row['mde_t']} | {point} % [{low} %, {high} %] "
+            f"| {row['mde_infinite']} |"
+        )
+        assert quoted in text, quoted
