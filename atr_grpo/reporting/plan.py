@@ -14,11 +14,25 @@ The plan lives beside the experiment's runs, `results/<experiment>/plan.yaml` (t
     primary: [atr, clip]            # A − B
     secondary:                      # may be empty
       - [clip_higher, clip]
+    gates:                          # optional: the design gates (`analyses/gates.py`)
+      max_residual_correlation: 0.05  # validity: |r̄| of the cross-seed evaluation residuals below this
+      max_mde_share_of_margin: 0.5    # precision: every planned MDE ≤ this share of the equivalence margin
 
 The family is tested by serial gatekeeping (Westfall & Krishen 2001; Dmitrienko et al. 2003): the primary alone at
 α; the secondaries only when the primary rejects, then by Holm among themselves at α. A secondary's adjusted p is
 max(p of the primary, its Holm p), so it rejects exactly when the gate is open and Holm rejects it; the family-wise
 error stays ≤ α. When the primary does not reject, no secondary is tested, whatever its p.
+
+An amendment is a dated file beside the plan, `plan_amendment_<YYYY-MM-DD>.yaml`, written after the plan was
+committed. It may only (re)state the gates, never the comparisons, α, the margin or the seeds, and it says why:
+
+    amends: plan.yaml
+    date: 2026-12-05                # the date in its file name
+    deviation: the docs' design check is replaced by ...
+    gates: {max_residual_correlation: 0.05, max_mde_share_of_margin: 0.5}
+
+`load_plan` reads every amendment in date order; the last one's gates apply. The commands print that an amendment
+applies, with its date, so a reader sees the deviation beside the verdicts.
 
 The plan's commit is the git commit that last changed the file. A run made from a commit that does not descend from
 it was made before the plan existed or under an earlier version of it: `runs_against_plan` names such runs.
@@ -26,7 +40,9 @@ it was made before the plan existed or under an earlier version of it: `runs_aga
 
 from __future__ import annotations
 
+import datetime
 import math
+import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,6 +69,10 @@ KEYS = (
     "primary",
     "secondary",
 )
+OPTIONAL_KEYS = ("gates",)
+GATE_KEYS = ("max_residual_correlation", "max_mde_share_of_margin")
+AMENDMENT_KEYS = ("amends", "date", "deviation", "gates")
+AMENDMENT_NAME = re.compile(r"plan_amendment_(\d{4}-\d{2}-\d{2})\.yaml")
 
 
 class PlanError(ValueError):
@@ -70,6 +90,27 @@ class Comparison:
 
 
 @dataclass(frozen=True)
+class Gates:
+    """The design gates a plan fixes (`analyses/gates.py` checks them)."""
+
+    max_residual_correlation: float  # validity: |r̄| of the cross-seed evaluation residuals must be below it
+    max_mde_share_of_margin: float  # precision: each planned comparison's MDE ≤ this × the equivalence margin
+
+
+@dataclass(frozen=True)
+class Amendment:
+    """A dated amendment beside the plan: it restates the gates and says why (a deviation from the plan)."""
+
+    path: Path
+    date: str  # ISO, as in the file name
+    deviation: str
+    gates: Gates
+
+    def describe(self) -> str:
+        return f"amendment {self.path.name} (dated {self.date}) applies: {self.deviation}"
+
+
+@dataclass(frozen=True)
 class Plan:
     path: Path
     experiment: str
@@ -82,6 +123,8 @@ class Plan:
     equivalence_margin: float  # in points
     primary: Comparison
     secondary: tuple[Comparison, ...]
+    gates: Gates | None = None  # the plan's own, or the last amendment's
+    amendments: tuple[Amendment, ...] = ()
 
     def level(self, role: str) -> float:
         """The level a comparison's test uses: α for the primary, Holm's first step among the secondaries."""
@@ -105,9 +148,10 @@ def load_plan(path: str | Path) -> Plan:
         raise PlanError(f"{path}: cannot read the plan ({err})") from None
     if not isinstance(raw, dict):
         raise PlanError(f"{path}: a plan is a mapping with the keys {', '.join(KEYS)}")
-    unknown, missing = sorted(set(raw) - set(KEYS)), [k for k in KEYS if k not in raw]
+    allowed = (*KEYS, *OPTIONAL_KEYS)
+    unknown, missing = sorted(set(raw) - set(allowed)), [k for k in KEYS if k not in raw]
     if unknown:
-        raise PlanError(f"{path}: unknown key(s) {', '.join(map(str, unknown))}; allowed: {', '.join(KEYS)}")
+        raise PlanError(f"{path}: unknown key(s) {', '.join(map(str, unknown))}; allowed: {', '.join(allowed)}")
     if missing:
         raise PlanError(f"{path}: missing key(s) {', '.join(missing)}")
     experiment = raw["experiment"]
@@ -143,6 +187,10 @@ def load_plan(path: str | Path) -> Plan:
     every = [primary, *secondary]
     if len(set(every)) != len(every):
         raise _bad(path, "secondary", raw["secondary"], "comparisons that differ from each other and from the primary")
+    gates = _gates(raw["gates"], path) if "gates" in raw else None
+    amendments = load_amendments(path)
+    if amendments:
+        gates = amendments[-1].gates
     return Plan(
         path=path,
         experiment=experiment,
@@ -155,7 +203,50 @@ def load_plan(path: str | Path) -> Plan:
         equivalence_margin=margin,
         primary=primary,
         secondary=secondary,
+        gates=gates,
+        amendments=amendments,
     )
+
+
+def _gates(value: Any, path: Path, key: str = "gates") -> Gates:
+    """The `gates` mapping, checked key by key."""
+    if not isinstance(value, dict):
+        raise _bad(path, key, value, f"a mapping with the keys {', '.join(GATE_KEYS)}")
+    unknown, missing = sorted(set(value) - set(GATE_KEYS)), [k for k in GATE_KEYS if k not in value]
+    if unknown or missing:
+        raise _bad(path, key, value, f"exactly the keys {', '.join(GATE_KEYS)}")
+    correlation = _number(value["max_residual_correlation"])
+    if correlation is None or not 0 < correlation < 1:
+        raise _bad(path, f"{key}.max_residual_correlation", value["max_residual_correlation"], "a number in (0, 1)")
+    share = _number(value["max_mde_share_of_margin"])
+    if share is None or not 0 < share <= 1:
+        raise _bad(path, f"{key}.max_mde_share_of_margin", value["max_mde_share_of_margin"], "a number in (0, 1]")
+    return Gates(correlation, share)
+
+
+def load_amendments(plan_path: Path) -> tuple[Amendment, ...]:
+    """The amendments beside `plan_path` (`plan_amendment_<date>.yaml`), in date order, each checked."""
+    found = []
+    for path in sorted(Path(plan_path).parent.glob("plan_amendment_*.yaml")):
+        named = AMENDMENT_NAME.fullmatch(path.name)
+        if named is None:
+            raise PlanError(f"{path}: an amendment is named plan_amendment_YYYY-MM-DD.yaml")
+        try:
+            raw = yaml.safe_load(path.read_text())
+        except (OSError, yaml.YAMLError) as err:
+            raise PlanError(f"{path}: cannot read the amendment ({err})") from None
+        if not isinstance(raw, dict) or set(raw) != set(AMENDMENT_KEYS):
+            keys = sorted(map(str, raw)) if isinstance(raw, dict) else raw
+            raise _bad(path, "the keys", keys, f"exactly {', '.join(AMENDMENT_KEYS)} (an amendment restates the gates)")
+        if raw["amends"] != Path(plan_path).name:
+            raise _bad(path, "amends", raw["amends"], f"the plan beside it, {Path(plan_path).name}")
+        date = raw["date"].isoformat() if isinstance(raw["date"], datetime.date) else str(raw["date"])
+        if date != named.group(1):
+            raise _bad(path, "date", raw["date"], f"the date in the file name, {named.group(1)}")
+        if not isinstance(raw["deviation"], str) or not raw["deviation"].strip():
+            raise _bad(path, "deviation", raw["deviation"], "what the amendment changes and why, in words")
+        found.append(Amendment(path, date, " ".join(raw["deviation"].split()), _gates(raw["gates"], path)))
+    return tuple(found)
 
 
 def _bad(path: Path, key: str, value: Any, allowed: str) -> PlanError:

@@ -437,11 +437,12 @@ def final_and_best(table: dict[int, dict[str, float]], key: str) -> tuple[float,
     return table[steps[-1]][key], max(table[s][key] for s in steps)
 
 
-def mean_std(values: list[float], ddof: int = 0) -> tuple[float, float]:
+def mean_std(values: list[float], ddof: int = 1) -> tuple[float, float]:
     """Mean and standard deviation over seeds; std is nan for a single value (no spread to report).
 
-    ddof = 0 by default because the paper's Table 3 uses it: its Pass@8 stds on 30-problem AIME sets (1.57,
-    2.72, 3.14, 4.16, 4.71, 5.67) are exactly the population stds of three multiples of 1/30.
+    ddof = 1, the sample SD, is the results' one convention. `table3 --ddof 0` asks for the population SD that the
+    paper's Table 3 uses: its Pass@8 stds on 30-problem AIME sets (1.57, 2.72, 3.14, 4.16, 4.71, 5.67) are exactly
+    the population stds of three multiples of 1/30.
     """
     mean = sum(values) / len(values)
     if len(values) < 2:

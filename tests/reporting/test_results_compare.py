@@ -399,7 +399,8 @@ def test_compare_gives_the_evaluation_noise_of_a_seeds_difference_from_the_paire
     assert f"{noise:.2f}" == "2.99" and f"{noise / math.sqrt(3):.2f}" == "1.73"
     assert (
         "amc23 mean@8: evaluation noise of a seed's difference 2.99 points (the draws alone, from the paired "
-        "samples' spread), seed SD of the differences 0.00: not below half of it." in out
+        "samples' spread), seed SD of the differences 0.00: the noise is – of their variance (reported, not a gate)."
+        in out
     )
     assert "average mean@8: evaluation noise of a seed's difference 1.73 points" in out
     assert "pass@8: evaluation noise" not in out  # Pass@K has no such form

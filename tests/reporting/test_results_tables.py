@@ -166,25 +166,26 @@ def test_a_run_that_stopped_before_the_others_is_reported(tmp_path, capsys):
     assert "last evaluation at step 50, other m runs reach step 100" in capsys.readouterr().err
 
 
-def test_table3_mean_and_population_std_over_seeds(built):
+def test_table3_mean_and_sample_std_over_seeds(built):
     rows = read_csv(built[0] / "table3.csv")
     assert list(rows[0]) == ["model", "method", "benchmark", "metric", "mean", "std", "n_seeds", *UNCERTAINTY]
     amc = cell(rows, method="atr", benchmark="amc23", metric="mean@8")
-    std = math.sqrt(((40 - 42) ** 2 + (44 - 42) ** 2 + 0) / 3)  # ddof = 0, as the paper's Table 3
+    std = math.sqrt(((40 - 42) ** 2 + (44 - 42) ** 2 + 0) / 2)  # ddof = 1, the results' one convention
     assert (amc["mean"], amc["std"], amc["n_seeds"]) == ("42.00", f"{std:.2f}", "3")
     avg = cell(rows, method="atr", benchmark="average", metric="mean@8")
     finals = [(40 + 10 + 10) / 3, (44 + 12 + 8) / 3, (42 + 14 + 12) / 3]  # each seed's final Average
     mean = sum(finals) / 3
     assert float(avg["mean"]) == round(mean, 2)
-    assert float(avg["std"]) == round(math.sqrt(sum((f - mean) ** 2 for f in finals) / 3), 2)
+    assert float(avg["std"]) == round(math.sqrt(sum((f - mean) ** 2 for f in finals) / 2), 2)
     md = (built[0] / "table3.md").read_text()
     assert f"| qwen3-1.7b | atr | **42.00** ± {std:.2f} |" in md
 
 
-def test_table3_sample_std_on_request_and_nan_for_one_seed(tree, tmp_path):
-    assert main(["table3", "--runs", str(tree), "--out", str(tmp_path), "--ddof", "1"]) == 0
+def test_table3_population_std_on_request_and_nan_for_one_seed(tree, tmp_path):
+    """--ddof 0 gives the paper's population std, sqrt(8 / 3); one seed has no std either way."""
+    assert main(["table3", "--runs", str(tree), "--out", str(tmp_path), "--ddof", "0"]) == 0
     rows = read_csv(tmp_path / "table3.csv")
-    assert cell(rows, method="atr", benchmark="amc23", metric="mean@8")["std"] == "2.00"  # sqrt(8 / 2)
+    assert cell(rows, method="atr", benchmark="amc23", metric="mean@8")["std"] == "1.63"  # sqrt(8 / 3)
     single = cell(rows, method="kl1", benchmark="amc23", metric="mean@8")
     assert (single["mean"], single["std"], single["n_seeds"]) == ("20.00", "nan", "1")
     assert "| qwen3-1.7b | kl1 | 20.00 ± – |" in (tmp_path / "table3.md").read_text()
@@ -208,13 +209,29 @@ def test_delta_table(built):
     ]
 
 
+def test_a_run_set_with_one_delta_draws_no_delta_sweep(tmp_path, capsys):
+    """One δ is no sweep: `all` skips the delta table with a note, and `figures` skips Figure 3."""
+    root = tmp_path / "runs"
+    for seed in (0, 1):
+        evals = evals_of({50: (0.1,) * 3, 100: (0.2,) * 3})
+        make_run(root, "ablate_delta", "qwen3-1.7b", "atr", {"name": "atr", "delta": 0.07}, seed, evals)
+    assert main(["all", "--runs", str(root), "--out", str(tmp_path / "tables"), "--resamples", "200"]) == 0
+    err = capsys.readouterr().err
+    assert "skipped delta: one δ per model (qwen3-1.7b δ 0.07): a δ sweep needs several" in err
+    assert not (tmp_path / "tables" / "delta.csv").exists()
+    assert main(["figures", "--runs", str(root), "--out", str(tmp_path / "figures")]) == 0
+    assert "skipped figure3_delta: one δ per model" in capsys.readouterr().err
+    assert not (tmp_path / "figures" / "figure3_delta.png").exists()
+
+
 def test_comparison_with_the_paper(built):
     vs = (built[0] / "table2_vs_paper.md").read_text()
     assert "| model | method | benchmark | metric | ours final | paper final | Δ final | ours best |" in vs
     assert "| qwen3-1.7b | atr | amc23 | mean@8 | 40.00 | 41.72 | -1.72 | 50.00 | 45.03 | +4.97 |" in vs
     assert "| qwen3-1.7b | base | amc23 | mean@8 | 16.67 | 28.61 | -11.94 |" in vs
     vs3 = (built[0] / "table3_vs_paper.md").read_text()
-    assert "| qwen3-1.7b | atr | amc23 | mean@8 | 42.00 | 43.17 | -1.17 | 1.63 | 1.17 | +0.46 |" in vs3
+    assert "| qwen3-1.7b | atr | amc23 | mean@8 | 42.00 | 43.17 | -1.17 | 2.00 | 1.17 | +0.83 |" in vs3
+    assert "The paper's std is the population one (ddof 0)" in vs3
     assert not (built[0] / "delta_vs_paper.md").exists()  # the paper states no Figure 3 numbers
 
 

@@ -251,7 +251,7 @@ def _seed_rows(model: str, method: str, group: list[Run], metrics: list[str], be
 
 def table3(
     runs: list[Run],
-    ddof: int = 0,
+    ddof: int = 1,
     tuned_eps: tuple[float, ...] = (0.1, 0.2, 0.3, 0.4, 0.5),
     resampling: stats.Resampling | None = None,
     alpha: float = ALPHA,
@@ -298,6 +298,19 @@ def delta_groups(runs: list[Run]) -> dict[tuple[str, float], list[Run]]:
         if run.clipping.get("name") == "atr" and "delta" in run.clipping:
             by_delta[(run.model, float(run.clipping["delta"]))].append(run)
     return dict(sorted(by_delta.items()))
+
+
+def one_delta_reason(groups: dict[tuple[str, float], list[Run]]) -> str | None:
+    """Why the runs draw no δ sweep (no ATR run, or one δ per model), or None when some model has several δ."""
+    if not groups:
+        return "the runs have no ATR δ values"
+    per_model: dict[str, list[float]] = defaultdict(list)
+    for model, delta in groups:
+        per_model[model].append(delta)
+    if all(len(deltas) == 1 for deltas in per_model.values()):
+        shown = ", ".join(f"{model} δ {deltas[0]:g}" for model, deltas in per_model.items())
+        return f"one δ per model ({shown}): a δ sweep needs several"
+    return None
 
 
 def final_averages(group: list[Run], metric: str) -> list[float]:

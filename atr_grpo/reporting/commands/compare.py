@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 
 from atr_grpo.reporting import cells, plan, stats
-from atr_grpo.reporting.analyses import compare, parts, planned
+from atr_grpo.reporting.analyses import compare, gates, parts, planned
 from atr_grpo.reporting.commands import options
-from atr_grpo.reporting.render import compare_text
+from atr_grpo.reporting.render import compare_text, gates_text
 from atr_grpo.reporting.selection import of_experiment, read_runs, start_points_agree
 
 
@@ -69,6 +69,7 @@ def run(opts: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     print_parts(runs, rows, opts, resampling)
     if found is not None:
         print("\n".join(["", *planned.planned_lines(analysis, the_plan, commit.commit)]))
+        print("\n".join(_gate_lines(runs, the_plan, analysis)), end="")
     return 0
 
 
@@ -84,6 +85,13 @@ def print_parts(runs: list, rows: list[compare.Row], opts: argparse.Namespace, r
         return
     if part_rows or found:
         print("\n" + compare_text.format_parts(part_rows, found, *opts.methods, resampling), end="")
+
+
+def _gate_lines(runs: list, the_plan: plan.Plan, analysis: list) -> list[str]:
+    """The plan's design gates under its table (none when the plan has no gates)."""
+    if the_plan.gates is None:
+        return []
+    return ["", *gates_text.gate_lines(gates.check(runs, the_plan, analysis), the_plan), ""]
 
 
 def eval_main(argv: list[str]) -> int:

@@ -52,8 +52,9 @@ def build_figures(
             writers.remove_stale(out_dir, stem)
     try:
         chosen = select(runs, runs_dir, experiment or TABLES["delta"])
-        if not tables.delta_groups(chosen):
-            raise ResultsError("the runs have no ATR δ values")
+        reason = tables.one_delta_reason(tables.delta_groups(chosen))
+        if reason is not None:
+            raise ResultsError(reason)
         written += figures.figure3(chosen, out_dir)
     except ResultsError as err:
         skipped.append(f"figure3_delta: {err}")

@@ -39,11 +39,11 @@ import sys
 from pathlib import Path
 
 from atr_grpo.reporting import plan, stats
-from atr_grpo.reporting.analyses import binding, endpoints, seeds, tables
+from atr_grpo.reporting.analyses import binding, endpoints, gates, seeds, tables
 from atr_grpo.reporting.analyses.no_effect import study_warnings
 from atr_grpo.reporting.analyses.timing import timing_table
 from atr_grpo.reporting.commands import options
-from atr_grpo.reporting.render import writers
+from atr_grpo.reporting.render import gates_text, writers
 from atr_grpo.reporting.runs import Run, refuse_repeats
 from atr_grpo.reporting.selection import ResultsError, of_experiment, read_runs, select, start_points_agree
 from atr_grpo.rundir import layout
@@ -98,8 +98,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--ddof",
         type=int,
         choices=(0, 1),
-        default=0,
-        help="table3's std over seeds: 0 as in the paper (default), 1 for the sample std",
+        default=1,
+        help="table3's std over seeds: 1, the sample std (default, as every SD of the results), 0 as in the paper",
     )
     parser.add_argument(
         "--methods", default=None, help="figures 2, 4 and the clipping curves: comma-separated methods (default all)"
@@ -150,7 +150,7 @@ def build_table(
     out_dir: Path,
     experiment: str | None = None,
     study: str | None = None,
-    ddof: int = 0,
+    ddof: int = 1,
     resampling: stats.Resampling | None = None,
     alpha: float = tables.ALPHA,
 ) -> list[Path]:
@@ -178,6 +178,9 @@ def build_table(
         if not table.rows:
             raise ResultsError(f"no training run with evaluations after step 0 and {layout.METRICS_FILE}")
     else:
+        reason = tables.one_delta_reason(tables.delta_groups(chosen)) if name == "delta" else None
+        if reason is not None:
+            raise ResultsError(reason)
         table = FIGURE_TABLES[name](chosen)
     for line in table.missing:
         print(f"warning: {name}: {line}", file=sys.stderr)
@@ -189,5 +192,18 @@ def _plan_table(opts: argparse.Namespace, runs: list[Run], out: Path) -> list[Pa
     found = options.planned_analysis(opts, runs, options.resampling(opts))
     if found is None:
         writers.remove_stale(out, "plan")
+        writers.remove_stale(out, "gates")
         return []
-    return writers.write_table(tables.planned_table(found[2], found[0], found[1], found[3]), out)
+    written = writers.write_table(tables.planned_table(found[2], found[0], found[1], found[3]), out)
+    return written + _gates_table(runs, found[0], found[2], out)
+
+
+def _gates_table(runs: list[Run], the_plan: plan.Plan, analysis: list, out: Path) -> list[Path]:
+    """`results all`: the `gates` table when the plan (or an amendment) has gates; the verdicts go to stderr too."""
+    if the_plan.gates is None:
+        writers.remove_stale(out, "gates")
+        return []
+    result = gates.check(runs, the_plan, analysis)
+    for line in [*(a.describe() for a in the_plan.amendments), *gates_text.verdict_lines(result)]:
+        print(line, file=sys.stderr)
+    return writers.write_table(gates.gates_table(result, the_plan), out)

@@ -11,6 +11,7 @@ from typing import Any
 from atr_grpo.reporting import cells, stats
 from atr_grpo.reporting.analyses.compare import SEED_TEST, Row, seed_design_note
 from atr_grpo.reporting.analyses.eval_compare import EvalRow, Side
+from atr_grpo.reporting.analyses.gates import noise_share_interval
 from atr_grpo.reporting.analyses.parts import Split
 
 
@@ -102,15 +103,21 @@ def _block_notes(block: list[Row], method_a: str, method_b: str, resampling: sta
             )
     for r in block:
         if not math.isnan(r.evaluation_sd):
-            half = r.evaluation_sd < r.difference.sd / 2
-            lines.append(
-                f"{r.benchmark} {r.metric}: evaluation noise of a seed's difference {r.evaluation_sd:.2f} points (the "
-                f"draws alone, from the paired samples' spread), seed SD of the differences "
-                f"{r.difference.sd:.2f}: {'below' if half else 'not below'} half of it."
-            )
+            lines.append(_noise_note(r))
     lines.append(f"Seeds: {seed_design_note([len(r.difference.seeds) for r in block], resampling, alpha)}.")
     lines.append("")
     return lines
+
+
+def _noise_note(r: Row) -> str:
+    """A cell's evaluation noise beside the seed SD of its differences, and the noise share (reported, not a gate)."""
+    share, low, high = noise_share_interval(r.evaluation_sd, float(r.difference.sd), len(r.difference.seeds))
+    shown = "–" if math.isnan(share) else f"{100 * share:.0f} % [{100 * low:.0f} %, {100 * high:.0f} %] (95 % χ²)"
+    return (
+        f"{r.benchmark} {r.metric}: evaluation noise of a seed's difference {r.evaluation_sd:.2f} points (the draws "
+        f"alone, from the paired samples' spread), seed SD of the differences {r.difference.sd:.2f}: the noise is "
+        f"{shown} of their variance (reported, not a gate)."
+    )
 
 
 def _method_notes(rows: list[Row], resampling: stats.Resampling) -> list[str]:

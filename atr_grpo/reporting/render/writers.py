@@ -279,6 +279,8 @@ def compare_with_paper(table: Table, paper_csv: Path) -> str:
         f"_{len(matched)} of our {len(table.rows)} rows have a published counterpart; "
         f"{len(set(paper) - matched)} published rows have no run here._",
     ]
+    if table.name == "table3":
+        lines += ["", "_The paper's std is the population one (ddof 0); ours is the sample SD unless `--ddof 0`._"]
     return "\n".join(lines) + "\n"
 
 
