@@ -27,7 +27,7 @@ from atr_grpo.reporting.runs import (
     mean_std,
     metric_number,
     problems,
-    refuse_repeats,
+    repeat_free,
     run_columns,
 )
 
@@ -67,7 +67,7 @@ def _mean_sd(values: list[float]) -> tuple[float, float]:
 
 
 def endpoints_table(runs: list[Run]) -> Table:
-    kept = refuse_repeats([run for run in runs if run.max_steps is not None])
+    kept = repeat_free(runs, lambda run: run.max_steps is not None)
     groups: dict[tuple[str, str, str], list[Run]] = defaultdict(list)
     for run in kept:
         groups[(run.scope, run.model, run.method)].append(run)
@@ -109,7 +109,7 @@ def endpoints_table(runs: list[Run]) -> Table:
 
 
 def bounds_table(runs: list[Run]) -> Table:
-    kept = refuse_repeats([run for run in runs if run.metrics])
+    kept = repeat_free(runs, lambda run: bool(run.metrics))
     bounds = sorted(
         {key[len(BOUND_PREFIX) :] for run in kept for row in run.metrics for key in row if key.startswith(BOUND_PREFIX)}
     )
