@@ -10,8 +10,10 @@ plan's runs and then names their directories composes each run once.
 config file, a value the schema refuses, a `--config-dir` that is not a folder) ends the process with a message and
 exit status 2 instead of a traceback. A misspelled key is reported with the keys its section allows, read from the
 schema's dataclass fields, and the file that sets it; a misspelled option (`clipping=atrr`) with the closest name
-and the group's options. `--cfg` is validated as a run is. The `@hydra.main` function takes the object the check
-validated (`checked_config`), so a run is validated, and its rule built, once per process.
+and the group's options. `--cfg` is validated as a run is. A run, or `--cfg`, is composed once, with Hydra's own
+node, and that composition is validated before Hydra's job runs on it (its run folder, log file and job logging);
+the `@hydra.main` function takes the object the check validated (`checked_config`), so a run is composed and
+validated, and its rule built, once per process.
 """
 
 from __future__ import annotations
@@ -146,21 +148,31 @@ def _conf_files_stamp() -> tuple[tuple[str, int, int], ...]:
 
 
 @contextlib.contextmanager
-def _hydra_reading(config_dir: Path | None) -> Iterator[None]:
-    """Hydra set up to read conf/ and, where `--config-dir` puts it (after conf/, before the schemas), `config_dir`."""
+def _hydra_reading(config_dir: Path | None, task_name: str = "app") -> Iterator[Any]:
+    """Hydra set up to read conf/ and, where `--config-dir` puts it (after conf/, before the schemas), `config_dir`;
+    yields that Hydra. `task_name`: the job's name (`hydra.job.name`, the log file's name)."""
     from hydra import initialize_config_dir
     from hydra._internal.hydra import Hydra
     from hydra._internal.utils import create_config_search_path
     from hydra.core.config_search_path import SearchPathQuery
     from hydra.core.global_hydra import GlobalHydra
 
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(CONF_DIR), job_name=task_name, version_base="1.3"):
         if config_dir is not None:
             search_path = create_config_search_path(str(CONF_DIR))
             search_path.prepend("command-line", f"file://{config_dir}", SearchPathQuery(provider="schema"))
             GlobalHydra.instance().clear()
-            Hydra.create_main_hydra2(task_name="app", config_search_path=search_path)
+            Hydra.create_main_hydra2(task_name=task_name, config_search_path=search_path)
+        yield GlobalHydra.instance().hydra
+
+
+@contextlib.contextmanager
+def _described(config_name: str, config_dir: Path | None) -> Iterator[None]:
+    """Input Hydra or OmegaConf refuses, raised again as ConfigError with `describe_config_error`'s message."""
+    try:
         yield
+    except (HydraException, OmegaConfBaseException) as err:
+        raise ConfigError(describe_config_error(err, _search_dirs(config_dir), config_name)) from err
 
 
 @functools.lru_cache(maxsize=256)
@@ -172,14 +184,11 @@ def _composed(
     from hydra import compose as hydra_compose
 
     register_configs()
-    try:
-        with _hydra_reading(config_dir):
-            cfg = hydra_compose(config_name, overrides=list(overrides), return_hydra_config=return_hydra_config)
-            if _untyped_clipping(cfg):
-                choices = hydra_compose(config_name, overrides=list(overrides), return_hydra_config=True)
-                raise ConfigError(_schema_line_missing(cfg.clipping, choices.hydra.runtime.choices, config_dir))
-    except (HydraException, OmegaConfBaseException) as err:
-        raise ConfigError(describe_config_error(err, _search_dirs(config_dir), config_name)) from err
+    with _described(config_name, config_dir), _hydra_reading(config_dir):
+        cfg = hydra_compose(config_name, overrides=list(overrides), return_hydra_config=return_hydra_config)
+        if _untyped_clipping(cfg):
+            choices = hydra_compose(config_name, overrides=list(overrides), return_hydra_config=True)
+            raise ConfigError(_schema_line_missing(cfg.clipping, choices.hydra.runtime.choices, config_dir))
     return cfg
 
 
@@ -273,13 +282,20 @@ def _check_job(
     config_name: str, job: list[str], check: Callable[[Any], None] | None, config_dir: str | Path | None
 ) -> None:
     """Compose one job's config, validate it into its dataclasses and `check` them."""
+    _validate(config_name, compose(config_name, job, config_dir=config_dir), job, check)
+
+
+def _validate(
+    config_name: str, job_cfg: DictConfig, overrides: Sequence[str], check: Callable[[Any], None] | None
+) -> None:
+    """Validate a job's composed config (no `hydra` node) into its dataclasses and `check` them; the object is kept
+    for `checked_config` under the job's overrides."""
     from atr_grpo.config_hydra import to_object
 
-    composed = compose(config_name, job, config_dir=config_dir)
-    job_cfg = to_object(composed)
+    job = to_object(job_cfg)
     if check is not None:
-        check(job_cfg)
-    _checked[(config_name, tuple(job))] = (OmegaConf.to_yaml(composed, resolve=True), job_cfg)
+        check(job)
+    _checked[(config_name, tuple(overrides))] = (OmegaConf.to_yaml(job_cfg, resolve=True), job)
 
 
 def checked_config(config_name: str, cfg: DictConfig) -> Any:
@@ -298,15 +314,81 @@ def checked_config(config_name: str, cfg: DictConfig) -> Any:
     return to_object(cfg)
 
 
+def _run_once(hydra_main: Callable[..., Any], config_name: str, args: Any, check: Callable[[Any], None] | None) -> bool:
+    """One run, or `--cfg`, from one composition: the config with its `hydra` node, composed as Hydra's run composes
+    it, validated and checked before anything is written, then run through Hydra's `run_job` (the run folder, the
+    log file, job logging and callbacks, as `@hydra.main` runs a job) or printed as `--cfg` prints it. False, with
+    nothing run, when a config file sets `hydra.mode: MULTIRUN`: Hydra sweeps it (`run_app` hands over)."""
+    from hydra._internal.callbacks import Callbacks
+    from hydra._internal.utils import detect_calling_file_or_module_from_task_function, detect_task_name
+    from hydra.core.utils import run_job
+    from hydra.types import HydraContext, RunMode
+    from omegaconf import open_dict, read_write
+
+    _refuse_plan(args.overrides)
+    config_dir = _config_dir(args.config_dir)
+    task_name = detect_task_name(*detect_calling_file_or_module_from_task_function(hydra_main))
+    register_configs()
+    with _hydra_reading(config_dir, task_name) as hydra:
+        with _described(config_name, config_dir):  # as `compose` describes it
+            cfg = hydra.compose_config(
+                config_name, list(args.overrides), RunMode.RUN, with_log_configuration=not args.cfg, from_shell=False
+            )
+        if _untyped_clipping(cfg):
+            raise ConfigError(_schema_line_missing(cfg.clipping, cfg.hydra.runtime.choices, config_dir))
+        if cfg.hydra.mode == RunMode.MULTIRUN and not args.cfg:
+            return False
+        _validate(config_name, hydra.get_sanitized_cfg(copy.deepcopy(cfg), "job"), cfg.hydra.overrides.task, check)
+        if args.cfg:
+            _show(hydra, cfg, args)
+            return True
+        with read_write(cfg.hydra), open_dict(cfg.hydra):  # what Hydra records for a run no config gives a mode
+            cfg.hydra.mode = RunMode.RUN
+            if "hydra.mode=RUN" not in cfg.hydra.overrides.hydra:
+                cfg.hydra.overrides.hydra.append("hydra.mode=RUN")
+        callbacks = Callbacks(cfg)
+        callbacks.on_run_start(config=cfg, config_name=config_name)
+        context = HydraContext(config_loader=hydra.config_loader, callbacks=callbacks)
+        job = run_job(hydra_main, cfg, "hydra.run.dir", None, hydra_context=context)
+        callbacks.on_run_end(config=cfg, config_name=config_name, job_return=job)
+        _ = job.return_value  # raises the task's exception
+    return True
+
+
+def _show(hydra: Any, cfg: DictConfig, args: Any) -> None:
+    """Print `cfg` as Hydra's `--cfg job|hydra|all [--package P] [--resolve]` prints it."""
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import Container
+
+    HydraConfig.instance().set_config(cfg)
+    OmegaConf.set_readonly(cfg.hydra, None)
+    shown: Any = hydra.get_sanitized_cfg(cfg, args.cfg)
+    package = None if args.package == "_global_" else args.package
+    if package is not None:
+        shown = OmegaConf.select(shown, package)
+        if shown is None:
+            sys.stderr.write(f"package '{package}' not found in config\n")
+            sys.exit(1)
+    if not isinstance(shown, Container):
+        print(shown)
+        return
+    if package is not None:
+        print(f"# @package {package}")
+    if args.resolve:
+        OmegaConf.resolve(shown)
+    sys.stdout.write(OmegaConf.to_yaml(shown))
+
+
 def run_app(
     hydra_main: Callable[[], Any], config_name: str | None = None, check: Callable[[Any], None] | None = None
 ) -> int:
     """Run a `@hydra.main` function; bad config input prints its message and returns exit status 2.
 
     With `config_name`, the config of the run, or of every job of a multirun (`-m`), is composed (with
-    `--config-dir`'s files), validated and given to `check` before Hydra starts: a refused run writes nothing (not
-    even the log file Hydra creates in its output folder), and a sweep with one bad job starts none. `--cfg` is
-    validated the same way, so a config it prints is one a run accepts."""
+    `--config-dir`'s files), validated and given to `check` before Hydra writes anything: a refused run writes
+    nothing (not even the log file Hydra creates in its output folder), and a sweep with one bad job starts none.
+    `--cfg` is validated the same way, so a config it prints is one a run accepts. A run and `--cfg` compose once
+    (`_run_once`); a sweep's jobs are composed by the check, then again by Hydra's launcher."""
     from hydra._internal.utils import get_args_parser
 
     # Hydra reports composition errors itself and exits with 1; with this set it raises them to us instead
@@ -317,8 +399,12 @@ def run_app(
         if args.resolve and not (args.cfg or args.help):
             raise ConfigError("--resolve is read with --cfg or --help only (e.g. --cfg job --resolve)")
         runs_nothing = args.help or args.hydra_help or args.info or args.shell_completion
+        one_run = not (args.multirun or args.experimental_rerun or (args.cfg and args.run))
         if config_name is not None and not runs_nothing:
-            check_sweep(args.config_name or config_name, args.overrides, check, args.config_dir, args.multirun)
+            name = args.config_name or config_name
+            if one_run and _run_once(hydra_main, name, args, check):
+                return 0
+            check_sweep(name, args.overrides, check, args.config_dir, args.multirun or one_run)
         hydra_main()
     except CONFIG_ERRORS as err:
         print(describe_config_error(err), file=sys.stderr)

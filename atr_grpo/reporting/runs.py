@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -396,6 +397,27 @@ def refuse_repeats(runs: list[Run]) -> list[Run]:
             "(rundir.NOT_METHOD_KEYS); move all but one out of --runs, or give one another seed or study"
         )
     return sorted(runs, key=lambda r: str(r.path))
+
+
+class RunSet(list):
+    """Runs checked once for repeats (`RunSet.checked`), in the order they were given: an analysis handed one takes
+    its runs through `repeat_free` without checking them again. Every run in it was checked, so keep it to the runs
+    that were: a subset of a RunSet is repeat-free, a union is not."""
+
+    @classmethod
+    def checked(cls, runs: list[Run]) -> RunSet:
+        """`runs`, checked by `refuse_repeats` (RepeatedRuns as it raises it), in their order."""
+        refuse_repeats(runs)
+        return cls(runs)
+
+
+def repeat_free(runs: list[Run], keep: Callable[[Run], bool] | None = None) -> list[Run]:
+    """The runs `keep` accepts (all by default) in path order, as `refuse_repeats` returns them: a RunSet was
+    checked and is only filtered; any other list is checked here (RepeatedRuns)."""
+    chosen = [run for run in runs if keep is None or keep(run)]
+    if isinstance(runs, RunSet):
+        return sorted(chosen, key=lambda r: str(r.path))
+    return refuse_repeats(chosen)
 
 
 def problems(runs: list[Run]) -> list[str]:

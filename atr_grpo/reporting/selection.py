@@ -9,7 +9,7 @@ from pathlib import Path
 
 from atr_grpo import provenance, rundir
 from atr_grpo.reporting import regrade
-from atr_grpo.reporting.runs import Run, find_runs
+from atr_grpo.reporting.runs import Run, RunSet, find_runs
 
 
 class ResultsError(RuntimeError):
@@ -41,14 +41,16 @@ def read_runs(parser: argparse.ArgumentParser, opts: argparse.Namespace) -> list
 
 
 def of_experiment(runs: list[Run], experiment: str | None) -> list[Run]:
-    """The runs of `experiment`, or all of them when it is None (--experiment not given)."""
-    return [run for run in runs if experiment in (None, run.experiment)]
+    """The runs of `experiment`, or all of them when it is None (--experiment not given); a RunSet of a RunSet."""
+    chosen = [run for run in runs if experiment in (None, run.experiment)]
+    return RunSet(chosen) if isinstance(runs, RunSet) else chosen
 
 
 def select(runs: list[Run], runs_dir: Path, experiment: str | None) -> list[Run]:
-    """The readable runs of `experiment` (every experiment when None); ResultsError naming what was found when
-    there are none."""
+    """The readable runs of `experiment` (every experiment when None), a RunSet of a RunSet; ResultsError naming
+    what was found when there are none."""
     chosen = of_experiment([run for run in runs if run.config], experiment)
+    chosen = RunSet(chosen) if isinstance(runs, RunSet) else chosen
     if chosen:
         return chosen
     found: dict[str, int] = {}

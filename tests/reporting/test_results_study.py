@@ -13,7 +13,8 @@ from helpers.sampled_runs import method_matrices, sampled_run
 from omegaconf import OmegaConf
 
 from atr_grpo.reporting.analyses import no_effect
-from atr_grpo.reporting.runs import find_runs
+from atr_grpo.reporting.runs import RepeatedRuns, RunSet, find_runs, repeat_free
+from atr_grpo.reporting.selection import of_experiment, select
 from atr_grpo.results import main
 
 RESAMPLES = "200"
@@ -110,6 +111,36 @@ def test_runs_that_differ_only_in_where_they_ran_are_refused_naming_both(tmp_pat
     code, _, err = run_cli("all", "--runs", root, "--experiment", "sweep", "--out", tmp_path / "out")
     assert code == 2 and f"{again} and {first} repeat one point" in err
     assert not (tmp_path / "out").exists()  # refused before anything was written
+
+
+def test_a_run_set_is_checked_for_repeats_once_and_its_subsets_are_not_checked_again(tmp_path, monkeypatch):
+    """`RunSet.checked` refuses what `refuse_repeats` refuses and keeps the order it was given; `repeat_free` returns
+    what `refuse_repeats` returns for the runs it keeps, checking a plain list and never a RunSet."""
+    from atr_grpo.reporting import runs as runs_module
+
+    root = lr_sweep(tmp_path / "runs")
+    read = find_runs(root)
+    checked = RunSet.checked(list(reversed(read)))
+    assert checked == list(reversed(read))
+    calls = []
+    in_path_order = lambda r: sorted(r, key=lambda run: str(run.path))  # noqa: E731
+    monkeypatch.setattr(runs_module, "refuse_repeats", lambda r: calls.append(1) or in_path_order(r))
+    slow = lambda run: run.method == SLOW  # noqa: E731
+    assert repeat_free(checked, slow) == in_path_order(r for r in read if slow(r))
+    assert isinstance(of_experiment(checked, "sweep"), RunSet) and isinstance(select(checked, root, "sweep"), RunSet)
+    repeat_free(select(checked, root, "sweep"))
+    assert calls == []
+    repeat_free(list(read), slow)
+    assert calls == [1]
+    monkeypatch.undo()
+    again = sampled_run(root, "sweep", "clip", 0, method_matrices(0, 0), name="clip-lr-again-s0")
+    with_settings(again, trainer__learning_rate=1e-4)
+    try:
+        RunSet.checked(find_runs(root))
+    except RepeatedRuns as err:
+        assert f"{again} and {root / 'sweep' / 'clip-lr0.0001-s0'} repeat one point" in str(err)
+    else:
+        raise AssertionError("a repeat was not refused")
 
 
 def delta_study(root, unrelated_study):

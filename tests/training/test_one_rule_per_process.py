@@ -4,8 +4,12 @@ the δ the trainer hands the loss starts from that rule's δ, not from a second 
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
+
 import pytest
-from conftest import compose
+from conftest import REPO, compose
 from omegaconf import OmegaConf
 
 from atr_grpo import rundir
@@ -86,3 +90,54 @@ def test_the_launching_process_validates_the_run_once_and_trains_the_object_it_c
     unchecked = ["experiment=smoke", "clipping.delta=0.04"]
     monkeypatch.setattr(HydraConfig.instance(), "cfg", compose(unchecked, return_hydra_config=True))
     assert hydra_app.checked_config("train", compose(unchecked)).clipping.delta == 0.04 and built[0] == 2
+
+
+# `python -m atr_grpo.train ARGS` with every composition counted (Hydra's config loader composes every config: its
+# own, a sweep job's and `hydra.compose`'s), the run's pipeline left out: what is counted happens before it.
+COUNTED_TRAIN = """
+import runpy, sys
+from hydra._internal.config_loader_impl import ConfigLoaderImpl
+import atr_grpo.training.pipeline as pipeline
+
+compositions, compose = [], ConfigLoaderImpl.load_configuration
+
+def counted(self, *args, **kwargs):
+    compositions.append(1)
+    return compose(self, *args, **kwargs)
+
+ConfigLoaderImpl.load_configuration = counted
+pipeline.run_pipeline = lambda cfg, config_yaml: None
+sys.argv = ["train", *sys.argv[1:]]
+try:
+    runpy.run_module("atr_grpo.train", run_name="__main__", alter_sys=True)
+finally:
+    print(f"compositions: {len(compositions)}", file=sys.stderr)
+"""
+
+
+def counted_train(*args: str) -> tuple[subprocess.CompletedProcess, int]:
+    """The finished process and the number of compositions it made."""
+    result = subprocess.run(
+        [sys.executable, "-c", COUNTED_TRAIN, *args], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    counts = re.findall(r"^compositions: (\d+)$", result.stderr, re.MULTILINE)
+    assert counts, result.stderr[-2000:]
+    return result, int(counts[-1])
+
+
+@pytest.mark.slow
+def test_a_run_composes_its_config_once_and_hydra_writes_its_log_file(tmp_path):
+    """The launching process composes the run's config once: the check validates the composition Hydra's job runs
+    with, and Hydra's run folder and log file come from it."""
+    run_dir = tmp_path / "run"
+    result, compositions = counted_train("experiment=smoke", "logger=none", f"run_dir={run_dir}")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert compositions == 1
+    assert (run_dir / "train.log").is_file()
+
+
+@pytest.mark.slow
+def test_cfg_job_composes_the_config_once():
+    result, compositions = counted_train("experiment=smoke", "--cfg", "job")
+    assert result.returncode == 0 and result.stdout.startswith("experiment: smoke\n"), result.stderr[-2000:]
+    assert compositions == 1

@@ -26,7 +26,7 @@ from typing import Any
 
 from atr_grpo import rundir
 from atr_grpo.reporting.analyses.tables import Table
-from atr_grpo.reporting.runs import Run, mean_or_nan, metric_number, refuse_repeats, run_columns
+from atr_grpo.reporting.runs import Run, mean_or_nan, metric_number, repeat_free, run_columns
 
 ROLLOUT_KEYS = ("rollout/logp_abs_diff_mean", "rollout/logp_abs_diff_max", "rollout/ratio_out_of_band_frac")
 COLUMNS = [
@@ -96,7 +96,7 @@ def binding_row(run: Run) -> tuple[dict[str, Any], list[str]]:
 
 def binding_table(runs: list[Run]) -> Table:
     """`clip_binding`: one row per training run (RepeatedRuns when two runs repeat a point)."""
-    kept = refuse_repeats(runs)
+    kept = repeat_free(runs)
     rows, missing = [], []
     for run in kept:
         row, notes = binding_row(run)

@@ -27,7 +27,7 @@ from typing import Any
 from atr_grpo.reporting import cells, stats
 from atr_grpo.reporting.analyses import eval_noise, no_effect
 from atr_grpo.reporting.metric import EXPECTED, Metric, defaults
-from atr_grpo.reporting.runs import AVERAGE, Run, refuse_repeats
+from atr_grpo.reporting.runs import AVERAGE, Run, repeat_free
 
 
 class CompareError(ValueError):
@@ -159,7 +159,7 @@ def _paired_groups(runs: list[Run], method_a: str, method_b: str) -> dict[tuple[
     """{(study, model): {method: runs}} for each study and model with runs of both A and B, in order; CompareError
     when a method has no runs, the two never meet, or two runs repeat one point (`refuse_repeats`)."""
     try:
-        kept = refuse_repeats(runs)
+        kept = repeat_free(runs)
     except ValueError as err:
         raise CompareError(str(err)) from None
     for method in (method_a, method_b):

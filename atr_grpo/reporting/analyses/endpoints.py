@@ -32,7 +32,7 @@ from atr_grpo.reporting.runs import (
     mean_std,
     metric_number,
     problems,
-    refuse_repeats,
+    repeat_free,
     run_columns,
 )
 
@@ -82,7 +82,7 @@ def parts_table(runs: list[Run]) -> Table:
 
 def _endpoints(runs: list[Run], name: str, metrics_of: Callable[[int], list[str]]) -> Table:
     """Per (experiment, model, method, benchmark) and each metric `metrics_of(K)` names, the seeds' endpoints."""
-    kept = refuse_repeats([run for run in runs if run.max_steps is not None])
+    kept = repeat_free(runs, lambda run: run.max_steps is not None)
     unread: dict[str, str] = {}
     groups: dict[tuple[str, str, str], list[Run]] = defaultdict(list)
     for run in kept:
@@ -143,7 +143,7 @@ def _read(run: Run, metric: str, key: str, unread: dict[str, str]) -> dict[str, 
 
 
 def bounds_table(runs: list[Run]) -> Table:
-    kept = refuse_repeats([run for run in runs if run.metrics])
+    kept = repeat_free(runs, lambda run: bool(run.metrics))
     bounds = sorted(
         {key[len(BOUND_PREFIX) :] for run in kept for row in run.metrics for key in row if key.startswith(BOUND_PREFIX)}
     )

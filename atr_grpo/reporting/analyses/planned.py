@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from atr_grpo.reporting import cells, stats
 from atr_grpo.reporting.analyses import compare
 from atr_grpo.reporting.plan import PRIMARY, SECONDARY, Comparison, Plan, PlanError, gatekept
-from atr_grpo.reporting.runs import AVERAGE, Run, refuse_repeats
+from atr_grpo.reporting.runs import AVERAGE, Run, repeat_free
 
 DIFFERS, EQUIVALENT, NOT_ESTABLISHED, NOT_TESTED = "differs", "equivalent", "not established", "not tested"
 
@@ -55,7 +55,7 @@ class PlannedResult:
 def analyse(runs: list[Run], plan: Plan, resampling: stats.Resampling) -> list[PlannedResult]:
     """Every planned comparison of each model of the plan's experiment; PlanError when the runs cannot answer it
     (a method, seed or benchmark the plan names is missing), naming what is missing."""
-    kept = refuse_repeats([r for r in runs if r.experiment == plan.experiment])
+    kept = repeat_free(runs, lambda r: r.experiment == plan.experiment)
     if not kept:
         found = sorted({r.experiment for r in runs})
         raise PlanError(f"{plan.path}: no runs of experiment {plan.experiment!r} (found: {', '.join(found) or 'none'})")

@@ -47,7 +47,7 @@ from atr_grpo.reporting.runs import (
     final_step,
     mean_std,
     problems,
-    refuse_repeats,
+    repeat_free,
     two_decimals,
 )
 
@@ -103,7 +103,7 @@ def benchmarks_of(runs: list[Run]) -> list[str]:
 
 def prepare(runs: list[Run]) -> tuple[list[Run], list[str], list[str]]:
     """(the runs, its metric names, the missing-evaluation report); RepeatedRuns when two runs repeat a point."""
-    kept = refuse_repeats(runs)
+    kept = repeat_free(runs)
     k = kept[0].k if kept else 8
     return kept, defaults(k), problems(kept)
 

@@ -19,7 +19,7 @@ import statistics
 from typing import Any
 
 from atr_grpo.reporting.analyses.tables import Table
-from atr_grpo.reporting.runs import Run, metric_number, refuse_repeats, run_columns
+from atr_grpo.reporting.runs import Run, metric_number, repeat_free, run_columns
 from atr_grpo.rundir import records
 
 COLUMNS = ["experiment", "model", "method", "seed", "wall_s", "train_s", "eval_s", "evals", "other_s"]
@@ -48,7 +48,7 @@ def timing_row(run: Run) -> dict[str, Any]:
 
 
 def timing_table(runs: list[Run]) -> Table:
-    kept = refuse_repeats([run for run in runs if run.is_training])
+    kept = repeat_free(runs, lambda run: run.is_training)
     rows = [timing_row(run) for run in sorted(kept, key=lambda r: (r.scope, r.model, r.method, r.seed))]
     notes = [
         "wall_s = DONE's seconds (SFT stage to last step); train_s = sum of step_time (rollouts and optimizer "
