@@ -46,6 +46,14 @@ def of_experiment(runs: list[Run], experiment: str | None) -> list[Run]:
     return RunSet(chosen) if isinstance(runs, RunSet) else chosen
 
 
+def checked_runs(runs: list[Run], experiment: str | None) -> list[Run]:
+    """What a command reads, checked for repeats once: the runs of `experiment` (all runs when None) as a RunSet,
+    which the analyses take without checking again; `runs` as given when the experiment has none (`select` then
+    names what was found)."""
+    mine = of_experiment(runs, experiment)
+    return RunSet.checked(mine) if mine else runs
+
+
 def select(runs: list[Run], runs_dir: Path, experiment: str | None) -> list[Run]:
     """The readable runs of `experiment` (every experiment when None), a RunSet of a RunSet; ResultsError naming
     what was found when there are none."""

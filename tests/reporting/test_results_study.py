@@ -289,3 +289,24 @@ def test_the_per_run_tables_keep_two_studies_of_one_experiment_apart(tmp_path):
         ("smoke / g_sweep", "clip", 40.0),
         ("smoke / lr_sweep", "clip", 20.0),
     ]
+
+
+def test_each_results_command_checks_its_runs_for_repeats_once(tmp_path, monkeypatch):
+    """`results all`, `figures` and `compare` check the run set they read once (`selection.checked_runs`, or
+    compare's first pass); their analyses take the checked set without checking it again."""
+    from atr_grpo.reporting import runs as runs_module
+
+    root = lr_sweep(tmp_path / "runs")
+    checked = []
+    real = runs_module.refuse_repeats
+    monkeypatch.setattr(runs_module, "refuse_repeats", lambda r: checked.append(len(r)) or real(r))
+    runs = len(find_runs(root))
+    for argv in (
+        ("all", "--runs", root, "--experiment", "sweep", "--out", tmp_path / "tables", "--resamples", RESAMPLES),
+        ("figures", "--runs", root, "--experiment", "sweep", "--out", tmp_path / "figures"),
+        ("compare", SLOW, FAST, "--runs", root, "--resamples", RESAMPLES),
+    ):
+        checked.clear()
+        code, _, err = run_cli(*argv)
+        assert code == 0, err
+        assert checked == [runs], argv[0]

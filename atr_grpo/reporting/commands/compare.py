@@ -11,6 +11,7 @@ from atr_grpo.reporting import cells, plan, stats
 from atr_grpo.reporting.analyses import compare, gates, parts, planned
 from atr_grpo.reporting.commands import options
 from atr_grpo.reporting.render import compare_text, gates_text
+from atr_grpo.reporting.runs import RunSet
 from atr_grpo.reporting.selection import of_experiment, read_runs, start_points_agree
 
 
@@ -52,6 +53,7 @@ def run(opts: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             opts.step,
             opts.endpoint,
         )
+        runs = RunSet(runs)  # compare_methods checked them for repeats: the parts and the plan need not again
         found = options.planned_analysis(opts, runs, resampling)
     except compare.CompareError as err:
         where = "" if opts.experiment is None else f" (among the runs of --experiment {opts.experiment!r})"

@@ -11,8 +11,8 @@ from atr_grpo.reporting.analyses import tables
 from atr_grpo.reporting.commands import options
 from atr_grpo.reporting.commands.tables import TABLES, make_parser
 from atr_grpo.reporting.render import figures, writers
-from atr_grpo.reporting.runs import Run, refuse_repeats
-from atr_grpo.reporting.selection import ResultsError, of_experiment, read_runs, select
+from atr_grpo.reporting.runs import Run, repeat_free
+from atr_grpo.reporting.selection import ResultsError, checked_runs, read_runs, select
 
 
 def main(argv: list[str]) -> int:
@@ -24,7 +24,7 @@ def main(argv: list[str]) -> int:
 def run(opts: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     out = opts.out or Path("results/figures")
     runs = read_runs(parser, opts)
-    refuse_repeats(of_experiment(runs, opts.experiment))
+    runs = checked_runs(runs, opts.experiment)
     try:
         written, skipped = build_figures(runs, opts.runs, out, opts.experiment, options.split(opts.methods))
     except (ResultsError, writers.OutputError, plan.PlanError) as err:
@@ -43,7 +43,7 @@ def build_figures(
     """Every figure whose data exist; returns (files written, figures skipped with the reason)."""
     written, skipped = figures.figure1(out_dir), []
     try:
-        curves = refuse_repeats(select(runs, runs_dir, experiment or "table2"))
+        curves = repeat_free(select(runs, runs_dir, experiment or "table2"))
         written += figures.figure2(curves, out_dir, methods=methods)
         written += figures.figure_clipping(curves, out_dir, methods=methods)
     except ResultsError as err:

@@ -44,8 +44,15 @@ from atr_grpo.reporting.analyses.no_effect import study_warnings
 from atr_grpo.reporting.analyses.timing import timing_table
 from atr_grpo.reporting.commands import options
 from atr_grpo.reporting.render import gates_text, writers
-from atr_grpo.reporting.runs import Run, refuse_repeats
-from atr_grpo.reporting.selection import ResultsError, of_experiment, read_runs, select, start_points_agree
+from atr_grpo.reporting.runs import Run
+from atr_grpo.reporting.selection import (
+    ResultsError,
+    checked_runs,
+    of_experiment,
+    read_runs,
+    select,
+    start_points_agree,
+)
 from atr_grpo.rundir import layout
 
 # each table's experiment; None = every run
@@ -113,7 +120,7 @@ def run(opts: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     runs = read_runs(parser, opts)
     if not start_points_agree(of_experiment(runs, opts.experiment)):
         return 2
-    refuse_repeats(of_experiment(runs, opts.experiment))
+    runs = checked_runs(runs, opts.experiment)
     try:
         written = _build_tables(opts, runs, out)
     except (ResultsError, writers.OutputError, plan.PlanError) as err:
