@@ -197,3 +197,19 @@ def test_the_log_quotes_the_gates_table():
             f"| {row['mde_infinite']} |"
         )
         assert quoted in text, quoted
+
+
+def test_compare_says_what_atr_minus_clip_is_made_of(capsys):
+    """`compare atr clip --endpoint auc` prints the answered rate and the accuracy given an answer for atr − clip,
+    with intervals: +4.03 [+3.55, +4.51] and −0.08 [−0.29, +0.12], as the samples give them; the README and the log
+    quote those numbers. Most of the Mean@8 gain is the answered rate, in either order of the split."""
+    argv = ["compare", "atr", "clip", "--runs", str(RUNS), "--experiment", "power2", "--endpoint", "auc"]
+    assert results.main([*argv, "--benchmark", "arithmetic", "--metric", "mean@8"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    rows = {line.split(" | ")[1]: line.split(" | ") for line in printed if line.startswith("| arithmetic | ")}
+    assert rows["answered@8"][4] == "+4.03" and rows["answered@8"][6] == "[+3.55, +4.51]"
+    assert rows["acc_given_answer@8"][4] == "-0.08" and rows["acc_given_answer@8"][6] == "[-0.29, +0.12]"
+    (split,) = [line for line in printed if line.startswith("arithmetic mean@8: of atr − clip = +2.40 points")]
+    assert "answered rate first: the answered rate +2.46 (102 %)" in split
+    for text in (REPO / "README.md").read_text(), DOCS.read_text():
+        assert all(number in text for number in ("+4.03", "[+3.55, +4.51]", "−0.08", "[−0.29, +0.12]"))
