@@ -14,6 +14,9 @@ The plan lives beside the experiment's runs, `results/<experiment>/plan.yaml` (t
     primary: [atr, clip]            # A − B
     secondary:                      # may be empty
       - [clip_higher, clip]
+    secondary_metrics:              # optional: the primary comparison on other metrics, e.g. Mean@K's parts
+      - answered@8
+      - acc_given_answer@8
     gates:                          # optional: the design gates (`analyses/gates.py`)
       max_residual_correlation: 0.05  # validity: |r̄| of the cross-seed evaluation residuals below this
       max_mde_share_of_margin: 0.5    # precision: every planned MDE ≤ this share of the equivalence margin
@@ -21,7 +24,8 @@ The plan lives beside the experiment's runs, `results/<experiment>/plan.yaml` (t
 The family is tested by serial gatekeeping (Westfall & Krishen 2001; Dmitrienko et al. 2003): the primary alone at
 α; the secondaries only when the primary rejects, then by Holm among themselves at α. A secondary's adjusted p is
 max(p of the primary, its Holm p), so it rejects exactly when the gate is open and Holm rejects it; the family-wise
-error stays ≤ α. When the primary does not reject, no secondary is tested, whatever its p.
+error stays ≤ α. When the primary does not reject, no secondary is tested, whatever its p. The secondaries are the
+`secondary` comparisons on `metric`, then the primary comparison on each of `secondary_metrics`: one Holm family.
 
 An amendment is a dated file beside the plan, `plan_amendment_<YYYY-MM-DD>.yaml`, written after the plan was
 committed. It may only (re)state the gates, never the comparisons, α, the margin or the seeds, and it says why:
@@ -69,7 +73,7 @@ KEYS = (
     "primary",
     "secondary",
 )
-OPTIONAL_KEYS = ("gates",)
+OPTIONAL_KEYS = ("gates", "secondary_metrics")
 GATE_KEYS = ("max_residual_correlation", "max_mde_share_of_margin")
 AMENDMENT_KEYS = ("amends", "date", "deviation", "gates")
 AMENDMENT_NAME = re.compile(r"plan_amendment_(\d{4}-\d{2}-\d{2})\.yaml")
@@ -125,10 +129,20 @@ class Plan:
     secondary: tuple[Comparison, ...]
     gates: Gates | None = None  # the plan's own, or the last amendment's
     amendments: tuple[Amendment, ...] = ()
+    secondary_metrics: tuple[str, ...] = ()  # the primary comparison on these metrics, as secondaries
 
     def level(self, role: str) -> float:
         """The level a comparison's test uses: α for the primary, Holm's first step among the secondaries."""
-        return self.alpha if role == PRIMARY else stats.holm_level(self.alpha, len(self.secondary))
+        secondaries = len(self.secondary) + len(self.secondary_metrics)
+        return self.alpha if role == PRIMARY else stats.holm_level(self.alpha, secondaries)
+
+    def hypotheses(self) -> list[tuple[str, Comparison, str]]:
+        """(role, comparison, metric) of every planned test, the primary first, then the secondaries in order."""
+        return [
+            (PRIMARY, self.primary, self.metric),
+            *((SECONDARY, comparison, self.metric) for comparison in self.secondary),
+            *((SECONDARY, self.primary, metric) for metric in self.secondary_metrics),
+        ]
 
 
 PRIMARY, SECONDARY = "primary", "secondary"
@@ -188,6 +202,7 @@ def load_plan(path: str | Path) -> Plan:
     if len(set(every)) != len(every):
         raise _bad(path, "secondary", raw["secondary"], "comparisons that differ from each other and from the primary")
     gates = _gates(raw["gates"], path) if "gates" in raw else None
+    secondary_metrics = _secondary_metrics(raw.get("secondary_metrics", []), metric, path)
     amendments = load_amendments(path)
     if amendments:
         gates = amendments[-1].gates
@@ -205,7 +220,16 @@ def load_plan(path: str | Path) -> Plan:
         secondary=secondary,
         gates=gates,
         amendments=amendments,
+        secondary_metrics=secondary_metrics,
     )
+
+
+def _secondary_metrics(value: Any, metric: str, path: Path) -> tuple[str, ...]:
+    """`secondary_metrics`: distinct metric names other than the plan's `metric`."""
+    ok = isinstance(value, list) and all(isinstance(m, str) and Metric.is_name(m) for m in value)
+    if not ok or len(set(value)) != len(value) or metric in value:
+        raise _bad(path, "secondary_metrics", value, f"a list of distinct metrics other than {metric!r}: {EXPECTED}")
+    return tuple(value)
 
 
 def _gates(value: Any, path: Path, key: str = "gates") -> Gates:

@@ -148,3 +148,70 @@ def test_samples_without_a_status_leave_the_parts_out_with_a_note(tmp_path):
     assert code == 0 and row_of(out, "mean@8")[4] == "+12.50"
     assert "answered@8" not in out and "note: the parts of Mean@K are not shown" in err
     assert "records no status" in err
+
+
+def test_a_plan_names_the_parts_as_secondary_endpoints(root, tmp_path):
+    """`secondary_metrics` tests the primary comparison on the parts, in the secondaries' Holm family behind the
+    primary's gate: here the answered rate carries the whole Mean@K gain and the accuracy given an answer none."""
+    import yaml
+
+    from atr_grpo.reporting import plan
+    from atr_grpo.reporting.analyses import planned
+
+    raw = {
+        "experiment": "table3",
+        "seeds": list(SEEDS),
+        "endpoint": "auc",
+        "metric": "mean@8",
+        "benchmark": BENCH,
+        "test": "paired_t",
+        "alpha": 0.05,
+        "equivalence_margin": 1.0,
+        "primary": ["atr", "clip"],
+        "secondary": [],
+        "secondary_metrics": ["answered@8", "acc_given_answer@8"],
+    }
+    path = tmp_path / "plan.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    the_plan = plan.load_plan(path)
+    assert the_plan.level(plan.SECONDARY) == pytest.approx(0.025)  # Holm's first step over the two parts
+    results = planned.analyse(find_runs(root), the_plan, stats.Resampling(500, 0))
+    assert [r.label for r in results] == [
+        "atr − clip",
+        "atr − clip (answered@8)",
+        "atr − clip (acc_given_answer@8)",
+    ]
+    primary, answered, accuracy = results
+    gains = [answered_gain(seed) for seed in SEEDS]
+    assert answered.difference.difference == pytest.approx(sum(gains) / len(gains))
+    assert accuracy.difference.difference == pytest.approx(0.0, abs=1e-9)
+    assert primary.verdict == planned.DIFFERS and answered.verdict == planned.DIFFERS
+    assert answered.p_adjusted >= primary.p_adjusted  # behind the primary's gate
+    lines = planned.planned_lines(results, the_plan, "0" * 40)
+    assert "the 2 secondaries by Holm" in lines[2]
+    assert any(line.startswith("| qwen3-1.7b | secondary | atr − clip (answered@8) | ") for line in lines)
+
+
+@pytest.mark.parametrize("value", [["mean@8"], ["answered@8", "answered@8"], ["answers@8"], "answered@8"])
+def test_a_plans_secondary_metrics_are_distinct_metrics_other_than_its_own(tmp_path, value):
+    import yaml
+
+    from atr_grpo.reporting import plan
+
+    raw = {
+        "experiment": "table3",
+        "seeds": [0],
+        "endpoint": "auc",
+        "metric": "mean@8",
+        "benchmark": BENCH,
+        "test": "paired_t",
+        "alpha": 0.05,
+        "equivalence_margin": 1.0,
+        "primary": ["atr", "clip"],
+        "secondary": [],
+        "secondary_metrics": value,
+    }
+    path = tmp_path / "plan.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(plan.PlanError, match="secondary_metrics is .*; allowed: a list of distinct metrics other than"):
+        plan.load_plan(path)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from atr_grpo.reporting import cells, stats
 from atr_grpo.reporting.analyses import compare
-from atr_grpo.reporting.plan import PRIMARY, SECONDARY, Comparison, Plan, PlanError, gatekept
+from atr_grpo.reporting.plan import PRIMARY, Comparison, Plan, PlanError, gatekept
 from atr_grpo.reporting.runs import AVERAGE, Run, repeat_free
 
 DIFFERS, EQUIVALENT, NOT_ESTABLISHED, NOT_TESTED = "differs", "equivalent", "not established", "not tested"
@@ -35,6 +35,12 @@ class PlannedResult:
     tost: stats.Tost
     mde: float
     power: float  # to detect the observed difference; nan when it differs
+    metric: str = ""  # the metric tested, when not the plan's own (a `secondary_metrics` entry)
+
+    @property
+    def label(self) -> str:
+        """The comparison, with its metric when that is not the plan's own."""
+        return f"{self.comparison.label} ({self.metric})" if self.metric else self.comparison.label
 
     def describe(self) -> str:
         """The verdict in words, with the number that decides it."""
@@ -71,26 +77,23 @@ def _analyse_model(runs: list[Run], plan: Plan, resampling: stats.Resampling) ->
     benchmarks = list(dict.fromkeys(b for r in runs for b in r.benchmarks))
     if plan.benchmark != AVERAGE and plan.benchmark not in benchmarks:
         raise PlanError(f"{plan.path}: benchmark {plan.benchmark!r}; the runs evaluate {', '.join(benchmarks)}")
-    comparisons = [plan.primary, *plan.secondary]
+    hypotheses = plan.hypotheses()
     differences, p_values = [], []
-    for comparison in comparisons:
+    for _, comparison, metric in hypotheses:
         sides = [_method_runs(runs, method, plan) for method in (comparison.a, comparison.b)]
-        key = cells.comparison_key(
-            experiment, model, comparison.a, comparison.b, plan.metric, plan.benchmark, plan.endpoint
-        )
+        key = cells.comparison_key(experiment, model, comparison.a, comparison.b, metric, plan.benchmark, plan.endpoint)
         try:
-            scores = [cells.cell_scores(s, plan.metric, plan.benchmark, benchmarks, plan.endpoint) for s in sides]
+            scores = [cells.cell_scores(s, metric, plan.benchmark, benchmarks, plan.endpoint) for s in sides]
             difference = cells.compare(*scores, resampling, key, (comparison.a, comparison.b))
         except cells.ScoreError as err:
-            raise PlanError(f"{plan.path}: {comparison.label} on {model}: {err}") from None
+            raise PlanError(f"{plan.path}: {comparison.label} ({metric}) on {model}: {err}") from None
         differences.append(difference)
         p_values.append(difference.p_value if plan.test == "seed_sign_flip" else difference.p_t)
     p_primary, p_secondary, gate_open = gatekept(p_values[0], p_values[1:], plan.alpha)
-    roles = [PRIMARY] + [SECONDARY] * len(plan.secondary)
     return [
-        _result(model, role, comparison, difference, p, adjusted, plan, tested=role == PRIMARY or gate_open)
-        for role, comparison, difference, p, adjusted in zip(
-            roles, comparisons, differences, p_values, [p_primary, *p_secondary]
+        _result(model, role, comparison, difference, p, adjusted, plan, role == PRIMARY or gate_open, metric)
+        for (role, comparison, metric), difference, p, adjusted in zip(
+            hypotheses, differences, p_values, [p_primary, *p_secondary]
         )
     ]
 
@@ -120,6 +123,7 @@ def _result(
     p_adjusted: float,
     plan: Plan,
     tested: bool,
+    metric: str,
 ) -> PlannedResult:
     level = plan.level(role)
     significant = tested and stats.significant(p_adjusted, plan.alpha)
@@ -143,6 +147,7 @@ def _result(
         tost=tost,
         mde=mde,
         power=power,
+        metric="" if metric == plan.metric else metric,
     )
 
 
@@ -151,13 +156,13 @@ def apply_to_rows(
 ) -> None:
     """Give each `compare A B` row that the plan tests the plan's family, adjusted p and level, and the MDE and
     power the plan's analysis found at that level."""
-    family = [c.label for c in (plan.primary, *plan.secondary)]
-    planned_cell = (plan.experiment, plan.metric, plan.benchmark, plan.endpoint)
+    family = list(dict.fromkeys(result.label for result in results))
     for row in rows:
-        if (row.experiment, row.metric, row.benchmark, row.endpoint) != planned_cell:
+        if (row.experiment, row.benchmark, row.endpoint) != (plan.experiment, plan.benchmark, plan.endpoint):
             continue
         for result in results:
-            if result.model == row.model and result.comparison == Comparison(method_a, method_b):
+            tested = result.metric or plan.metric
+            if (result.model, result.comparison, tested) == (row.model, Comparison(method_a, method_b), row.metric):
                 row.p_holm, row.family, row.level, row.planned = result.p_adjusted, family, result.level, result
                 row.detectable = (result.mde, result.power)
 
@@ -169,7 +174,7 @@ def planned_lines(results: list[PlannedResult], plan: Plan, commit: str) -> list
         f"## Analysis plan: {plan.path.name} of {plan.experiment} (commit {commit[:12]})",
         "",
         f"{plan.metric} on {plan.benchmark} at the {plan.endpoint} endpoint; test: {plan.test}; α {alpha:g}; "
-        f"the primary at α alone, the {len(plan.secondary)} secondaries by Holm among themselves only if the "
+        f"the primary at α alone, the {len(plan.hypotheses()) - 1} secondaries by Holm among themselves only if the "
         f"primary rejects (serial gatekeeping); equivalence margin ±{margin:g} points; seeds "
         f"{', '.join(map(str, plan.seeds))}.",
         "",
@@ -182,7 +187,7 @@ def planned_lines(results: list[PlannedResult], plan: Plan, commit: str) -> list
         power = "–" if math.isnan(r.power) else f"{r.power:.2f}"
         tost_ci = "–" if math.isnan(r.tost.low) else f"[{r.tost.low:+.2f}, {r.tost.high:+.2f}]"
         lines.append(
-            f"| {r.model} | {r.role} | {r.comparison.label} | {d.difference:+.2f} | [{d.ci_low:+.2f}, "
+            f"| {r.model} | {r.role} | {r.label} | {d.difference:+.2f} | [{d.ci_low:+.2f}, "
             f"{d.ci_high:+.2f}] | {stats.format_p(r.p_value)} | {stats.format_p(r.p_adjusted)} | {r.level:.3g} "
             f"| {r.mde:.2f} | {power} | {stats.format_p(r.tost.p_value)} | {tost_ci} | {r.describe()} |"
         )

@@ -395,7 +395,7 @@ def planned_table(results: list[PlannedResult], plan: Plan, commit: PlanCommit, 
         {
             "model": r.model,
             "role": r.role,
-            "comparison": r.comparison.label,
+            "comparison": r.label,
             "n_seeds": len(r.difference.seeds),
             "difference": two_decimals(r.difference.difference),
             "ci_low": two_decimals(r.difference.ci_low),
