@@ -411,7 +411,10 @@ def draw_parts(runs: list[Run], methods: list[str] | None = None) -> plt.Figure:
     if not drawn:
         plt.close(fig)
         raise MissingSamples("no run has the answered rate: neither in its summary lines nor in per-sample files")
-    fig.suptitle(f"What Mean@K is made of: the answered rate × the accuracy given an answer; mean over seeds, {BAND}")
+    fig.suptitle(
+        f"What Mean@K is made of: the answered rate × the accuracy given an answer; mean over seeds, {BAND}",
+        fontsize=11,
+    )
     return fig
 
 
