@@ -407,10 +407,11 @@ def draw_parts(runs: list[Run], methods: list[str] | None = None) -> plt.Figure:
         for ax, (_, title) in zip(row, PARTS_PANELS):
             ax.set_title(f"{model}: Average {title.format(k=k)} (%)", fontsize=10)
             _step_axis(ax)
-        _row_legend(row)
     if not drawn:
         plt.close(fig)
         raise MissingSamples("no run has the answered rate: neither in its summary lines nor in per-sample files")
+    for row in axes:
+        _row_legend(row)
     fig.suptitle(
         f"What Mean@K is made of: the answered rate × the accuracy given an answer; mean over seeds, {BAND}",
         fontsize=11,
