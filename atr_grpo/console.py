@@ -39,6 +39,27 @@ def evaluation_shown(k: int) -> dict[str, str]:
     return {f"eval/average/mean@{k}": f"mean@{k}", f"eval/average/pass@{k}": f"pass@{k}"}
 
 
+# The parts of Mean@K in a printed table (the demo's, `python -m atr_grpo.evaluate`'s): short headers and their keys
+PART_COLUMNS = (("answered", "answered"), ("acc | answered", "acc_given_answer"))
+PARTS_NOTE = "Mean@{k} = answered × acc | answered (the share of samples with a final box × its accuracy)"
+
+
+def percent(value: float | None) -> str:
+    """`16.7%`; `-` for a value a summary lacks (a line written before it was recorded, or no answer to grade)."""
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def text_table(rows: list[tuple[str, ...]]) -> list[str]:
+    """`rows` (the header first) as aligned lines: the first column to the left, the others to the right, and a
+    rule under the header."""
+    width = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = [
+        "  ".join(cell.rjust(w) if i else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, width))) for row in rows
+    ]
+    lines.insert(1, "-" * len(lines[0]))
+    return lines
+
+
 def console_is_terminal(stream: TextIO | None = None) -> bool:
     """Whether progress written to `stream` (default stderr) is seen on a terminal, where bars redraw in place."""
     stream = sys.stderr if stream is None else stream

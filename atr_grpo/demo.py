@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from atr_grpo import rundir
+from atr_grpo.console import PART_COLUMNS, PARTS_NOTE, percent, text_table
 from atr_grpo.rundir import records
 
 SUMMARY_DIR = Path("results/demo")
@@ -62,24 +63,16 @@ def write_summary(summary: dict[str, Any], out_dir: Path = SUMMARY_DIR) -> Path:
 
 def shown_keys(k: int) -> tuple[str, ...]:
     """The summary's values the demo shows: Mean@K, Pass@K and Mean@K's two parts."""
-    return f"mean@{k}", f"pass@{k}", f"answered@{k}", f"acc_given_answer@{k}"
-
-
-def _percent(value: float | None) -> str:
-    return "-" if value is None else f"{100 * value:.1f}%"
+    return f"mean@{k}", f"pass@{k}", *(f"{key}@{k}" for _, key in PART_COLUMNS)
 
 
 def format_table(summary: dict[str, Any], k: int) -> str:
-    rows = [("", f"Mean@{k}", f"Pass@{k}", "answered", "acc | answered")]
+    rows = [("", f"Mean@{k}", f"Pass@{k}", *(header for header, _ in PART_COLUMNS))]
     for label in ("before", "after"):
         values = summary[label]
-        rows.append((f"{label} GRPO", *(_percent(values.get(key)) for key in shown_keys(k))))
-    width = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = [
-        "  ".join(cell.rjust(w) if i else cell.ljust(w) for i, (cell, w) in enumerate(zip(r, width))) for r in rows
-    ]
-    lines.insert(1, "-" * len(lines[0]))
-    lines.append(f"Mean@{k} = answered × acc | answered (the share of samples with a final box × its accuracy)")
+        rows.append((f"{label} GRPO", *(percent(values.get(key)) for key in shown_keys(k))))
+    lines = text_table(rows)
+    lines.append(PARTS_NOTE.format(k=k))
     lines.append(f"{summary['steps']} GRPO steps, {summary['seconds']:.0f} s in all; run files: {summary['run_dir']}")
     return "\n".join(lines)
 

@@ -33,7 +33,7 @@ from omegaconf.errors import OmegaConfBaseException
 from atr_grpo import rundir
 from atr_grpo.config import EvaluateConfig
 from atr_grpo.config_hydra import register_configs
-from atr_grpo.console import console_is_terminal, quiet_libraries
+from atr_grpo.console import PART_COLUMNS, PARTS_NOTE, console_is_terminal, percent, quiet_libraries, text_table
 from atr_grpo.errors import ConfigError
 from atr_grpo.evaluation import engines
 from atr_grpo.evaluation.metrics import STDERR_SUFFIX
@@ -120,17 +120,18 @@ def evaluate(cfg: EvaluateConfig, config_yaml: str | None = None) -> dict[str, f
 
 def format_results(metrics: dict[str, float], k: int) -> str:
     """A small table: one row per benchmark (and the average), Mean@k and Pass@k in percent ± their problem-level
-    standard errors (`metrics.standard_errors`)."""
+    standard errors (`metrics.standard_errors`), then the two parts of Mean@k (`evaluation.outcomes`), as the demo
+    shows them; `-` for a part the metrics lack (no answered sample: no accuracy given one)."""
     names = sorted({key.split("/")[1] for key in metrics if key.endswith(f"/mean@{k}")} - {"average"})
     names += ["average"] if f"eval/average/mean@{k}" in metrics else []
     cell = lambda name, m: with_stderr(  # noqa: E731
         metrics[f"eval/{name}/{m}@{k}"], metrics.get(f"eval/{name}/{m}@{k}{STDERR_SUFFIX}"), 100, 2
     )
-    rows = [(name, cell(name, "mean"), cell(name, "pass")) for name in names]
-    width = max([len("benchmark"), *(len(r[0]) for r in rows)])
-    lines = [f"{'benchmark':<{width}}  {f'Mean@{k} (%)':>15}  {f'Pass@{k} (%)':>15}"]
-    lines += [f"{name:<{width}}  {mean:>15}  {passed:>15}" for name, mean, passed in rows]
+    parts = lambda name: (percent(metrics.get(f"eval/{name}/{key}@{k}")) for _, key in PART_COLUMNS)  # noqa: E731
+    header = ("benchmark", f"Mean@{k} (%)", f"Pass@{k} (%)", *(title for title, _ in PART_COLUMNS))
+    lines = text_table([header, *((name, cell(name, "mean"), cell(name, "pass"), *parts(name)) for name in names)])
     lines.append("± one standard error over problems (SD of the per-problem scores / √problems)")
+    lines.append(PARTS_NOTE.format(k=k))
     return "\n".join(lines)
 
 

@@ -6,9 +6,11 @@ computing it once per experiment instead of once per run saves one evaluation a 
 
 The first run to reach step 0 evaluates it as usual (into its own run directory) and copies the per-sample files
 and summary lines into the cache, under a key of everything that decides the samples: the starting point's
-weights (env.json start_point), the evaluation settings, the task, the prompt, the torch threads and the package
-versions. Later runs copy them from there; their summary line says where it came from (`shared_start`). A file
-lock makes a second run that reaches step 0 while the first is evaluating wait for it instead of repeating it.
+weights (env.json start_point), the evaluation settings, the task, the prompt, the torch threads, the package
+versions and the names of the scores a summary line holds (so that an entry cached before a score existed, such as
+the parts of Mean@K, is not reused for runs that expect it: their summaries would show "-"). Later runs copy them
+from there; their summary line says where it came from (`shared_start`). A file lock makes a second run that
+reaches step 0 while the first is evaluating wait for it instead of repeating it.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 
 from atr_grpo import run_environment, rundir
 from atr_grpo.cache import cache_dir
+from atr_grpo.evaluation.outcomes import summary_scores
 from atr_grpo.evaluation.outputs import find_sample_file, move_aside, read_summary, sample_file
 from atr_grpo.evaluation.runner import flat_metrics
 from atr_grpo.provenance import identity, read_start_point
@@ -46,6 +49,7 @@ def start_key(cfg: Any, start: dict[str, Any]) -> str:
         "prompt": asdict(cfg.prompt),
         "threads": torch.get_num_threads(),  # float sums (hence samples) may depend on the thread count
         "packages": run_environment.package_versions(("torch", "transformers", "peft", "math-verify")),
+        "scores": sorted(summary_scores([["correct"]])),  # a new score makes older entries stale
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
 

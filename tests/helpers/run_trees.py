@@ -89,3 +89,13 @@ def write_passk_run(root, correct):
         records = [SampleRecord(p, i, bool(c)).to_dict() for p, row in enumerate(matrix) for i, c in enumerate(row)]
         files.write_jsonl(layout.sample_file(path, 1000, bench), records)
     return path
+
+
+def add_parts(path, answered, k=8):
+    """Give every summary line of the run at `path` the parts of its Mean@K: the answered rate `answered` and the
+    accuracy given an answer that makes their product Mean@K."""
+    lines = files.read_jsonl(layout.summary_path(path))
+    for line in lines:
+        line[f"answered@{k}"] = answered
+        line[f"acc_given_answer@{k}"] = line[f"mean@{k}"] / answered
+    files.write_jsonl(layout.summary_path(path), lines)

@@ -14,9 +14,10 @@ import subprocess
 import matplotlib.collections
 import pytest
 from conftest import REPO
-from helpers.run_trees import BENCHES, evals_of, make_run, write_passk_run
+from helpers.run_trees import BENCHES, add_parts, evals_of, make_run, write_passk_run
 from omegaconf import OmegaConf
 
+from atr_grpo.reporting import runs
 from atr_grpo.reporting.analyses import tables
 from atr_grpo.reporting.render import curves, figures
 from atr_grpo.reporting.runs import find_runs
@@ -190,3 +191,66 @@ def test_runs_of_a_model_the_paper_lacks_get_no_vs_paper_file(tmp_path, capsys):
     capsys.readouterr()
     assert (out / "table2.csv").exists() and not (out / "table2_vs_paper.md").exists()
     assert "table2_vs_paper.md" not in json.loads((out / ".atr_results_manifest.json").read_text())
+
+
+def _bands(ax):
+    return [c for c in ax.collections if isinstance(c, matplotlib.collections.PolyCollection)]
+
+
+def _band_ys(ax):
+    return [y for band in _bands(ax) for y in band.get_paths()[0].vertices[:, 1]]
+
+
+@pytest.fixture(scope="module")
+def near_the_ends(tmp_path_factory):
+    """3 seeds whose Mean@8 is 0.5 at step 0, then 0.9, 0.98 and 1.0 (mean ± SD crosses 100 %), whose clip/frac is
+    0, 0 and 0.03 (mean − SD below 0), and whose answered rate is 0.95, 0.98 and 1.0 at every step."""
+    root = tmp_path_factory.mktemp("ends") / "runs"
+    for seed, (value, frac) in enumerate(((0.9, 0.0), (0.98, 0.0), (1.0, 0.03))):
+        evals = evals_of({0: (0.5,) * 3, 2: (value,) * 3, 4: (value,) * 3})
+        run = make_run(root, "mine", "tiny", "atr", {"name": "atr"}, seed, evals, 4)
+        add_parts(run, max(0.95, value))
+        _set_metric(run, "clip/frac", lambda step, f=frac: f)
+    return find_runs(root)
+
+
+def test_every_band_stays_within_the_range_of_its_metric(near_the_ends):
+    """A rate's band is cut at 100 %, a fraction's at 0: mean ± SD would cross both here."""
+    mean_panel = figures.draw_figure2(near_the_ends).axes[3]
+    assert max(_band_ys(mean_panel)) == pytest.approx(100.0)
+    frac_panel = figures.draw_clipping(near_the_ends).axes[0]
+    assert min(_band_ys(frac_panel)) == pytest.approx(0.0)
+    for ax in figures.draw_parts(near_the_ends).axes[:3]:
+        assert 0.0 <= min(_band_ys(ax)) and max(_band_ys(ax)) <= 100.0 + 1e-9, ax.get_title()
+
+
+def test_step_axes_tick_whole_steps_only(near_the_ends):
+    """Runs of 4 steps would otherwise get ticks at 0.5, 1.5, …"""
+    fig = figures.draw_figure2(near_the_ends)
+    fig.canvas.draw()
+    axes = [*fig.axes[:4], *figures.draw_clipping(near_the_ends).axes[:2], *figures.draw_parts(near_the_ends).axes[:3]]
+    for ax in axes:
+        ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
+        assert len(ticks) >= 2 and all(float(t).is_integer() for t in ticks), (ax.get_title(), ticks)
+
+
+def test_the_parts_figure_draws_mean_answered_and_accuracy_given_an_answer_per_method(seeded, near_the_ends):
+    fig = figures.draw_parts(near_the_ends)
+    mean, answered, accuracy = fig.axes[:3]
+    assert "Mean@8" in mean.get_title() and "answered rate@8" in answered.get_title()
+    assert "accuracy given an answer@8" in accuracy.get_title()
+    assert all(_labels(ax) == ["atr (n=3)"] for ax in (mean, answered, accuracy))
+    rates = (0.95, 0.98, 1.0)  # each seed's answered rate, at every step
+    assert list(_line(answered, "atr (n=3)").get_ydata()) == pytest.approx([100 * sum(rates) / 3] * 3)
+    at_start = _line(accuracy, "atr (n=3)").get_ydata()[0]  # Mean@8 is 50 % in every seed at step 0
+    assert at_start == pytest.approx(sum(50 / rate for rate in rates) / 3)
+    with pytest.raises(runs.MissingSamples, match="no run has the answered rate"):
+        figures.draw_parts(seeded)  # neither parts in the summaries nor per-sample files
+
+
+def test_figure4_ticks_every_k_it_draws(tmp_path):
+    """K = 1..6 on a log-2 axis: 3, 5 and 6 get ticks of their own, not only the powers of two."""
+    fig = figures.draw_figure4(_passk_tree(tmp_path / "tiny", "tiny"))
+    for ax in fig.axes[:2]:
+        assert list(ax.get_xticks()) == [1, 2, 3, 4, 5, 6]
+        assert [label.get_text() for label in ax.get_xticklabels()] == ["1", "2", "3", "4", "5", "6"]

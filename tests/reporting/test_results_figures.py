@@ -8,14 +8,21 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers.run_trees import BENCHES, evals_of, make_run, write_passk_run
+from helpers.run_trees import BENCHES, add_parts, evals_of, make_run, write_passk_run
 
 from atr_grpo.clipping import kl3_ratio_bounds
 from atr_grpo.reporting.render import figures
 from atr_grpo.reporting.runs import find_runs
 from atr_grpo.results import main
 
-ALL = ["figure1_kl3_bounds", "figure2_training_curves", "clipping_curves", "figure3_delta", "figure4_passk"]
+ALL = [
+    "figure1_kl3_bounds",
+    "figure2_training_curves",
+    "clipping_curves",
+    "parts_curves",
+    "figure3_delta",
+    "figure4_passk",
+]
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +30,8 @@ def tree(tmp_path_factory):
     root = tmp_path_factory.mktemp("figures") / "runs"
     for method, clipping in (("clip", {"name": "clip", "eps": 0.2}), ("atr", {"name": "atr", "delta": 0.07})):
         for model in ("qwen3-1.7b", "qwen3-8b"):
-            make_run(root, "table2", model, method, clipping, 0, evals_of({0: (0.1,) * 3, 50: (0.2,) * 3}), 60)
+            run = make_run(root, "table2", model, method, clipping, 0, evals_of({0: (0.1,) * 3, 50: (0.2,) * 3}), 60)
+            add_parts(run, 0.5)
     for delta in (0.05, 0.07):
         make_run(
             root,
@@ -77,7 +85,7 @@ def test_figures_without_data_are_skipped_by_name(tmp_path, capsys):
     out = tmp_path / "figures"
     assert main(["figures", "--runs", str(root), "--out", str(out)]) == 0
     err = capsys.readouterr().err
-    assert "skipped figure 2 and clipping curves: no runs of experiment 'table2'" in err
+    assert "skipped figure 2, clipping and parts curves: no runs of experiment 'table2'" in err
     assert "skipped figure3_delta" in err and "skipped figure4" in err
     assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == [
         "figure1_kl3_bounds.pdf",
@@ -105,3 +113,16 @@ def test_smoothing_window_is_100_steps_for_long_runs_and_shrinks_for_short_ones(
     assert figures.smoothing_window(find_runs(short)) == 4
     (short / "metrics.jsonl").write_text(json.dumps({"step": 1, "reward": 0.0}) + "\n")
     assert figures.smoothing_window(find_runs(short)) == 1
+
+
+def test_the_parts_curves_are_skipped_by_name_when_no_run_has_the_parts(tmp_path, capsys):
+    """Runs whose summaries lack the parts and that kept no per-sample files still get Figure 2; the parts figure is
+    named as skipped, with the reason, rather than drawn empty."""
+    root = tmp_path / "runs"
+    for method in ("atr", "clip"):
+        make_run(root, "table2", "tiny", method, {"name": method}, 0, evals_of({0: (0.1,) * 3, 50: (0.2,) * 3}), 60)
+    out = tmp_path / "figures"
+    assert main(["figures", "--runs", str(root), "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "skipped parts_curves: no run has the answered rate" in err
+    assert (out / "figure2_training_curves.png").exists() and not (out / "parts_curves.png").exists()

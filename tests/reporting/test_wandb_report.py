@@ -11,6 +11,8 @@ import pytest
 from conftest import REPO
 
 from atr_grpo.clipping import METRIC_KEYS
+from atr_grpo.evaluation.outcomes import summary_scores
+from atr_grpo.evaluation.runner import flat_metrics
 from atr_grpo.reporting.render import wandb_report
 from atr_grpo.reporting.render.wandb_report import ReportError, build_report, panel_spec, save_report
 
@@ -21,6 +23,23 @@ def test_panels_show_figure_2_and_the_rule_metrics():
     keys = [key for panel in panel_spec(8) for key in panel.keys]
     assert keys[:4] == ["reward", "entropy", "completion_length", "eval/average/mean@8"]
     assert set(METRIC_KEYS) <= set(keys)
+
+
+def test_the_parts_of_mean_at_k_stand_beside_it_under_the_keys_the_runs_log():
+    """Mean@K, then the answered rate (with the truncated share) and the accuracy given an answer; every evaluation
+    panel's key is one that `flat_metrics` logs."""
+    titles = [panel.title for panel in panel_spec(8)]
+    at = titles.index("Average Mean@8")
+    assert titles[at + 1 : at + 3] == [
+        "Average answered rate@8 (and truncated share)",
+        "Average accuracy given an answer@8",
+    ]
+    statuses = [["correct", "wrong", "no_answer", "truncated"]] * 2
+    row = {**summary_scores(statuses), "status_counts": {}}
+    logged = flat_metrics({"arithmetic": row}, 4)
+    for panel in panel_spec(4):
+        if panel.x == "eval/step":
+            assert set(panel.keys) <= set(logged), panel.title
 
 
 def test_report_builds_offline_with_one_group_by_method():
@@ -118,6 +137,8 @@ def test_saving_sends_the_panels_through_the_installed_wandb_workspaces(no_crede
     axes = {p["config"]["metrics"][0]: p["config"]["xAxis"] for p in panels}
     assert axes == {key: "eval/step" if key.startswith("eval/") else "_step" for key in axes}
     assert sorted(key for key, axis in axes.items() if axis == "eval/step") == [
+        "eval/average/acc_given_answer@8",
+        "eval/average/answered@8",
         "eval/average/mean@8",
         "eval/average/pass@8",
     ]

@@ -81,3 +81,29 @@ def test_a_run_without_a_recorded_start_evaluates_step_0_itself(tmp_path, monkey
     evaluate_start_once(cfg, tmp_path / "run", ["arithmetic"], {}, fake_evaluation(tmp_path / "run", calls))
     assert calls == [tmp_path / "run"] and not (tmp_path / "cache").exists()
     assert "shared_start" not in read_summary(tmp_path / "run")[(0, "arithmetic")]
+
+
+def test_an_entry_cached_before_a_score_existed_is_not_reused(tmp_path, monkeypatch):
+    """The key names the scores a summary line holds: a step 0 cached by a version without the parts of Mean@K
+    would show "-" for them in every run that copied it, so those runs evaluate step 0 again."""
+    from atr_grpo.evaluation.outcomes import PARTS
+    from atr_grpo.training import shared_start
+
+    monkeypatch.setenv("ATR_GRPO_CACHE", str(tmp_path / "cache"))
+    cfg = train_config(["experiment=power"])
+    current = shared_start.summary_scores
+
+    def without_parts(statuses):
+        return {k: v for k, v in current(statuses).items() if k.split("@")[0] not in PARTS}
+
+    older, newer, calls = tmp_path / "older", tmp_path / "newer", []
+    for run in (older, newer):
+        run.mkdir()
+        record_start_point(run, START)
+    monkeypatch.setattr(shared_start, "summary_scores", without_parts)
+    old_key = start_key(cfg, START)
+    evaluate_start_once(cfg, older, ["arithmetic"], {}, fake_evaluation(older, calls))
+    monkeypatch.setattr(shared_start, "summary_scores", current)
+    assert start_key(cfg, START) != old_key
+    evaluate_start_once(cfg, newer, ["arithmetic"], {}, fake_evaluation(newer, calls))
+    assert calls == [older, newer], "a run must not reuse a step 0 cached without the scores it expects"

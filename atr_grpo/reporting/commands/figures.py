@@ -11,7 +11,7 @@ from atr_grpo.reporting.analyses import tables
 from atr_grpo.reporting.commands import options
 from atr_grpo.reporting.commands.tables import TABLES, make_parser
 from atr_grpo.reporting.render import figures, writers
-from atr_grpo.reporting.runs import Run, repeat_free
+from atr_grpo.reporting.runs import MissingSamples, Run, repeat_free
 from atr_grpo.reporting.selection import ResultsError, checked_runs, read_runs, select
 
 
@@ -46,9 +46,14 @@ def build_figures(
         curves = repeat_free(select(runs, runs_dir, experiment or "table2"))
         written += figures.figure2(curves, out_dir, methods=methods)
         written += figures.figure_clipping(curves, out_dir, methods=methods)
+        try:
+            written += figures.figure_parts(curves, out_dir, methods=methods)
+        except MissingSamples as err:
+            skipped.append(f"parts_curves: {err}")
+            writers.remove_stale(out_dir, "parts_curves")
     except ResultsError as err:
-        skipped.append(f"figure 2 and clipping curves: {err}")
-        for stem in ("figure2_training_curves", "clipping_curves"):
+        skipped.append(f"figure 2, clipping and parts curves: {err}")
+        for stem in ("figure2_training_curves", "clipping_curves", "parts_curves"):
             writers.remove_stale(out_dir, stem)
     try:
         chosen = select(runs, runs_dir, experiment or TABLES["delta"])

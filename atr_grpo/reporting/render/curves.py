@@ -10,13 +10,17 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from atr_grpo.reporting.runs import AVERAGE, Run, mean_std, metric_number
+from atr_grpo.reporting.runs import AVERAGE, MissingSamples, Run, mean_std, metric_number
 
 Series = tuple[list[int], list[float]]  # (steps, values) of one run
 COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:gray")
 LINESTYLES = ("-", "--", "-.", ":")
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
 BAND = "band: ± 1 SD over seeds"  # what every figure's band is, for its titles
+Limits = tuple[float | None, float | None]  # the range a metric's values can take; None: unbounded on that side
+PERCENT: Limits = (0.0, 100.0)  # evaluation scores and rates, in points
+FRACTION: Limits = (0.0, 1.0)
+NONNEGATIVE: Limits = (0.0, None)
 
 
 @dataclass
@@ -59,15 +63,27 @@ def metric_series(
     return series
 
 
-def eval_series(metric: str) -> Callable[[Run], Series]:
-    """A run's Average over its benchmarks of `metric` (e.g. mean@8) at each evaluation step."""
+def eval_series(metric: str, missing_ok: bool = False) -> Callable[[Run], Series]:
+    """A run's Average over its benchmarks of `metric` (e.g. mean@8) at each evaluation step. With `missing_ok`, a
+    run that cannot give it (a part of Mean@K its summaries lack, without the per-sample files) gives no points."""
 
     def series(run: Run) -> Series:
-        table = run.eval_table(metric)
+        try:
+            table = run.eval_table(metric)
+        except MissingSamples:
+            if not missing_ok:
+                raise
+            return [], []
         steps = [s for s in sorted(table) if AVERAGE in table[s]]
         return steps, [table[s][AVERAGE] for s in steps]
 
     return series
+
+
+def clipped(low: float, high: float, limits: Limits) -> tuple[float, float]:
+    """The band [low, high] cut to the metric's range: a rate's band does not cross 0 or 100 %."""
+    floor, ceiling = limits
+    return (low if floor is None else max(low, floor)), (high if ceiling is None else min(high, ceiling))
 
 
 def line_styles(names: list[str]) -> dict[str, dict[str, str]]:

@@ -10,9 +10,12 @@ figure3_delta            final Average Mean@K / Pass@K against δ (ATR runs)
 figure4_passk            Average Mean@K / Pass@K against K (an evaluation with n samples per problem); the paper's
                          points (§6.4) only beside runs of the paper's models
 clipping_curves          clip fraction and the ratio w (its smoothed min and max) per step; a row per model
+parts_curves             Average Mean@K, answered rate and accuracy given an answer per evaluation step (the parts
+                         of Mean@K beside it, evaluation/outcomes.py); a row per model, a line per method
 Every curve is the mean over seeds with a band of ± 1 SD over them and its n in the legend (reporting/render/curves.py);
-each method keeps one colour, line style and marker. `draw_*` return the matplotlib Figure, the others the files
-they wrote.
+each method keeps one colour, line style and marker. Bands and bars stop at the ends of the metric's range (a rate
+within 0–100 %, a fraction of tokens above 0), and step axes tick whole steps. `draw_*` return the matplotlib Figure,
+the others the files they wrote.
 """
 
 from __future__ import annotations
@@ -33,9 +36,23 @@ from atr_grpo.clipping import RULES, kl3_ratio_bounds, rule_at_defaults  # noqa:
 from atr_grpo.plugins import load_rule_plugins  # noqa: E402
 from atr_grpo.reporting.analyses import tables  # noqa: E402
 from atr_grpo.reporting.metric import Metric  # noqa: E402
-from atr_grpo.reporting.render.curves import BAND, SeedCurve, eval_series, line_styles, metric_series, seed_curve  # noqa: E402
+from atr_grpo.reporting.render.curves import (  # noqa: E402
+    BAND,
+    FRACTION,
+    NONNEGATIVE,
+    PERCENT,
+    Limits,
+    SeedCurve,
+    clipped,
+    eval_series,
+    line_styles,
+    metric_series,
+    seed_curve,
+)
 from atr_grpo.reporting.render.writers import claim_outputs  # noqa: E402
-from atr_grpo.reporting.runs import AVERAGE, Run, mean_std  # noqa: E402
+from atr_grpo.reporting.runs import AVERAGE, MissingSamples, Run, mean_std  # noqa: E402
+
+RETURN: Limits = (None, 1.0)  # a completion's reward is at most 1 (a length penalty can take it below 0)
 
 
 def _save(fig: plt.Figure, out_dir: Path, name: str) -> list[Path]:
@@ -153,11 +170,17 @@ def _by_model_method(runs: list[Run], methods: list[str] | None) -> dict[str, di
 
 
 def _draw(
-    ax: plt.Axes, curve: SeedCurve, style: dict[str, str], label: str | None, rank: float = 0.0, logs: bool = False
+    ax: plt.Axes,
+    curve: SeedCurve,
+    style: dict[str, str],
+    label: str | None,
+    rank: float = 0.0,
+    logs: bool = False,
+    limits: Limits = (None, None),
 ) -> None:
     """The seeds' mean as a line with about 8 markers (shifted by `rank` ∈ [0, 1) so that methods' markers do not
-    sit on each other), and ± 1 SD around it where two or more runs have the step. With `logs` the curve holds
-    logarithms and is drawn as exp: the geometric mean, the band ×/÷ the geometric SD."""
+    sit on each other), and ± 1 SD around it where two or more runs have the step, cut to `limits`. With `logs` the
+    curve holds logarithms and is drawn as exp: the geometric mean, the band ×/÷ the geometric SD."""
     if not curve.steps:
         return
     shown = math.exp if logs else float
@@ -165,7 +188,9 @@ def _draw(
     means = [shown(m) for m in curve.mean]
     ax.plot(curve.steps, means, label=label, markersize=4, markevery=(int(rank * every), every), **style)
     spread = [
-        (s, shown(m - sd), shown(m + sd)) for s, m, sd in zip(curve.steps, curve.mean, curve.sd) if not math.isnan(sd)
+        (s, *clipped(shown(m - sd), shown(m + sd), limits))
+        for s, m, sd in zip(curve.steps, curve.mean, curve.sd)
+        if not math.isnan(sd)
     ]
     if len(spread) > 1:
         ax.fill_between(*zip(*spread), color=style["color"], alpha=0.12, linewidth=0)
@@ -181,6 +206,12 @@ def _row_legend(row: list[plt.Axes]) -> None:
             ax.legend(fontsize=6)
 
 
+def _step_axis(ax: plt.Axes) -> None:
+    """An x axis of training steps: ticks on whole steps only."""
+    ax.set_xlabel("step")
+    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+
+
 def _grid(n_rows: int, n_cols: int, width: float) -> tuple[plt.Figure, list[list[plt.Axes]]]:
     fig, axes = plt.subplots(n_rows, n_cols, figsize=(width * n_cols, 3.4 * n_rows), squeeze=False)
     return fig, [list(row) for row in axes]
@@ -190,21 +221,25 @@ def draw_figure2(runs: list[Run], window: int = 100, methods: list[str] | None =
     groups = _by_model_method(runs, methods)
     window = smoothing_window(runs, window)
     smooth = lambda values, steps: moving_average(values, window, steps)  # noqa: E731
-    panels = [("reward", "return"), ("entropy", "entropy"), ("completion_length", "completion length")]
+    panels = [
+        ("reward", "return", RETURN),
+        ("entropy", "entropy", NONNEGATIVE),
+        ("completion_length", "completion length", NONNEGATIVE),
+    ]
     styles = line_styles(sorted({m for by_method in groups.values() for m in by_method}))
     fig, axes = _grid(len(groups), 4, 4.0)
     for row, (model, by_method) in zip(axes, groups.items()):
         for rank, (method, group) in enumerate(by_method.items()):
-            for ax, (key, _) in zip(row, panels):
+            for ax, (key, _, limits) in zip(row, panels):
                 curve = seed_curve(group, metric_series(key, smooth))
-                _draw(ax, curve, styles[method], curve.label(method), rank / len(by_method))
+                _draw(ax, curve, styles[method], curve.label(method), rank / len(by_method), limits=limits)
             curve = seed_curve(group, eval_series(str(Metric("mean", group[0].k))))
-            _draw(row[3], curve, styles[method], curve.label(method))
+            _draw(row[3], curve, styles[method], curve.label(method), limits=PERCENT)
         k = next(iter(by_method.values()))[0].k
-        titles = [title for _, title in panels] + [f"Average Mean@{k} (%)"]
+        titles = [title for _, title, _ in panels] + [f"Average Mean@{k} (%)"]
         for ax, title in zip(row, titles):
             ax.set_title(f"{model}: {title}", fontsize=10)
-            ax.set_xlabel("step")
+            _step_axis(ax)
         _row_legend(row)
     fig.suptitle(
         f"Figure 2: training curves ({window}-step trailing moving average) and evaluation; mean over seeds, {BAND}",
@@ -231,7 +266,7 @@ def draw_clipping(runs: list[Run], methods: list[str] | None = None) -> plt.Figu
         for rank, (method, group) in enumerate(by_method.items()):
             shift = rank / len(by_method)
             curve = seed_curve(group, metric_series("clip/frac", smooth))
-            _draw(ax_frac, curve, styles[method], curve.label(method), shift)
+            _draw(ax_frac, curve, styles[method], curve.label(method), shift, limits=FRACTION)
             high = seed_curve(group, metric_series("ratio/max", log_smooth, positive=True))
             _draw(ax_ratio, high, styles[method], high.label(method), shift, logs=True)
             low = seed_curve(group, metric_series("ratio/min", log_smooth, positive=True))
@@ -239,8 +274,10 @@ def draw_clipping(runs: list[Run], methods: list[str] | None = None) -> plt.Figu
         ax_ratio.axhline(1.0, color="black", linewidth=0.8)
         ax_frac.set_title(f"{model}: clip/frac ({window}-step moving average)", fontsize=10)
         ax_ratio.set_title(f"{model}: ratio w, min (below 1) and max (above 1), {window}-step average", fontsize=10)
-        ax_frac.set(xlabel="step", ylabel="fraction of tokens clipped")
-        ax_ratio.set(xlabel="step", ylabel="w = π_θ / π_old (log axis)", yscale="log")
+        ax_frac.set(ylabel="fraction of tokens clipped")
+        ax_ratio.set(ylabel="w = π_θ / π_old (log axis)", yscale="log")
+        _step_axis(ax_frac)
+        _step_axis(ax_ratio)
         _row_legend([ax_frac, ax_ratio])
     fig.suptitle(f"Clipping: mean over seeds, {BAND} (the ratio's: geometric)", fontsize=11)
     return fig
@@ -250,11 +287,15 @@ def figure_clipping(runs: list[Run], out_dir: Path, methods: list[str] | None = 
     return _save(draw_clipping(runs, methods), out_dir, "clipping_curves")
 
 
-def _error_line(ax: plt.Axes, xs: list, values: list[list[float]], style: dict[str, str], label: str) -> None:
-    """The mean of each x's values, with ± 1 SD bars where there are two or more."""
+def _error_line(
+    ax: plt.Axes, xs: list, values: list[list[float]], style: dict[str, str], label: str, limits: Limits = PERCENT
+) -> None:
+    """The mean of each x's values, with ± 1 SD bars where there are two or more, cut to `limits`."""
     pairs = [mean_std(v, ddof=1) for v in values]
     means, sds = [m for m, _ in pairs], [0.0 if math.isnan(sd) else sd for _, sd in pairs]
-    ax.errorbar(xs, means, yerr=sds, label=label, capsize=3, markersize=5, **style)
+    ends = [clipped(m - sd, m + sd, limits) for m, sd in zip(means, sds)]
+    below, above = [m - low for m, (low, _) in zip(means, ends)], [high - m for m, (_, high) in zip(means, ends)]
+    ax.errorbar(xs, means, yerr=[below, above], label=label, capsize=3, markersize=5, **style)
 
 
 def _n_label(name: str, counts: list[int]) -> str:
@@ -327,6 +368,8 @@ def draw_figure4(table: tables.Table, methods: list[str] | None = None) -> plt.F
                 ax.scatter(*zip(*points), marker="x", color="black", zorder=3, label=f"paper (§6.4), {model}")
         name = metric[0].upper() + metric[1:].replace("@k", "@K")
         ax.set_xscale("log", base=2)
+        ax.set_xticks(sorted({k for by_k in lines.values() for k in by_k}))  # every K drawn, 3 and 6 included
+        ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
         ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda value, _: f"{value:g}"))
         ax.set(xlabel="K", ylabel=f"Average {name} (%)", title=f"Figure 4: {name} with varying K")
     _row_legend(axes[0])
@@ -336,3 +379,45 @@ def draw_figure4(table: tables.Table, methods: list[str] | None = None) -> plt.F
 
 def figure4(table: tables.Table, out_dir: Path, methods: list[str] | None = None) -> list[Path]:
     return _save(draw_figure4(table, methods), out_dir, "figure4_passk")
+
+
+PARTS_PANELS = (
+    ("mean", "Mean@{k}"),
+    ("answered", "answered rate@{k}"),
+    ("acc_given_answer", "accuracy given an answer@{k}"),
+)
+
+
+def draw_parts(runs: list[Run], methods: list[str] | None = None) -> plt.Figure:
+    """Per evaluation step, Average Mean@K and its two factors, the answered rate and the accuracy given an answer
+    (Mean@K = answered × accuracy given an answer, `evaluation.outcomes`), so a gain can be read as more answers,
+    better answers, or both. A part a run's summaries lack comes from its per-sample files; a run with neither
+    gives no curve (its n falls). MissingSamples when no run gives any part."""
+    groups = _by_model_method(runs, methods)
+    styles = line_styles(sorted({m for by_method in groups.values() for m in by_method}))
+    fig, axes = _grid(len(groups), len(PARTS_PANELS), 4.0)
+    drawn = 0
+    for row, (model, by_method) in zip(axes, groups.items()):
+        k = next(iter(by_method.values()))[0].k
+        for rank, (method, group) in enumerate(by_method.items()):
+            for ax, (kind, _) in zip(row, PARTS_PANELS):
+                curve = seed_curve(group, eval_series(str(Metric(kind, k)), missing_ok=True))
+                _draw(ax, curve, styles[method], curve.label(method), rank / len(by_method), limits=PERCENT)
+                drawn += curve.n if kind != "mean" else 0
+        for ax, (_, title) in zip(row, PARTS_PANELS):
+            ax.set_title(f"{model}: Average {title.format(k=k)} (%)", fontsize=10)
+            _step_axis(ax)
+    if not drawn:
+        plt.close(fig)
+        raise MissingSamples("no run has the answered rate: neither in its summary lines nor in per-sample files")
+    for row in axes:
+        _row_legend(row)
+    fig.suptitle(
+        f"What Mean@K is made of: the answered rate × the accuracy given an answer; mean over seeds, {BAND}",
+        fontsize=11,
+    )
+    return fig
+
+
+def figure_parts(runs: list[Run], out_dir: Path, methods: list[str] | None = None) -> list[Path]:
+    return _save(draw_parts(runs, methods), out_dir, "parts_curves")

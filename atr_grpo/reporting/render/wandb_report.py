@@ -1,4 +1,5 @@
-"""A saved W&B report with the Figure 2 panels for the runs of one experiment (one W&B group).
+"""A saved W&B report with the Figure 2 panels, and the parts of Mean@K beside it, for the runs of one experiment
+(one W&B group).
 
 Runs of an experiment share a W&B group (logger.group defaults to the experiment) and log the same keys as
 metrics.jsonl, so the panels below line the methods up side by side. Saving needs `wandb-workspaces` (a dev
@@ -25,13 +26,20 @@ class Panel:
 
 
 def panel_spec(k: int = 8) -> list[Panel]:
-    """The panels, in order: Figure 2's three training curves and its evaluation average, then Pass@K and the
-    rule's clip fraction, ratio and mean KL3, which the paper does not plot."""
+    """The panels, in order: Figure 2's three training curves and its evaluation average; beside it the two parts of
+    Mean@K (Mean@K = answered rate × accuracy given an answer, `evaluation.outcomes`), the answered rate with the
+    truncated share; then Pass@K and the rule's clip fraction, ratio and mean KL3, which the paper does not plot."""
     return [
         Panel("return (reward)", ("reward",), 0.9),
         Panel("entropy", ("entropy",), 0.9),
         Panel("completion length", ("completion_length",), 0.9),
         Panel(f"Average Mean@{k}", (f"eval/average/mean@{k}",), x=EVAL_STEP),
+        Panel(
+            f"Average answered rate@{k} (and truncated share)",
+            (f"eval/average/answered@{k}", f"eval/average/truncated@{k}"),
+            x=EVAL_STEP,
+        ),
+        Panel(f"Average accuracy given an answer@{k}", (f"eval/average/acc_given_answer@{k}",), x=EVAL_STEP),
         Panel(f"Average Pass@{k}", (f"eval/average/pass@{k}",), x=EVAL_STEP),
         Panel("clip fraction", ("clip/frac", "clip/frac_low", "clip/frac_high"), 0.6),
         Panel("ratio w", ("ratio/mean", "ratio/min", "ratio/max"), 0.6, log_y=True),
@@ -68,8 +76,9 @@ def build_report(entity: str, project: str, group: str, k: int = 8) -> Any:
         entity=entity,
         project=project,
         title=f"atr-grpo: {group}",
-        description="Return, entropy and completion length per method (Figure 2), evaluation averages, and the "
-        "clipping rule's clip fraction, ratio and mean KL3. Built by scripts/wandb_report.py.",
+        description="Return, entropy and completion length per method (Figure 2), evaluation averages with the "
+        "answered rate and the accuracy given an answer that make up Mean@K, and the clipping rule's clip fraction, "
+        "ratio and mean KL3. Built by scripts/wandb_report.py.",
         blocks=[wr.PanelGrid(runsets=[runset], panels=panels)],
     )
 
