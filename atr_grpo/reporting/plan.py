@@ -14,6 +14,11 @@ The plan lives beside the experiment's runs, `results/<experiment>/plan.yaml` (t
     primary: [atr, clip]            # A − B
     secondary:                      # may be empty
       - [clip_higher, clip]
+    study: lr_sweep                 # optional: the study whose methods these are (the runs' `study`)
+
+Its methods are resolved in one study: the one it names, else the one its experiment's runs belong to. Runs of the
+experiment in several studies, with no `study:` to choose, are refused: pairing atr of one study with clip of another
+would compare two settings at once.
 
 The family is tested by serial gatekeeping (Westfall & Krishen 2001; Dmitrienko et al. 2003): the primary alone at
 α; the secondaries only when the primary rejects, then by Holm among themselves at α. A secondary's adjusted p is
@@ -53,6 +58,7 @@ KEYS = (
     "primary",
     "secondary",
 )
+OPTIONAL_KEYS = ("study",)
 
 
 class PlanError(ValueError):
@@ -82,6 +88,7 @@ class Plan:
     equivalence_margin: float  # in points
     primary: Comparison
     secondary: tuple[Comparison, ...]
+    study: str | None = None  # None: the one study of the experiment's runs
 
     def level(self, role: str) -> float:
         """The level a comparison's test uses: α for the primary, Holm's first step among the secondaries."""
@@ -100,14 +107,18 @@ def load_plan(path: str | Path) -> Plan:
     """The plan in `path`, checked; PlanError names the key and what it allows."""
     path = Path(path)
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as err:
+        line = path.read_bytes()[: err.start].count(b"\n") + 1
+        raise PlanError(f"{path}:{line}: byte {err.start} is not UTF-8; save the plan as UTF-8") from None
     except (OSError, yaml.YAMLError) as err:
         raise PlanError(f"{path}: cannot read the plan ({err})") from None
     if not isinstance(raw, dict):
         raise PlanError(f"{path}: a plan is a mapping with the keys {', '.join(KEYS)}")
-    unknown, missing = sorted(set(raw) - set(KEYS)), [k for k in KEYS if k not in raw]
+    unknown, missing = sorted(set(raw) - set(KEYS) - set(OPTIONAL_KEYS)), [k for k in KEYS if k not in raw]
     if unknown:
-        raise PlanError(f"{path}: unknown key(s) {', '.join(map(str, unknown))}; allowed: {', '.join(KEYS)}")
+        allowed = ", ".join((*KEYS, *OPTIONAL_KEYS))
+        raise PlanError(f"{path}: unknown key(s) {', '.join(map(str, unknown))}; allowed: {allowed}")
     if missing:
         raise PlanError(f"{path}: missing key(s) {', '.join(missing)}")
     experiment = raw["experiment"]
@@ -140,6 +151,9 @@ def load_plan(path: str | Path) -> Plan:
     if not isinstance(raw["secondary"], list):
         raise _bad(path, "secondary", raw["secondary"], "a list of [A, B] pairs (may be empty)")
     secondary = tuple(_comparison(item, f"secondary[{i}]", path) for i, item in enumerate(raw["secondary"]))
+    study = raw.get("study")
+    if study is not None and (not isinstance(study, str) or not study):
+        raise _bad(path, "study", study, "the runs' study name (config `study`), or leave the key out")
     every = [primary, *secondary]
     if len(set(every)) != len(every):
         raise _bad(path, "secondary", raw["secondary"], "comparisons that differ from each other and from the primary")
@@ -155,6 +169,7 @@ def load_plan(path: str | Path) -> Plan:
         equivalence_margin=margin,
         primary=primary,
         secondary=secondary,
+        study=study,
     )
 
 
