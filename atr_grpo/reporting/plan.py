@@ -17,9 +17,14 @@ The plan lives beside the experiment's runs, `results/<experiment>/plan.yaml` (t
     secondary_metrics:              # optional: the primary comparison on other metrics, e.g. Mean@K's parts
       - answered@8
       - acc_given_answer@8
+    study: lr_sweep                 # optional: the study whose methods these are (the runs' `study`)
     gates:                          # optional: the design gates (`analyses/gates.py`)
       max_residual_correlation: 0.05  # validity: |r̄| of the cross-seed evaluation residuals below this
       max_mde_share_of_margin: 0.5    # precision: every planned MDE ≤ this share of the equivalence margin
+
+Its methods are resolved in one study: the one it names, else the one its experiment's runs belong to. Runs of the
+experiment in several studies, with no `study:` to choose, are refused: pairing atr of one study with clip of another
+would compare two settings at once.
 
 The family is tested by serial gatekeeping (Westfall & Krishen 2001; Dmitrienko et al. 2003): the primary alone at
 α; the secondaries only when the primary rejects, then by Holm among themselves at α. A secondary's adjusted p is
@@ -73,7 +78,7 @@ KEYS = (
     "primary",
     "secondary",
 )
-OPTIONAL_KEYS = ("gates", "secondary_metrics")
+OPTIONAL_KEYS = ("study", "gates", "secondary_metrics")
 GATE_KEYS = ("max_residual_correlation", "max_mde_share_of_margin")
 AMENDMENT_KEYS = ("amends", "date", "deviation", "gates")
 AMENDMENT_NAME = re.compile(r"plan_amendment_(\d{4}-\d{2}-\d{2})\.yaml")
@@ -130,6 +135,7 @@ class Plan:
     gates: Gates | None = None  # the plan's own, or the last amendment's
     amendments: tuple[Amendment, ...] = ()
     secondary_metrics: tuple[str, ...] = ()  # the primary comparison on these metrics, as secondaries
+    study: str | None = None  # None: the one study of the experiment's runs
 
     def level(self, role: str) -> float:
         """The level a comparison's test uses: α for the primary, Holm's first step among the secondaries."""
@@ -157,7 +163,10 @@ def load_plan(path: str | Path) -> Plan:
     """The plan in `path`, checked; PlanError names the key and what it allows."""
     path = Path(path)
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as err:
+        line = path.read_bytes()[: err.start].count(b"\n") + 1
+        raise PlanError(f"{path}:{line}: byte {err.start} is not UTF-8; save the plan as UTF-8") from None
     except (OSError, yaml.YAMLError) as err:
         raise PlanError(f"{path}: cannot read the plan ({err})") from None
     if not isinstance(raw, dict):
@@ -198,6 +207,9 @@ def load_plan(path: str | Path) -> Plan:
     if not isinstance(raw["secondary"], list):
         raise _bad(path, "secondary", raw["secondary"], "a list of [A, B] pairs (may be empty)")
     secondary = tuple(_comparison(item, f"secondary[{i}]", path) for i, item in enumerate(raw["secondary"]))
+    study = raw.get("study")
+    if study is not None and (not isinstance(study, str) or not study):
+        raise _bad(path, "study", study, "the runs' study name (config `study`), or leave the key out")
     every = [primary, *secondary]
     if len(set(every)) != len(every):
         raise _bad(path, "secondary", raw["secondary"], "comparisons that differ from each other and from the primary")
@@ -221,6 +233,7 @@ def load_plan(path: str | Path) -> Plan:
         gates=gates,
         amendments=amendments,
         secondary_metrics=secondary_metrics,
+        study=study,
     )
 
 

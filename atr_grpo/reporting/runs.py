@@ -24,7 +24,7 @@ from atr_grpo.evaluation.outputs import find_sample_file, read_summary, read_sum
 from atr_grpo.evaluation.schedule import read_failures
 from atr_grpo.reporting import regrade
 from atr_grpo.reporting.metric import Metric
-from atr_grpo.rundir import layout
+from atr_grpo.rundir import layout, records
 
 AVERAGE = "average"
 
@@ -201,8 +201,9 @@ class Run:
 
     @cached_property
     def metrics(self) -> list[dict[str, Any]]:
-        path = layout.metrics_path(self.path)
-        return rundir.read_jsonl(path, whole=True) if path.exists() else []
+        """The lines of metrics.jsonl, each step once and in order: a step logged twice or out of order raises
+        RunFileError naming the file (`records.metrics_lines`), since every table would count it twice."""
+        return records.metrics_lines(layout.metrics_path(self.path), whole=True)
 
     @property
     def eval_steps(self) -> list[int]:

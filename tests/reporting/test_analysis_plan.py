@@ -214,3 +214,35 @@ def test_a_plan_its_runs_cannot_answer_names_what_is_missing(experiment, tmp_pat
     code, _, err = run_cli("compare", "atr", "clip", "--runs", root / "runs", "--plan", other, "--resamples", 200)
     assert code == 2
     assert "atr has seeds [0, 1, 2, 3, 4, 5], the plan [0, 1, 2, 3, 4, 5, 6] (missing: [6]" in err
+
+
+def test_a_plan_is_read_as_utf8_and_a_bad_byte_names_the_file_and_line(tmp_path):
+    path = write_plan(tmp_path / "plan.yaml")
+    path.write_bytes(path.read_bytes() + b"# \xe9t\xe9\n")
+    lines = path.read_bytes().count(b"\n")
+    with pytest.raises(plan.PlanError, match=rf"plan.yaml:{lines}: byte \d+ is not UTF-8; save the plan as UTF-8"):
+        plan.load_plan(path)
+
+
+def _study_runs(tmp_path, studies):
+    """atr and clip of 6 seeds, each method's runs in its own study (`study` in config.yaml); the plan committed."""
+    git(tmp_path, "init", "-q")
+    for seed in SEEDS:
+        for method, extra in (("atr", 4), ("clip", 2)):
+            path = sampled_run(tmp_path / "runs", "trial", method, seed, method_matrices(extra, seed))
+            config = yaml.safe_load((path / "config.yaml").read_text())
+            (path / "config.yaml").write_text(yaml.safe_dump({**config, "study": studies[method]}))
+    return tmp_path / "runs"
+
+
+def test_a_plan_does_not_pair_methods_of_two_studies(tmp_path):
+    runs = _study_runs(tmp_path, {"atr": "lr1e-3", "clip": "lr1e-4"})
+    write_plan(tmp_path / "plan.yaml", secondary=[])
+    commit_all(tmp_path, "plan")
+    code, _, err = run_cli("all", "--runs", runs, "--out", tmp_path / "tables", "--resamples", 200)
+    assert code == 2 and not (tmp_path / "tables" / "plan.csv").exists()
+    assert "belong to several studies (lr1e-3, lr1e-4), and a plan's methods are compared within one" in err
+    write_plan(tmp_path / "plan.yaml", secondary=[], study="lr1e-3")
+    commit_all(tmp_path, "the plan names its study")
+    code, _, err = run_cli("all", "--runs", runs, "--out", tmp_path / "tables", "--resamples", 200)
+    assert code == 2 and "no runs of method 'clip' in study lr1e-3 (methods: atr)" in err

@@ -14,6 +14,7 @@ from atr_grpo.clipping import build_rule, kl3_ratio_bounds
 from atr_grpo.reporting.analyses.divergence import divergence
 from atr_grpo.reporting.runs import load_run
 from atr_grpo.results import main as results_main
+from atr_grpo.rundir.records import Done, write_done
 
 EVALS = evals_of({0: (0.1, 0.1, 0.1), 50: (0.2, 0.3, 0.4)})
 
@@ -86,3 +87,20 @@ def test_the_resolvers_give_atrs_exact_box_and_clip_higher_then_trains_as_atr():
     frozen = grads[0] == 0
     assert 0.05 < float(frozen[mask].double().mean()) < 0.95  # the box binds on many tokens
     torch.testing.assert_close(grads[0], grads[1], rtol=1e-12, atol=1e-15)
+
+
+def test_a_run_cut_off_is_not_identical_to_the_whole_run(tmp_path, capsys):
+    a = make_run(tmp_path / "a", "power2", "tiny", "atr", {"name": "atr"}, 0, EVALS, max_steps=128)
+    cut = evals_of({0: (0.1, 0.1, 0.1)})  # the copy stopped at step 96, before the step-50 evaluation was kept
+    b = make_run(tmp_path / "b", "power2", "tiny", "clip_higher", {"name": "clip_higher"}, 0, cut, max_steps=96)
+    write_done(a, Done(step=128, seconds=10.0))
+    found = divergence(load_run(a), load_run(b))
+    assert not found.identical
+    assert found.unequal == [
+        "training steps only in A: 97, 98, 99, …, 128 (32)",
+        "evaluations only in A: step 50 aime24, step 50 aime25, step 50 amc23 (3)",
+        "DONE: A has DONE at step 128, B has no DONE",
+    ]
+    assert results_main(["diverge", str(a), str(b)]) == 0
+    out = capsys.readouterr().out
+    assert "identical" not in out and "unequal lengths: training steps only in A: 97" in out

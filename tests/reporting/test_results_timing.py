@@ -62,3 +62,15 @@ def test_results_writes_the_timing_table_with_the_others(tmp_path):
     csv_lines = (out / "timing.csv").read_text().splitlines()
     assert csv_lines[0] == "experiment,model,method,seed,wall_s,train_s,eval_s,evals,other_s"
     assert pytest.approx(float(csv_lines[1].split(",")[4])) == 100.0
+
+
+@pytest.mark.parametrize("table", ["timing", "clip_binding"])
+def test_a_run_whose_steps_were_logged_twice_stops_the_tables_that_read_its_metrics(tmp_path, capsys, table):
+    path = timed_run(tmp_path / "runs", "clip", 0, step0_shared=False, done_seconds=100.0)
+    metrics = path / "metrics.jsonl"
+    metrics.write_text(metrics.read_text() * 2)  # two processes wrote the run: every step twice
+    out = tmp_path / "tables"
+    assert results.main([table, "--runs", str(tmp_path / "runs"), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"error: {metrics}: steps logged more than once: 1, 2, 3, 4" in err
+    assert not (out / f"{table}.csv").exists()

@@ -5,12 +5,14 @@ For runs expected to be the same run (ATR under min semantics against clip_highe
 differ: the first optimizer step whose logged metrics differ (and which metrics), the first evaluation step and
 benchmark whose summary differs, and there the first sample whose completion differs, with the character at which
 the two texts part. Training metrics are logged per optimizer step, so the step is as fine as the files allow;
-the per-token ratios of training are not saved.
+the per-token ratios of training are not saved. Runs of unequal length (one cut off, or not finished) are never
+"identical": the steps, evaluations and DONE record that only one of them has are named.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +20,7 @@ from atr_grpo import rundir
 from atr_grpo.evaluation.outputs import find_sample_file
 from atr_grpo.reporting.analyses.no_effect import OUTCOME_SKIP
 from atr_grpo.reporting.runs import Run, metric_number
+from atr_grpo.rundir import layout, records
 
 
 @dataclass
@@ -27,10 +30,11 @@ class Divergence:
     first_training_metrics: list[str] = field(default_factory=list)
     first_evaluation: tuple[int, str] | None = None  # (step, benchmark)
     first_sample: dict[str, Any] | None = None  # problem_id, sample, offset, the two texts from there
+    unequal: list[str] = field(default_factory=list)  # what only one run has: steps, evaluations, DONE
 
     @property
     def identical(self) -> bool:
-        return self.first_training_step is None and self.first_evaluation is None
+        return self.first_training_step is None and self.first_evaluation is None and not self.unequal
 
 
 def _numbers(record: dict[str, Any]) -> dict[str, float]:
@@ -68,9 +72,40 @@ def _first_sample(a: Run, b: Run, step: int, benchmark: str) -> dict[str, Any] |
     return None
 
 
+def _listed(items: list[Any], show: Callable[[Any], str] = str) -> str:
+    """`1, 2, 3, …, 128 (128)`: the first three, the last and how many."""
+    shown = ", ".join(show(item) for item in items[:3]) + (f", …, {show(items[-1])}" if len(items) > 3 else "")
+    return f"{shown} ({len(items)})"
+
+
+def _only_in(what: str, a: list[Any], b: list[Any], show: Callable[[Any], str] = str) -> list[str]:
+    """Lines naming the items of `a` not in `b`, and of `b` not in `a`."""
+    lines = []
+    for side, mine, theirs in (("A", a, b), ("B", b, a)):
+        only = sorted(set(mine) - set(theirs))
+        if only:
+            lines.append(f"{what} only in {side}: {_listed(only, show)}")
+    return lines
+
+
+def _done_text(done: records.Done | None) -> str:
+    return f"{layout.DONE_FILE} at step {done.step}" if done is not None else f"no {layout.DONE_FILE}"
+
+
+def unequal_lengths(a: Run, b: Run) -> list[str]:
+    """What one run has and the other lacks: logged optimizer steps, evaluations (step, benchmark), and the DONE
+    record of a finished run (or DONE at another step)."""
+    lines = _only_in("training steps", *([int(row["step"]) for row in run.metrics] for run in (a, b)))
+    lines += _only_in("evaluations", *(list(run.summary) for run in (a, b)), lambda key: f"step {key[0]} {key[1]}")
+    done = [records.read_done(run.path) for run in (a, b)]
+    if len({None if d is None else d.step for d in done}) > 1:
+        lines.append(f"{layout.DONE_FILE}: A has {_done_text(done[0])}, B has {_done_text(done[1])}")
+    return lines
+
+
 def divergence(a: Run, b: Run) -> Divergence:
     """Where runs `a` and `b` first differ, and their largest difference in every metric."""
-    found = Divergence()
+    found = Divergence(unequal=unequal_lengths(a, b))
     steps_b = {row.get("step"): row for row in b.metrics}
     for row in a.metrics:
         other = steps_b.get(row.get("step"))
@@ -94,6 +129,8 @@ def report(a: Run, b: Run, found: Divergence) -> str:
     lines = [f"A: {a.path}", f"B: {b.path}"]
     if found.identical:
         lines.append("identical: every shared training metric, evaluation metric and sample agrees")
+    elif found.unequal:
+        lines.append("unequal lengths: " + "; ".join(found.unequal))
     if found.first_training_step is not None:
         shown = ", ".join(found.first_training_metrics[:6])
         lines.append(f"training parts at optimizer step {found.first_training_step} ({shown})")

@@ -65,6 +65,7 @@ def analyse(runs: list[Run], plan: Plan, resampling: stats.Resampling) -> list[P
     if not kept:
         found = sorted({r.experiment for r in runs})
         raise PlanError(f"{plan.path}: no runs of experiment {plan.experiment!r} (found: {', '.join(found) or 'none'})")
+    kept = _of_study(kept, plan)
     results = []
     for model in sorted({r.model for r in kept}):
         of_model = [r for r in kept if r.model == model]
@@ -98,12 +99,29 @@ def _analyse_model(runs: list[Run], plan: Plan, resampling: stats.Resampling) ->
     ]
 
 
+def _of_study(runs: list[Run], plan: Plan) -> list[Run]:
+    """The runs of the plan's study: the one it names, else the one study of its experiment's runs; PlanError when
+    there are none, or several and the plan names none."""
+    studies = sorted({r.study for r in runs})
+    if plan.study is None and len(studies) > 1:
+        raise PlanError(
+            f"{plan.path}: the runs of experiment {plan.experiment!r} belong to several studies "
+            f"({', '.join(studies)}), and a plan's methods are compared within one; name it with `study: NAME`"
+        )
+    chosen = [r for r in runs if plan.study in (None, r.study)]
+    if not chosen:
+        raise PlanError(
+            f"{plan.path}: study {plan.study!r} has no runs of {plan.experiment} (studies: {', '.join(studies)})"
+        )
+    return chosen
+
+
 def _method_runs(runs: list[Run], method: str, plan: Plan) -> list[Run]:
     """The runs of `method`, which must be exactly the plan's seeds."""
     found = [r for r in runs if r.method == method]
     if not found:
         methods = ", ".join(sorted({r.method for r in runs}))
-        raise PlanError(f"{plan.path}: no runs of method {method!r} in {plan.experiment} (methods: {methods})")
+        raise PlanError(f"{plan.path}: no runs of method {method!r} in study {runs[0].study} (methods: {methods})")
     seeds = {r.seed for r in found}
     if seeds != set(plan.seeds):
         missing, extra = sorted(set(plan.seeds) - seeds), sorted(seeds - set(plan.seeds))
@@ -158,7 +176,11 @@ def apply_to_rows(
     power the plan's analysis found at that level."""
     family = list(dict.fromkeys(result.label for result in results))
     for row in rows:
-        if (row.experiment, row.benchmark, row.endpoint) != (plan.experiment, plan.benchmark, plan.endpoint):
+        if (row.experiment, row.benchmark, row.endpoint) != (
+            plan.study or plan.experiment,
+            plan.benchmark,
+            plan.endpoint,
+        ):
             continue
         for result in results:
             tested = result.metric or plan.metric

@@ -26,7 +26,9 @@ def run(opts: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     runs = read_runs(parser, opts)
     runs = checked_runs(runs, opts.experiment)
     try:
-        written, skipped = build_figures(runs, opts.runs, out, opts.experiment, options.split(opts.methods))
+        with writers.staged(out) as stage:
+            written, skipped = build_figures(runs, opts.runs, stage, opts.experiment, options.split(opts.methods))
+            written = [out / path.relative_to(stage) for path in written]
     except (ResultsError, writers.OutputError, plan.PlanError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -20,7 +20,7 @@ CSV, Markdown and LaTeX, plus `<table>_vs_paper.md` where a row has a number the
 `all` builds every table whose runs exist and names the others. Runs with missing evaluations are listed
 in the outputs and on stderr, never silently dropped; a line of a run file that is not JSON (a torn last line too)
 stops the command with exit status 2, naming the file and the line. Only files this command wrote are ever
-overwritten.
+overwritten, and only once the whole build is written (a killed build leaves --out as it was).
 Runs are grouped by study (`study` in config.yaml, else the experiment; --study takes one) and model; a method is
 named by the settings that differ within its study (`clip · trainer.learning_rate=0.001`). Two runs of one point
 and seed (the same settings but where or how fast they ran) stop every table and `compare`, naming both. Identical
@@ -122,7 +122,10 @@ def run(opts: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         return 2
     runs = checked_runs(runs, opts.experiment)
     try:
-        written = _build_tables(opts, runs, out)
+        with writers.staged(out) as stage:
+            written = [out / path.relative_to(stage) for path in _build_tables(opts, runs, stage)]
+        if not written:  # `all` with no table to build: the earlier tables, now stale, were removed
+            raise ResultsError(f"none of {', '.join(TABLES)} has runs under {opts.runs}")
     except (ResultsError, writers.OutputError, plan.PlanError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -134,7 +137,8 @@ def run(opts: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 
 def _build_tables(opts: argparse.Namespace, runs: list[Run], out: Path) -> list[Path]:
-    """One table, or with `all` every table whose runs exist (the others named on stderr) and the plan's."""
+    """One table, or with `all` every table whose runs exist (the others named on stderr, their earlier files
+    removed) and the plan's; `all` with none: []."""
     settings = {"study": opts.study, "ddof": opts.ddof, "resampling": options.resampling(opts), "alpha": opts.alpha}
     if opts.what != "all":
         return build_table(opts.what, runs, opts.runs, out, opts.experiment, **settings)
@@ -145,9 +149,7 @@ def _build_tables(opts: argparse.Namespace, runs: list[Run], out: Path) -> list[
         except ResultsError as err:
             print(f"skipped {name}: {err}", file=sys.stderr)
             writers.remove_stale(out, name)
-    if not written:
-        raise ResultsError(f"none of {', '.join(TABLES)} has runs under {opts.runs}")
-    return written + _plan_table(opts, runs, out)
+    return written + _plan_table(opts, runs, out) if written else []
 
 
 def build_table(

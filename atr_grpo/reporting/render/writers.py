@@ -3,6 +3,10 @@ number the paper publishes (results/paper/); runs of other models (the tiny CPU 
 laid out as in the paper (a row per model × method, the best value of a column in bold, † where the Holm-adjusted
 seed test rejects); the seeds table as `compare` prints it. Only files this tool wrote (listed in the folder's
 manifest) are ever overwritten, and never inside a run directory.
+
+A build (`staged`) writes into a staging folder inside --out and moves its files in only once every table or figure
+is written, so a build killed half-way leaves --out as the last whole build left it. While the files move in,
+`BUILD_INCOMPLETE.txt` marks the folder; a kill in those moments leaves it there, and the next build removes it.
 """
 
 from __future__ import annotations
@@ -10,7 +14,11 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
+import shutil
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -28,24 +36,34 @@ class OutputError(RuntimeError):
     pass
 
 
+STAGING = ".atr_results_staging"  # inside --out: a build's files until the whole build is written
+REMOVED = ".removed.json"  # in the staging folder: the names this build removes from --out
+INCOMPLETE = "BUILD_INCOMPLETE.txt"  # in --out while a finished build's files move in
+
+
+def _final(out_dir: Path) -> Path:
+    """The folder the files end in: --out itself, or the --out of a staging folder."""
+    return out_dir.parent if out_dir.name == STAGING else out_dir
+
+
 def claim_outputs(out_dir: Path, names: list[str]) -> list[Path]:
     """The paths of `names` in `out_dir`, once it is clear that writing them destroys nothing of the user's:
     `out_dir` is not inside a run directory, and every existing file among them was written by this tool
-    (listed in the folder's manifest)."""
+    (listed in the folder's manifest; for a staging folder, in its --out's manifest)."""
     out_dir = Path(out_dir)
     for folder in (out_dir.resolve(), *out_dir.resolve().parents):
         if layout.is_run_dir(folder):
             raise OutputError(f"--out {out_dir} is inside the run directory {folder}; choose a folder outside it")
-    manifest = out_dir / MANIFEST
-    owned = set(json.loads(manifest.read_text())) if manifest.exists() else set()
-    foreign = [name for name in names if (out_dir / name).exists() and name not in owned]
+    final = _final(out_dir)
+    owned = set(_owned(final))
+    foreign = [name for name in names if (final / name).exists() and name not in owned]
     if foreign:
         raise OutputError(
-            f"refusing to overwrite {', '.join(foreign)} in {out_dir}: not written by "
+            f"refusing to overwrite {', '.join(foreign)} in {final}: not written by "
             "python -m atr_grpo.results (move them away or choose another --out)"
         )
     out_dir.mkdir(parents=True, exist_ok=True)
-    rundir.write_json(manifest, sorted(owned | set(names)))
+    rundir.write_json(out_dir / MANIFEST, sorted(set(_owned(out_dir)) | set(names)))
     return [out_dir / name for name in names]
 
 
@@ -55,21 +73,86 @@ def _owned(out_dir: Path) -> list[str]:
 
 
 def remove_owned(out_dir: Path, names: list[str]) -> list[Path]:
-    """Delete those of `names` that this tool wrote in `out_dir` (listed in its manifest), only those."""
+    """Delete those of `names` that this tool wrote in `out_dir` (listed in its manifest), only those. In a staging
+    folder, those of its --out are noted and deleted when the build moves in (`staged`)."""
+    out_dir = Path(out_dir)
+    if out_dir != _final(out_dir):
+        stale = [n for n in _owned(out_dir.parent) if n in names]
+        removed = _read_list(out_dir / REMOVED)
+        rundir.write_json(out_dir / REMOVED, sorted(set(removed) | set(stale)))
+        remove_owned_here = [n for n in _owned(out_dir) if n in names]
+        for name in remove_owned_here:
+            (out_dir / name).unlink(missing_ok=True)
+        rundir.write_json(out_dir / MANIFEST, sorted(set(_owned(out_dir)) - set(remove_owned_here)))
+        return [out_dir.parent / n for n in stale]
     owned = _owned(out_dir)
     stale = [n for n in owned if n in names]
-    removed = [Path(out_dir) / n for n in stale if (Path(out_dir) / n).exists()]
+    removed = [out_dir / n for n in stale if (out_dir / n).exists()]
     for path in removed:
         path.unlink()
     if stale:
-        rundir.write_json(Path(out_dir) / MANIFEST, sorted(set(owned) - set(stale)))
+        rundir.write_json(out_dir / MANIFEST, sorted(set(owned) - set(stale)))
     return removed
 
 
 def remove_stale(out_dir: Path, prefix: str) -> list[Path]:
     """Delete this tool's earlier outputs named `<prefix>.*` / `<prefix>_*` (their runs are gone), only those."""
-    owned = _owned(out_dir)
+    owned = _owned(_final(Path(out_dir)))
     return remove_owned(out_dir, [n for n in owned if n.split(".")[0] == prefix or n.startswith(prefix + "_")])
+
+
+def _read_list(path: Path) -> list[str]:
+    return json.loads(path.read_text()) if path.exists() else []
+
+
+@contextmanager
+def staged(out_dir: Path) -> Iterator[Path]:
+    """The folder a build writes into: a staging folder in `out_dir`, whose files replace their earlier versions
+    in `out_dir` (and whose removals are made) only when the body returns. A body that raises leaves `out_dir`
+    as it was. OutputError, in one line naming the folder, when `out_dir` cannot be written."""
+    out_dir = Path(out_dir)
+    stage = out_dir / STAGING
+    try:
+        _clear_stage(stage)
+        stage.mkdir(parents=True)
+        rundir.write_json(stage / MANIFEST, [])
+    except OSError as err:
+        raise _unwritable(out_dir, err) from None
+    try:
+        yield stage
+        _move_in(stage, out_dir)
+    except OSError as err:
+        raise _unwritable(out_dir, err) from None
+    finally:
+        if stage.exists():
+            shutil.rmtree(stage, ignore_errors=True)
+
+
+def _unwritable(out_dir: Path, err: OSError) -> OutputError:
+    return OutputError(f"--out {out_dir}: cannot write there ({err.strerror or err}); choose a writable folder")
+
+
+def _clear_stage(stage: Path) -> None:
+    """Remove the staging folder a killed build left; a folder of that name that is not one is refused."""
+    if not stage.exists():
+        return
+    if not (stage / MANIFEST).is_file():
+        raise OutputError(f"{stage} is not a staging folder of python -m atr_grpo.results; move it away")
+    shutil.rmtree(stage)
+
+
+def _move_in(stage: Path, out_dir: Path) -> None:
+    """Move a finished build's files from `stage` into `out_dir` under the INCOMPLETE mark, then make its removals."""
+    written = _owned(stage)
+    removed = [n for n in _read_list(stage / REMOVED) if n not in written]
+    marker = claim_outputs(out_dir, [INCOMPLETE, *written])[0]
+    marker.write_text(
+        "A build of python -m atr_grpo.results was moving its files into this folder and did not finish: the files\n"
+        "here may come from two builds. Run the command again.\n"
+    )
+    for name in written:
+        os.replace(stage / name, out_dir / name)
+    remove_owned(out_dir, [*removed, INCOMPLETE])
 
 
 def _fmt(value: Any, spec: str = ".2f") -> str:
