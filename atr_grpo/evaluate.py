@@ -30,18 +30,21 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from atr_grpo import rundir
-from atr_grpo.config import EvaluateConfig
-from atr_grpo.config_hydra import register_configs
-from atr_grpo.console import PART_COLUMNS, PARTS_NOTE, console_is_terminal, percent, quiet_libraries, text_table
-from atr_grpo.errors import ConfigError
-from atr_grpo.evaluation import engines
-from atr_grpo.evaluation.metrics import STDERR_SUFFIX
-from atr_grpo.evaluation.runner import with_stderr
-from atr_grpo.hydra_app import checked_config, run_app
-from atr_grpo.machine import decide_evaluation
-from atr_grpo.model_checks import check_adapter_base
-from atr_grpo.training.checkpoints import adapter_step
+from atr_grpo.plugins import broken_plugins_stop_the_command
+
+with broken_plugins_stop_the_command():  # importing the config reads the installed rules
+    from atr_grpo import rundir
+    from atr_grpo.config import EvaluateConfig
+    from atr_grpo.config_hydra import register_configs
+    from atr_grpo.console import PART_COLUMNS, PARTS_NOTE, console_is_terminal, percent, quiet_libraries, text_table
+    from atr_grpo.errors import ConfigError
+    from atr_grpo.evaluation import engines
+    from atr_grpo.evaluation.metrics import STDERR_SUFFIX
+    from atr_grpo.evaluation.runner import with_stderr
+    from atr_grpo.hydra_app import checked_config, run_app
+    from atr_grpo.machine import decide_evaluation
+    from atr_grpo.model_checks import check_adapter_base
+    from atr_grpo.training.checkpoints import adapter_step
 
 log = logging.getLogger(__name__)
 register_configs()

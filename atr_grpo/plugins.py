@@ -21,6 +21,9 @@ distribution: a rule or benchmark that silently went missing would change what a
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from importlib.metadata import EntryPoint, entry_points
 
 RULE_GROUP = "atr_grpo.rules"
@@ -30,6 +33,17 @@ BENCHMARK_GROUP = "atr_grpo.benchmarks"
 class PluginError(RuntimeError):
     """An installed package's rule or benchmark module cannot be imported. (Not an ImportError: code that treats a
     missing optional dependency as absent must not pass over a broken plugin.)"""
+
+
+@contextmanager
+def broken_plugins_stop_the_command() -> Iterator[None]:
+    """Around an entry point's imports, which read the installed plugins: a broken one ends the process with its
+    message on one line and exit status 2 (bad input, like a bad config), not a traceback."""
+    try:
+        yield
+    except PluginError as err:
+        print(f"error: {err}; fix or uninstall that package", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def describe(entry_point: EntryPoint) -> str:

@@ -15,10 +15,13 @@ import sys
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from atr_grpo.config_hydra import register_configs
-from atr_grpo.console import quiet_libraries
-from atr_grpo.errors import ConfigError
-from atr_grpo.hydra_app import checked_config, run_app
+from atr_grpo.plugins import broken_plugins_stop_the_command
+
+with broken_plugins_stop_the_command():  # importing the config reads the installed rules
+    from atr_grpo.config_hydra import register_configs
+    from atr_grpo.console import quiet_libraries
+    from atr_grpo.errors import ConfigError
+    from atr_grpo.hydra_app import checked_config, run_app
 
 register_configs()
 

@@ -167,11 +167,27 @@ def test_a_plugin_that_fails_to_import_is_named_with_its_distribution(site, modu
 
 
 @pytest.mark.slow
+def test_a_rule_with_a_reserved_parameter_name_stops_train_in_one_line(tmp_path):
+    """A plugin rule whose parameter is named like a key of the clipping config (`rule`) is refused when the
+    entry points are read: `train` ends with one line naming the entry point and the reserved name, exit status 2,
+    whichever rule the run uses."""
+    site = tmp_path / "site"
+    module = DUMMY_RULE_MODULE.replace('positive("eps"', 'positive("rule"').replace("self.eps", "self.rule")
+    write_distribution(
+        site, "reserved-rule", {RULE_GROUP: {"dummy_log_clip": "reserved_rule"}}, {"reserved_rule.py": module}
+    )
+    result = train_with_plugins(site, "experiment=smoke", "clipping=atr", "--cfg", "job", timeout=300)
+    assert result.returncode == 2 and result.stdout == "" and "Traceback" not in result.stderr
+    (line,) = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert "dummy_log_clip = 'reserved_rule'" in line and "'rule'" in line and "reserved" in line
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("group", [RULE_GROUP, BENCHMARK_GROUP])
 def test_the_entry_points_stop_a_child_process_before_validation(tmp_path, group):
     """The config layer (rules) and the benchmark registry read the entry points when they are imported, so a broken
-    one stops `python -m atr_grpo.train` before the config is even composed, with its message last. Importing the
-    rules' registry alone reads none."""
+    one stops `python -m atr_grpo.train` before the config is even composed: one line naming the entry point and its
+    distribution, exit status 2, no traceback. Importing the rules' registry alone reads none."""
     site = tmp_path / "site"
     write_distribution(
         site,
@@ -180,9 +196,9 @@ def test_the_entry_points_stop_a_child_process_before_validation(tmp_path, group
         {"broken_plugin.py": "raise ImportError('no such thing')\n"},
     )
     result = train_with_plugins(site, "experiment=smoke", "--cfg", "job", timeout=300)
-    assert result.returncode == 1 and result.stdout == ""
+    assert result.returncode == 2 and result.stdout == "" and "Traceback" not in result.stderr
     last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith("atr_grpo.plugins.PluginError: cannot load the entry point broken = 'broken_plugin'")
+    assert last.startswith("error: cannot load the entry point broken = 'broken_plugin'")
     assert f"(group {group}) of the distribution broken-plugin 0.1: ImportError: no such thing" in last
     if group == RULE_GROUP:
         command = [sys.executable, "-c", "from atr_grpo.clipping import RULES; assert 'atr' in RULES"]
