@@ -9,9 +9,10 @@ plan's runs and then names their directories composes each run once.
 `run_app(main)` runs a `@hydra.main` function so that bad config input (a misspelled key, a wrong type, a missing
 config file, a value the schema refuses, a `--config-dir` that is not a folder) ends the process with a message and
 exit status 2 instead of a traceback. A misspelled key is reported with the keys its section allows, read from the
-schema's dataclass fields, and the file that sets it; a misspelled option (`clipping=atrr`) with the closest name
-and the group's options. `--cfg` is validated as a run is. The `@hydra.main` function takes the object the check
-validated (`checked_config`), so a run is validated, and its rule built, once per process.
+schema's dataclass fields, and the file that sets it; a misspelled option (`clipping=atrr`) with the group's
+options; each with the closest name when one is close (`errors.closest`). `--cfg` is validated as a run is. The
+`@hydra.main` function takes the object the check validated (`checked_config`), so a run is validated, and its
+rule built, once per process.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-import difflib
 import functools
 import os
 import re
@@ -34,7 +34,7 @@ from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBase
 
 from atr_grpo.config import unknown_key_message
 from atr_grpo.config_hydra import CONF_DIR, register_configs
-from atr_grpo.errors import ConfigError
+from atr_grpo.errors import ConfigError, closest
 
 CONFIG_ERRORS = (ConfigError, HydraException, OmegaConfBaseException)
 # what `check_sweep` validated in this process: (config name, a job's overrides) → (its resolved YAML, its object)
@@ -92,9 +92,9 @@ def _missing_option_message(error: MissingConfigException, source: Path | None) 
     list named it, when that is not the primary config)."""
     group, _, name = str(error.missing_cfg_file).rpartition("/")
     options = [str(option) for option in error.options or ()]
-    close = difflib.get_close_matches(name, options, n=1)
+    close = closest(name, options)
     where = f" (in the defaults of {source})" if source else ""
-    guess = f"; did you mean {close[0]!r}?" if close else ";"
+    guess = f"; did you mean {close!r}?" if close else ";"
     return f"invalid config: {group}={name}: no such {group} config{where}{guess} allowed: {', '.join(options)}"
 
 
