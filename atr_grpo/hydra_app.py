@@ -298,15 +298,30 @@ def checked_config(config_name: str, cfg: DictConfig) -> Any:
     return to_object(cfg)
 
 
+def _each(*checks: Callable[[Any], None] | None) -> Callable[[Any], None]:
+    """One check that runs `checks` (None: none) in their order."""
+
+    def every(job_cfg: Any) -> None:
+        for one in checks:
+            if one is not None:
+                one(job_cfg)
+
+    return every
+
+
 def run_app(
-    hydra_main: Callable[[], Any], config_name: str | None = None, check: Callable[[Any], None] | None = None
+    hydra_main: Callable[[], Any],
+    config_name: str | None = None,
+    check: Callable[[Any], None] | None = None,
+    launch_check: Callable[[Any], None] | None = None,
 ) -> int:
     """Run a `@hydra.main` function; bad config input prints its message and returns exit status 2.
 
     With `config_name`, the config of the run, or of every job of a multirun (`-m`), is composed (with
     `--config-dir`'s files), validated and given to `check` before Hydra starts: a refused run writes nothing (not
     even the log file Hydra creates in its output folder), and a sweep with one bad job starts none. `--cfg` is
-    validated the same way, so a config it prints is one a run accepts."""
+    validated the same way, so a config it prints is one a run accepts. `launch_check` (what this machine can run)
+    is given each job's config too, except under `--cfg`, which runs nothing."""
     from hydra._internal.utils import get_args_parser
 
     # Hydra reports composition errors itself and exits with 1; with this set it raises them to us instead
@@ -318,7 +333,9 @@ def run_app(
             raise ConfigError("--resolve is read with --cfg or --help only (e.g. --cfg job --resolve)")
         runs_nothing = args.help or args.hydra_help or args.info or args.shell_completion
         if config_name is not None and not runs_nothing:
-            check_sweep(args.config_name or config_name, args.overrides, check, args.config_dir, args.multirun)
+            checks = (check, None if args.cfg else launch_check)
+            job_check = _each(*checks) if any(checks) else None
+            check_sweep(args.config_name or config_name, args.overrides, job_check, args.config_dir, args.multirun)
         hydra_main()
     except CONFIG_ERRORS as err:
         print(describe_config_error(err), file=sys.stderr)

@@ -19,6 +19,7 @@ from atr_grpo.config_hydra import register_configs
 from atr_grpo.console import quiet_libraries
 from atr_grpo.errors import ConfigError
 from atr_grpo.hydra_app import checked_config, run_app
+from atr_grpo.machine import check_launch_here
 
 register_configs()
 
@@ -52,4 +53,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(run_app(main, config_name="train"))
+    sys.exit(run_app(main, config_name="train", launch_check=check_launch_here))
