@@ -93,8 +93,9 @@ def done_path(run_dir: str | Path) -> Path:
 
 def wandb_offline_pattern(run_dir: str | Path, run_id: str) -> Path:
     """The folders of an offline W&B run, as a shell pattern: each process that continues the run (a relaunch, the
-    evaluation stage) writes one; `wandb sync` given them all uploads the whole run."""
-    return Path(run_dir) / WANDB_DIR / f"offline-run-*-{run_id}"
+    evaluation stage) writes one, `offline-run-<time>-<id>` (with `-<n>` after it when two start in one second);
+    `wandb sync` given them all uploads the whole run."""
+    return Path(run_dir) / WANDB_DIR / f"offline-run-*-{run_id}*"
 
 
 def sweep_config_copy(sweep_dir: str | Path, stamp: str) -> Path:
