@@ -321,7 +321,8 @@ def run_app(
     `--config-dir`'s files), validated and given to `check` before Hydra starts: a refused run writes nothing (not
     even the log file Hydra creates in its output folder), and a sweep with one bad job starts none. `--cfg` is
     validated the same way, so a config it prints is one a run accepts. `launch_check` (what this machine can run)
-    is given each job's config too, except under `--cfg`, which runs nothing."""
+    is given each job's config too, except under `--cfg`, which runs nothing, and with a `hydra/launcher=` (SLURM),
+    whose jobs run on other machines."""
     from hydra._internal.utils import get_args_parser
 
     # Hydra reports composition errors itself and exits with 1; with this set it raises them to us instead
@@ -333,7 +334,8 @@ def run_app(
             raise ConfigError("--resolve is read with --cfg or --help only (e.g. --cfg job --resolve)")
         runs_nothing = args.help or args.hydra_help or args.info or args.shell_completion
         if config_name is not None and not runs_nothing:
-            checks = (check, None if args.cfg else launch_check)
+            here = not args.cfg and not any(o.startswith("hydra/launcher=") for o in args.overrides)
+            checks = (check, launch_check if here else None)
             job_check = _each(*checks) if any(checks) else None
             check_sweep(args.config_name or config_name, args.overrides, job_check, args.config_dir, args.multirun)
         hydra_main()

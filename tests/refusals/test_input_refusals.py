@@ -51,6 +51,21 @@ def test_a_cpu_launch_without_an_experiment_is_refused_in_seconds_and_leaves_not
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_launch_sent_to_a_cluster_from_a_cpu_node_is_not_refused_for_this_nodes_lack_of_a_gpu(tmp_path):
+    """`hydra/launcher=slurm` runs the jobs on the cluster's GPU nodes: the login node's missing GPU is no reason to
+    refuse (here the submission itself fails, with no SLURM to submit to)."""
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}
+    done = subprocess.run(
+        [sys.executable, "-m", "atr_grpo.train", "-m", "hydra/launcher=slurm", "logger=none"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "experiment is not set" not in done.stderr
+
+
 # --------------------------------------------------------------------------- settings accepted without effect
 @pytest.mark.parametrize(
     ("overrides", "words"),
