@@ -51,6 +51,10 @@ test: lint ## Lint, then the whole CPU test suite, end-to-end runs included (wha
 test-fast: install ## The inner loop: tests not marked slow or gpu, on two workers (pytest-xdist), no lint
 	$(PY) -m pytest -q -m "not slow and not gpu" -n 2 --dist loadfile --no-loadscope-reorder
 
+test-rule: install ## One rule's tests (RULE=name): its oracle test and the registry-wide checks on it (docs/rules.md)
+	@test -n "$(RULE)" || { echo "test-rule: name the rule, e.g. make test-rule RULE=log_clip"; exit 2; }
+	$(PY) -m pytest -q -n 2 tests/clipping tests/config/test_config.py tests/training/test_unsloth_path.py -k "$(RULE)"
+
 demo: install ## CPU demo: tiny model, SFT format stage -> GRPO (ATR) -> Mean@8/Pass@8 before and after
 	$(PY) -m atr_grpo.demo
 
@@ -150,5 +154,5 @@ clean: ## Remove caches (never touches results/runs)
 	rm -rf .pytest_cache .ruff_cache
 	find . -name __pycache__ -type d -prune -not -path './.venv/*' -exec rm -rf {} +
 
-.PHONY: help install lint format test test-fast clean demo bench-loss bench-train bench-eval bench-grader bench-stats bench-wait \
+.PHONY: help install lint format test test-fast test-rule clean demo bench-loss bench-train bench-eval bench-grader bench-stats bench-wait \
 	install-verl test-verl reproduce-mini reproduce-power reproduce-table2 reproduce-table3 ablate-delta passk-curve reproduce-rivals tables figures

@@ -30,20 +30,24 @@ from atr_grpo.config_training import (
     TrainerConfig,
     check_truncated_sampling_engine,
 )
-from atr_grpo.errors import ConfigError
+from atr_grpo.errors import ConfigError, closest
 from atr_grpo.plugins import load_rule_plugins
 
 
 def unknown_key_message(full_key: str, schema: type, source: Any = None) -> str:
-    """`invalid config: 'trainer.lr' is not a key of trainer; allowed keys: backend, learning_rate, ...`, and where
-    the key belongs when it is a key of another rule or section (`KEY_HINTS`). `source`: the file that sets the
-    key, named first when known."""
-    section = full_key.rpartition(".")[0] or "the root config"
-    allowed = ", ".join(f.name for f in dataclasses.fields(schema))
-    hint = KEY_HINTS.get(full_key.rpartition(".")[2])
+    """`invalid config: 'trainer.learning_rat' is not a key of trainer; did you mean 'learning_rate'? allowed keys:
+    backend, learning_rate, ...` (a guess only where an allowed key is close, as for a misspelled option), and
+    where the key belongs when it is a key of another rule or section (`KEY_HINTS`). `source`: the file that sets
+    the key, named first when known."""
+    section, _, key = full_key.rpartition(".")
+    names = [f.name for f in dataclasses.fields(schema)]
+    close = closest(key, names)
+    guess = f" did you mean {close!r}?" if close else ""
+    hint = KEY_HINTS.get(key)
     where = f"{source}: " if source else ""
-    return f"invalid config: {where}{full_key!r} is not a key of {section}; allowed keys: {allowed}" + (
-        f" ({hint})" if hint else ""
+    return (
+        f"invalid config: {where}{full_key!r} is not a key of {section or 'the root config'};{guess} "
+        f"allowed keys: {', '.join(names)}" + (f" ({hint})" if hint else "")
     )
 
 

@@ -9,11 +9,11 @@ plan's runs and then names their directories composes each run once.
 `run_app(main)` runs a `@hydra.main` function so that bad config input (a misspelled key, a wrong type, a missing
 config file, a value the schema refuses, a `--config-dir` that is not a folder) ends the process with a message and
 exit status 2 instead of a traceback. A misspelled key is reported with the keys its section allows, read from the
-schema's dataclass fields, and the file that sets it; a misspelled option (`clipping=atrr`) with the closest name
-and the group's options. `--cfg` is validated as a run is. A run, or `--cfg`, is composed once, with Hydra's own
-node, and that composition is validated before Hydra's job runs on it (its run folder, log file and job logging);
-the `@hydra.main` function takes the object the check validated (`checked_config`), so a run is composed and
-validated, and its rule built, once per process.
+schema's dataclass fields, and the file that sets it; a misspelled option (`clipping=atrr`) with the group's
+options; each with the closest name when one is close (`errors.closest`). `--cfg` is validated as a run is. A
+run, or `--cfg`, is composed once, with Hydra's own node, and that composition is validated before Hydra's job
+runs on it (its run folder, log file and job logging); the `@hydra.main` function takes the object the check
+validated (`checked_config`), so a run is composed and validated, and its rule built, once per process.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-import difflib
 import functools
 import os
 import re
@@ -36,7 +35,7 @@ from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBase
 
 from atr_grpo.config import unknown_key_message
 from atr_grpo.config_hydra import CONF_DIR, register_configs
-from atr_grpo.errors import ConfigError
+from atr_grpo.errors import ConfigError, closest
 
 CONFIG_ERRORS = (ConfigError, HydraException, OmegaConfBaseException)
 # what `check_sweep` validated in this process: (config name, a job's overrides) → (its resolved YAML, its object)
@@ -94,9 +93,9 @@ def _missing_option_message(error: MissingConfigException, source: Path | None) 
     list named it, when that is not the primary config)."""
     group, _, name = str(error.missing_cfg_file).rpartition("/")
     options = [str(option) for option in error.options or ()]
-    close = difflib.get_close_matches(name, options, n=1)
+    close = closest(name, options)
     where = f" (in the defaults of {source})" if source else ""
-    guess = f"; did you mean {close[0]!r}?" if close else ";"
+    guess = f"; did you mean {close!r}?" if close else ";"
     return f"invalid config: {group}={name}: no such {group} config{where}{guess} allowed: {', '.join(options)}"
 
 
@@ -379,8 +378,22 @@ def _show(hydra: Any, cfg: DictConfig, args: Any) -> None:
     sys.stdout.write(OmegaConf.to_yaml(shown))
 
 
+def _each(*checks: Callable[[Any], None] | None) -> Callable[[Any], None]:
+    """One check that runs `checks` (None: none) in their order."""
+
+    def every(job_cfg: Any) -> None:
+        for one in checks:
+            if one is not None:
+                one(job_cfg)
+
+    return every
+
+
 def run_app(
-    hydra_main: Callable[[], Any], config_name: str | None = None, check: Callable[[Any], None] | None = None
+    hydra_main: Callable[[], Any],
+    config_name: str | None = None,
+    check: Callable[[Any], None] | None = None,
+    launch_check: Callable[[Any], None] | None = None,
 ) -> int:
     """Run a `@hydra.main` function; bad config input prints its message and returns exit status 2.
 
@@ -388,7 +401,9 @@ def run_app(
     `--config-dir`'s files), validated and given to `check` before Hydra writes anything: a refused run writes
     nothing (not even the log file Hydra creates in its output folder), and a sweep with one bad job starts none.
     `--cfg` is validated the same way, so a config it prints is one a run accepts. A run and `--cfg` compose once
-    (`_run_once`); a sweep's jobs are composed by the check, then again by Hydra's launcher."""
+    (`_run_once`); a sweep's jobs are composed by the check, then again by Hydra's launcher. `launch_check` (what
+    this machine can run) is given each job's config too, except under `--cfg`, which runs nothing, and with a
+    `hydra/launcher=` (SLURM), whose jobs run on other machines."""
     from hydra._internal.utils import get_args_parser
 
     # Hydra reports composition errors itself and exits with 1; with this set it raises them to us instead
@@ -401,10 +416,13 @@ def run_app(
         runs_nothing = args.help or args.hydra_help or args.info or args.shell_completion
         one_run = not (args.multirun or args.experimental_rerun or (args.cfg and args.run))
         if config_name is not None and not runs_nothing:
+            here = not args.cfg and not any(o.startswith("hydra/launcher=") for o in args.overrides)
+            checks = (check, launch_check if here else None)
+            job_check = _each(*checks) if any(checks) else None
             name = args.config_name or config_name
-            if one_run and _run_once(hydra_main, name, args, check):
+            if one_run and _run_once(hydra_main, name, args, job_check):
                 return 0
-            check_sweep(name, args.overrides, check, args.config_dir, args.multirun or one_run)
+            check_sweep(name, args.overrides, job_check, args.config_dir, args.multirun or one_run)
         hydra_main()
     except CONFIG_ERRORS as err:
         print(describe_config_error(err), file=sys.stderr)

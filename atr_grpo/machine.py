@@ -15,6 +15,8 @@ The rules:
 - a rule whose batch statistic is over the optimizer step's whole batch (`ClipRule.whole_batch`: M2PO, BAPO)
   trains with trainer.gradient_accumulation_steps=1 on one process.
 
+`check_launch_here(cfg)` refuses, before Hydra starts, a launch with no experiment on a machine without a CUDA GPU.
+
 `Machine` describes the machine (`Machine.here()`: this one); tests pass one of their own.
 """
 
@@ -29,6 +31,7 @@ from atr_grpo import distributed
 from atr_grpo.clipping import RULES
 from atr_grpo.config import TrainConfig
 from atr_grpo.config_checks import check, check_vllm_temperature
+from atr_grpo.config_hydra import CONF_DIR
 from atr_grpo.config_training import (
     EvalConfig,
     check_correction_engine,
@@ -232,6 +235,23 @@ def decide_evaluation(ev: EvalConfig, machine: Machine | None = None) -> Decisio
     Logs one line."""
     backend, reason = _own_engine_backend(ev, Machine.here() if machine is None else machine)
     return _announce(Decision(None, None, backend, () if reason is None else (reason,)))
+
+
+def check_launch_here(cfg: TrainConfig, machine: Machine | None = None) -> None:
+    """Refuse, before Hydra makes the run's folder and before the hub is asked for anything, a launch that names no
+    experiment on a machine without a CUDA GPU: it is the paper's config, a hub model of billions of parameters,
+    which would retry the hub, then fail or crawl. On CPU the tiny model's experiments are the ones that run
+    (`experiment=smoke`, `demo`); the tiny model without an experiment is left alone (it was asked for)."""
+    machine = Machine.here() if machine is None else machine
+    no_experiment = cfg.experiment == TrainConfig.__dataclass_fields__["experiment"].default
+    if machine.cuda or not no_experiment or cfg.model.tiny is not None:
+        return
+    experiments = sorted(path.stem for path in (CONF_DIR / "experiment").glob("*.yaml"))
+    raise ConfigError(
+        f"invalid config: experiment is not set, so this is the paper's run (model={cfg.model.name}, "
+        f"{cfg.model.path}), and this machine has no CUDA GPU; on CPU add experiment=smoke (4 steps, minutes) or "
+        f"experiment=demo (the demo, 150 steps); experiment allowed: {', '.join(experiments)}"
+    )
 
 
 def inherited_or_decided(cfg: TrainConfig, handed: Decision | None) -> Decision:

@@ -22,6 +22,7 @@ with broken_plugins_stop_the_command():  # importing the config reads the instal
     from atr_grpo.console import quiet_libraries
     from atr_grpo.errors import ConfigError
     from atr_grpo.hydra_app import checked_config, run_app
+    from atr_grpo.machine import check_launch_here
 
 register_configs()
 
@@ -34,8 +35,9 @@ def main(cfg: DictConfig) -> None:
         print(err, file=sys.stderr)
         sys.exit(2)
     from atr_grpo.rundir import RunFileError
+    from atr_grpo.training.checkpoints import interrupted_message
     from atr_grpo.training.pipeline import EXIT_EVALUATIONS_INCOMPLETE, RunDirError, run_pipeline
-    from atr_grpo.training.stage_process import StageError
+    from atr_grpo.training.stage_process import EXIT_INTERRUPTED, StageError
 
     quiet_libraries()
 
@@ -47,6 +49,9 @@ def main(cfg: DictConfig) -> None:
     except StageError as err:  # the stage process printed why
         print(err, file=sys.stderr)
         sys.exit(1)
+    except KeyboardInterrupt:  # Ctrl-C: one line, no traceback; the run continues from its checkpoint
+        print(interrupted_message(train_cfg.run_dir), file=sys.stderr)
+        sys.exit(EXIT_INTERRUPTED)
     if outcome is None:  # a launched run's other processes: their part ended with training
         return
     print(outcome.summary(), file=sys.stdout if outcome.ok else sys.stderr)
@@ -55,4 +60,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(run_app(main, config_name="train"))
+    sys.exit(run_app(main, config_name="train", launch_check=check_launch_here))

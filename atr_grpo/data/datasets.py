@@ -127,6 +127,17 @@ def _is_number(text: str) -> bool:
     return True
 
 
+def sft_kept_note(kept: int, read: int, total: int, limit: int) -> str:
+    """What the SFT stage trains on: `kept` examples of the `read` first of `total` (the rest were never read when
+    sft.max_examples stopped the reading), those longer than `limit` tokens left out."""
+    if read < total:
+        return (
+            f"SFT stage: {kept} examples (sft.max_examples), the first {read} of {total} read, "
+            f"{read - kept} of them longer than {limit} tokens"
+        )
+    return f"SFT stage: {kept} of {total} examples fit in {limit} tokens"
+
+
 def sft_dataset(sft: SFTConfig, data: DataConfig, prompt: PromptConfig, tokenizer: Any, max_seq_length: int) -> Any:
     """Worked solutions in the exact format GRPO rewards, filtered as in Unsloth's notebook."""
     from datasets import Dataset
@@ -145,8 +156,9 @@ def sft_dataset(sft: SFTConfig, data: DataConfig, prompt: PromptConfig, tokenize
             reasoning = str(get_field(row, sft.solution_field)).replace("<think>", "").replace("</think>", "")
             pairs.append((str(get_field(row, sft.problem_field)), format_answer(reasoning, answer)))
     limit = int(sft.max_length_fraction * max_seq_length)
-    kept = []
+    kept, read = [], 0
     for question, solution in pairs:
+        read += 1
         messages = build_messages(question, prompt.system) + [{"role": "assistant", "content": solution}]
         if chat_length(tokenizer, messages, prompt.enable_thinking) <= limit:
             kept.append((question, solution))
@@ -157,7 +169,7 @@ def sft_dataset(sft: SFTConfig, data: DataConfig, prompt: PromptConfig, tokenize
             "the SFT stage kept no example: none fits in "
             f"sft.max_length_fraction × model.max_seq_length = {limit} tokens"
         )
-    log.info("SFT stage: %d of %d examples fit in %d tokens", len(kept), len(pairs), limit)
+    log.info(sft_kept_note(len(kept), read, len(pairs), limit))
     return Dataset.from_dict(
         {
             "prompt": [build_messages(q, prompt.system) for q, _ in kept],

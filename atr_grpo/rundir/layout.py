@@ -41,6 +41,8 @@ STAGE_DECISION_FILE = "stage_decision.json"  # a parent's backend decision, ther
 FINAL_ADAPTER = "final_adapter"
 WANDB_ID_FILE = "wandb_run_id"
 WANDB_EVAL_FILE = "wandb_eval.jsonl"
+SWEEP_CONFIG_FILE = "multirun.yaml"  # Hydra's, in a sweep's folder (results/runs/<experiment>/), rewritten per sweep
+WANDB_DIR = "wandb"  # W&B's own folder (its `dir` is the run directory): offline-run-<time>-<id>/ per process
 CHECKPOINT_DIR = "checkpoints"
 DELTA_STATE_FILE = "delta_control.json"  # adaptive δ's state, inside each checkpoint
 PROMPTS_SEEN_FILE = "prompts_seen.json"  # each step's training prompt ids so far, inside each checkpoint
@@ -87,6 +89,19 @@ def metrics_path(run_dir: str | Path) -> Path:
 
 def done_path(run_dir: str | Path) -> Path:
     return Path(run_dir) / DONE_FILE
+
+
+def wandb_offline_pattern(run_dir: str | Path, run_id: str) -> Path:
+    """The folders of an offline W&B run, as a shell pattern: each process that continues the run (a relaunch, the
+    evaluation stage) writes one, `offline-run-<time>-<id>` (with `-<n>` after it when two start in one second);
+    `wandb sync` given them all uploads the whole run."""
+    return Path(run_dir) / WANDB_DIR / f"offline-run-*-{run_id}*"
+
+
+def sweep_config_copy(sweep_dir: str | Path, stamp: str) -> Path:
+    """Where a sweep's multirun.yaml is kept once the sweep ends (`multirun.<stamp>.yaml`), before the next one
+    into the same folder rewrites it."""
+    return Path(sweep_dir) / f"multirun.{stamp}.yaml"
 
 
 def checkpoint_dir(run_dir: str | Path) -> Path:

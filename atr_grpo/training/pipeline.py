@@ -299,9 +299,7 @@ def run_pipeline(cfg: TrainConfig, config_yaml: str) -> RunOutcome | None:
         except StageError as err:  # the process died before it could record its failures: record them here
             for step in sorted(saved_adapters(state.run_dir)):
                 record_failure(state.run_dir, step, "after", err)
-    outcome = run_outcome(state.run_dir)
-    (log.info if outcome.ok else log.error)(outcome.summary())
-    return outcome
+    return run_outcome(state.run_dir)  # its caller prints `outcome.summary()`, the run's last line
 
 
 def import_only_what_runs(decision: Decision) -> None:

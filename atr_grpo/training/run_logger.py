@@ -43,6 +43,7 @@ SUMMARY_KEYS = ("train_runtime", "train_samples_per_second", "train_steps_per_se
 # `sampling/*` under the same names, averaged together: the rule's `rollout/*` keys measure the engine's
 # mismatch and the correction's weight, with one meaning on both paths
 MISLEADING_PREFIXES = ("clip_ratio/", "sampling/")
+OFFLINE_MODES = ("offline", "dryrun")  # W&B's modes that keep a run on disk, for `wandb sync`
 
 
 def _clean(value: Any) -> Any:
@@ -84,6 +85,7 @@ class RunLogger:
             id=run_id,
             resume="allow",  # a relaunch into the same run_dir continues the same W&B run
             mode=mode,
+            settings=_console_settings(mode),
         )
         if run_id is None:
             rundir.write_text(id_file, run.id + "\n")
@@ -132,10 +134,31 @@ class RunLogger:
         return tables
 
     def finish(self, exit_code: int = 0) -> None:
-        """Closes the W&B run; a nonzero `exit_code` (training raised) marks it failed there, not finished."""
+        """Closes the W&B run; a nonzero `exit_code` (training raised) marks it failed there, not finished. An
+        offline run is named with the `wandb sync` command that uploads all of it (W&B's own hint, silenced by
+        `_console_settings`, named this process's folder only)."""
         if self.wandb_run is not None:
-            self.wandb_run.finish(exit_code=exit_code)
-            self.wandb_run = None
+            run, self.wandb_run = self.wandb_run, None
+            run.finish(exit_code=exit_code)
+            if run.settings.mode in OFFLINE_MODES:
+                log.info(
+                    "W&B offline run %s: `wandb sync %s` uploads it",
+                    run.id,
+                    layout.wandb_offline_pattern(self.run_dir, run.id),
+                )
+
+
+def _console_settings(mode: str | None) -> Any:
+    """W&B's console kept to its start lines: no history and summary at the end (`quiet`: metrics.jsonl holds every
+    value) and, for an offline run, no warnings: TRL asks the run for its URL at every checkpoint, and each time W&B
+    warns that an offline run has none. W&B reads its console settings once per process (`wandb.termsetup`, at its
+    setup), so they are set there too."""
+    import wandb
+
+    offline = (mode or os.environ.get("WANDB_MODE") or "online") in OFFLINE_MODES
+    settings = wandb.Settings(quiet=True, show_warnings=not offline)
+    wandb.termsetup(wandb.setup().settings.model_copy(update={"show_warnings": settings.show_warnings}), None)
+    return settings
 
 
 def _records(path: Path) -> list[dict[str, Any]]:

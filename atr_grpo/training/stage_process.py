@@ -28,6 +28,7 @@ RUN_CONFIG = "run_config.yaml"  # the config an SFT stage process is given, in i
 STAGE_MODULE = "atr_grpo.training.stages"  # the child's entry point
 DECISION_FILE = rundir.layout.STAGE_DECISION_FILE
 PARENT_ENV = "ATR_GRPO_STAGE_PARENT"  # the pid of the process that started the stage, which the stage dies with
+EXIT_INTERRUPTED = 130  # the shell's status for a process ended by Ctrl-C (128 + SIGINT)
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>: the signal this process gets when the thread that started it ends
 
 
@@ -36,7 +37,8 @@ class StageError(RuntimeError):
 
 
 def run_stage(stage: str, path: Path, decision: Decision | None = None) -> None:
-    """Run one stage in a fresh Python process and wait for it; raises StageError if it fails. `decision`: what
+    """Run one stage in a fresh Python process and wait for it; raises StageError if it fails, KeyboardInterrupt
+    if it was interrupted (Ctrl-C reaches the stage and this process alike). `decision`: what
     this process decided the stage runs on, passed down so that the stage neither decides nor logs it again."""
     command = [sys.executable, "-m", STAGE_MODULE, stage, str(path)]
     env = {**stage_environment(), "PYTHONUNBUFFERED": "1"}
@@ -49,6 +51,8 @@ def run_stage(stage: str, path: Path, decision: Decision | None = None) -> None:
         result = subprocess.run(command, env=env)
     finally:
         handed.unlink(missing_ok=True)  # a stage started by hand later decides for itself
+    if result.returncode in (EXIT_INTERRUPTED, -signal.SIGINT):  # Ctrl-C reached the stage alone
+        raise KeyboardInterrupt
     if result.returncode != 0:
         raise StageError(f"the {stage} stage of {path} failed (exit status {result.returncode}); its output is above")
 

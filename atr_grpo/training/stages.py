@@ -19,7 +19,14 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from atr_grpo.training.stage_process import RUN_CONFIG, STAGE_MODULE, STAGES, die_with_parent, handed_decision
+from atr_grpo.training.stage_process import (
+    EXIT_INTERRUPTED,
+    RUN_CONFIG,
+    STAGE_MODULE,
+    STAGES,
+    die_with_parent,
+    handed_decision,
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,6 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, rundir.RunFileError) as err:  # a run file changed from outside: one line, no traceback
         print(err, file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: the process that started the stage says where the run stands
+        return EXIT_INTERRUPTED
 
 
 def run_here(stage: str, path: Path) -> int:

@@ -8,6 +8,8 @@ from __future__ import annotations
 import importlib
 import math
 import re
+import shlex
+import subprocess
 import sys
 from unittest.mock import patch
 
@@ -162,6 +164,60 @@ def test_the_example_trains_in_the_smoke_run_from_the_pages_yaml(tmp_path, smoke
         for key in (*METRIC_KEYS, "log_clip/abs_log_ratio"):
             assert isinstance(row[key], float) and math.isfinite(row[key]), (key, row)
     assert max(row["log_clip/abs_log_ratio"] for row in rows) > 0  # steps 2 and 4 reuse a rollout: w moved
+
+
+# ------------------------------------------------------------------------------------- after the example
+def page_commands() -> list[str]:
+    """Each command line of the page's bash blocks, its comment left out."""
+    blocks = re.findall(r"^```bash\n(.*?)^```$", PAGE.read_text(), re.MULTILINE | re.DOTALL)
+    return [line.split("  #")[0].strip() for block in blocks for line in block.splitlines() if line.strip()]
+
+
+def test_the_page_says_to_rename_the_example_which_the_page_test_registers():
+    intro = PAGE.read_text().split("\n## ")[0]
+    assert "rename everything the example names `log_clip`" in intro and "test_rule_author_page.py" in intro
+
+
+def test_the_pages_test_command_runs_the_oracle_test_and_the_registry_wide_checks_of_one_rule():
+    """`make test-rule RULE=<name>`, run here for one rule of the registry, collects its registry-wide checks (the
+    oracle test file `tests/clipping/test_<name>.py` is matched by its name too) and no other rule's."""
+    (command,) = [line for line in page_commands() if line.startswith("make test-rule")]
+    assert command == "make test-rule RULE=my_clip"
+    dry = subprocess.run(["make", "-n", "test-rule", "RULE=cispo"], cwd=REPO, capture_output=True, text=True)
+    (pytest_line,) = [line for line in dry.stdout.splitlines() if " -m pytest " in line]
+    argv = shlex.split(pytest_line.replace(" -n 2", ""))
+    collected = subprocess.run(
+        [sys.executable, *argv[1:], "--collect-only", "-p", "no:cacheprovider"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    ids = [line for line in collected.stdout.splitlines() if "::" in line]
+    for check in (
+        "tests/clipping/test_clipping_math.py::test_on_policy_every_ratio_rule_is_reinforce[cispo]",
+        "tests/config/test_config.py::test_every_rule_file_composes_with_the_source_defaults[cispo]",
+        "tests/training/test_unsloth_path.py::test_compiled_unsloth_loss_equals_trl_path[cispo]",
+    ):
+        assert check in ids, (check, collected.stdout[-2000:])
+    assert not [line for line in ids if "[atr]" in line]
+
+
+def test_the_pages_cpu_training_command_is_a_sweep_a_cpu_launch_accepts():
+    """The command that trains the new rule beside clip on CPU, here for a registered rule: both jobs compose and
+    pass the launch checks of a machine without a GPU, in the tiny model's experiment with power2's length."""
+    from atr_grpo.config_hydra import to_object
+    from atr_grpo.hydra_app import compose, sweep_jobs
+    from atr_grpo.machine import Machine, check_launch_here
+
+    (command,) = [line for line in page_commands() if line.startswith("python -m atr_grpo.train")]
+    arguments = shlex.split(command.replace("my_clip", "cispo"))[3:]
+    assert arguments[0] == "-m"
+    configs = [to_object(compose("train", job)) for job in sweep_jobs(arguments[1:])]
+    for cfg in configs:
+        check_launch_here(cfg, Machine(cuda=False, unsloth=False, vllm=False))
+        assert cfg.experiment == "power2" and cfg.trainer.max_steps >= 128
+    assert [cfg.clipping.name for cfg in configs] == ["clip", "cispo"]
 
 
 # ------------------------------------------------------------------------------------------- the contract

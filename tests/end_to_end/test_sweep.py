@@ -31,3 +31,33 @@ def test_delta_sweep_through_hydra_multirun(tmp_path, tiny_model_dir):
         assert OmegaConf.load(path / rundir.CONFIG_FILE).clipping.delta == delta
         assert len((path / rundir.METRICS_FILE).read_text().splitlines()) == 2
         assert (path / rundir.DONE_FILE).exists()
+
+
+@pytest.fixture(scope="module")
+def two_sweeps(tmp_path_factory, tiny_model_dir):
+    """The same two-job sweep launched twice into one folder (the second finds both runs finished)."""
+    folder = tmp_path_factory.mktemp("sweeps")
+    overrides = ["experiment=smoke", "seed=0,1", "eval=none", "logger=none", "trainer.max_steps=2"]
+    outputs = [f"hydra.sweep.dir={folder}", f"run_dir={folder}/${{run_name}}"]
+    cmd = [sys.executable, "-m", "atr_grpo.train", "-m", *overrides, *outputs]
+    return folder, [subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600) for _ in range(2)]
+
+
+def test_a_sweep_ends_with_a_table_of_its_jobs_run_dirs_and_statuses(two_sweeps):
+    folder, (first, _) = two_sweeps
+    assert first.returncode == 0, first.stderr[-3000:]
+    table = first.stdout[first.stdout.index("sweep of 2 jobs:") :].splitlines()
+    name = "smoke__atr__s{}__eval=none,trainer.max_steps=2"
+    assert [line.split() for line in table[1:]] == [
+        ["job", "run", "dir", "status"],
+        ["1", str(folder / name.format(0)), "finished"],
+        ["2", str(folder / name.format(1)), "finished"],
+    ]
+
+
+def test_each_sweep_into_a_folder_keeps_its_config(two_sweeps):
+    """Hydra rewrites multirun.yaml at each sweep; the config of every sweep is kept beside it."""
+    folder, sweeps = two_sweeps
+    assert all(sweep.returncode == 0 for sweep in sweeps)
+    kept = sorted(folder.glob("multirun.*.yaml"))
+    assert len(kept) == 2 and all(path.read_text() == (folder / "multirun.yaml").read_text() for path in kept)

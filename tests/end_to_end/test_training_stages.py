@@ -178,6 +178,14 @@ def test_the_rollout_correction_runs_with_vllm_rollouts(vllm_rollout_run):
         assert math.isfinite(row["loss"]) and row["rollout/logp_abs_diff_max"] > 0.005, row
 
 
+def test_a_finished_run_ends_with_its_outcome_in_one_line(tmp_path, smoke_sft_adapter):
+    run_dir = tmp_path / "run"
+    result = train_cli(run_dir, "eval=none", "logger=none")
+    assert result.returncode == 0, result.stderr[-3000:]
+    said = [line for line in (result.stdout + result.stderr).splitlines() if "training finished" in line]
+    assert said == [f"{run_dir}: training finished"]
+
+
 def test_two_launches_on_one_run_dir_train_once(tmp_path, smoke_sft_adapter):
     """Two `python -m atr_grpo.train experiment=smoke run_dir=D` started together: one trains; the other is refused
     in seconds (exit status 2, naming the lock and its holder) while the first still runs; every step is logged

@@ -138,8 +138,8 @@ def test_a_config_dir_is_refused_naming_the_missing_folder_or_the_misspelled_key
     else:
         refused_naming(
             result,
-            f"{folder / 'clipping' / 'mine.yaml'}: 'clipping.deltaa' is not a key of clipping; allowed keys: name, "
-            "delta, semantics",
+            f"{folder / 'clipping' / 'mine.yaml'}: 'clipping.deltaa' is not a key of clipping; did you mean 'delta'? "
+            "allowed keys: name, delta, semantics",
         )
 
 
@@ -194,6 +194,25 @@ def test_a_misspelled_option_without_a_close_name_lists_the_allowed_ones():
         compose(["experiment=zzzz"])
     assert str(err.value).startswith("invalid config: experiment=zzzz: no such experiment config; allowed: ")
     assert "did you mean" not in str(err.value) and "smoke" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("override", "guess"),
+    [
+        ("trainer.learning_rat=1e-5", "'trainer.learning_rat' is not a key of trainer; did you mean 'learning_rate'?"),
+        ("+clipping.delt=0.1", "'clipping.delt' is not a key of clipping; did you mean 'delta'?"),
+    ],
+)
+def test_a_misspelled_key_is_named_with_a_guess_as_a_misspelled_option_is(override, guess):
+    with pytest.raises(ConfigError) as err:
+        train_config([override])
+    assert guess in str(err.value) and "allowed keys: " in str(err.value)
+
+
+def test_a_misspelled_key_without_a_close_name_lists_the_allowed_keys_and_guesses_none():
+    with pytest.raises(ConfigError) as err:
+        train_config(["+trainer.zzzz=1"])
+    assert "did you mean" not in str(err.value) and "; allowed keys: backend, learning_rate" in str(err.value)
 
 
 # ------------------------------------------------------------- a rule's config file without its schema line

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -30,6 +31,39 @@ def refused_in_one_line(result, message):
     """Exit status 2, the message on stderr, no traceback."""
     assert result.returncode == 2, result.stderr[-3000:]
     assert message in result.stderr and "Traceback" not in result.stderr, result.stderr[-3000:]
+
+
+# --------------------------------------------------------------------------------- a launch on the wrong machine
+def test_a_cpu_launch_without_an_experiment_is_refused_in_seconds_and_leaves_nothing(tmp_path):
+    """Forgetting experiment=smoke on CPU: refused before Hydra makes the run's folder (no train.log) and before the
+    hub is asked for the paper's model, with the experiments that run on CPU named."""
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(REPO)}
+    done = subprocess.run(
+        [sys.executable, "-m", "atr_grpo.train", "logger=none"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    refused_in_one_line(done, "invalid config: experiment is not set")
+    assert "add experiment=smoke" in done.stderr and "experiment=demo" in done.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_launch_sent_to_a_cluster_from_a_cpu_node_is_not_refused_for_this_nodes_lack_of_a_gpu(tmp_path):
+    """`hydra/launcher=slurm` runs the jobs on the cluster's GPU nodes: the login node's missing GPU is no reason to
+    refuse (here the submission itself fails, with no SLURM to submit to)."""
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}
+    done = subprocess.run(
+        [sys.executable, "-m", "atr_grpo.train", "-m", "hydra/launcher=slurm", "logger=none"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "experiment is not set" not in done.stderr
 
 
 # --------------------------------------------------------------------------- settings accepted without effect

@@ -85,3 +85,44 @@ def test_what_an_interrupted_save_left_is_discarded_before_the_step_is_saved_aga
     complete = write_checkpoint(tmp_path, 2)
     checkpoints.discard_partial(final)
     assert not checkpoints.staging_dir(final).exists() and checkpoints.checkpoint_problem(complete) is None
+
+
+# ------------------------------------------------------------------------------------------------ Ctrl-C
+def test_an_interrupted_run_says_in_one_line_its_step_its_checkpoint_and_how_to_resume(tmp_path):
+    write_checkpoint(tmp_path / "checkpoints", 2)
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps({"step": step}) + "\n" for step in (1, 2, 3)))
+    expected = (
+        f"interrupted at step 3 of {tmp_path}; checkpoint {tmp_path / 'checkpoints' / 'checkpoint-2'} kept; "
+        "run the same command to resume"
+    )
+    assert checkpoints.interrupted_message(tmp_path) == expected
+
+
+def test_a_run_interrupted_before_its_first_step_says_so(tmp_path):
+    message = checkpoints.interrupted_message(tmp_path)
+    assert (
+        message
+        == f"interrupted before the first GRPO step of {tmp_path}; no checkpoint yet; run the same command to resume"
+    )
+
+
+def test_an_interrupted_stage_process_exits_130_without_a_traceback(tmp_path, monkeypatch, capsys):
+    from atr_grpo.training import stages
+
+    def interrupted(stage, path):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(stages, "run_here", interrupted)
+    assert stages.main(["grpo", str(tmp_path)]) == 130
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("status", [130, -2])
+def test_a_stage_process_ended_by_ctrl_c_interrupts_the_process_that_started_it(tmp_path, monkeypatch, status):
+    from subprocess import CompletedProcess
+
+    from atr_grpo.training import stage_process
+
+    monkeypatch.setattr(stage_process.subprocess, "run", lambda command, env: CompletedProcess(command, status))
+    with pytest.raises(KeyboardInterrupt):
+        stage_process.run_stage("grpo", tmp_path)

@@ -1,6 +1,7 @@
 """The synthetic task and the shared prompt format."""
 
 import pytest
+from conftest import compose
 
 from atr_grpo.data.arithmetic import make_splits
 from atr_grpo.data.datasets import get_field
@@ -119,3 +120,29 @@ def test_the_chain_task_refuses_bad_settings_naming_the_key(overrides, message):
     with pytest.raises(ConfigError) as err:
         train_config(["experiment=power", *overrides])
     assert message in str(err.value)
+
+
+class WordTokenizer:
+    """A chat template that joins the messages' texts, and one token per word."""
+
+    def apply_chat_template(self, messages, tokenize, enable_thinking):
+        return " ".join(message["content"] for message in messages)
+
+    def __call__(self, text, add_special_tokens):
+        return {"input_ids": text.split()}
+
+
+def test_the_sft_stage_says_the_cap_stopped_its_reading(caplog):
+    """The SFT examples kept: with sft.max_examples the reading stops at the cap, and the note says so rather than
+    counting the examples never read as too long."""
+    import logging
+
+    from atr_grpo.config_hydra import to_object
+    from atr_grpo.data.datasets import sft_dataset
+
+    caplog.set_level(logging.INFO)
+    cfg = to_object(compose(["experiment=smoke", "data.num_train=40", "sft.max_examples=3"]))
+    dataset = sft_dataset(cfg.sft, cfg.data, cfg.prompt, WordTokenizer(), cfg.model.max_seq_length)
+    assert len(dataset) == 3
+    note = "SFT stage: 3 examples (sft.max_examples), the first 3 of 40 read, 0 of them longer than 256 tokens"
+    assert note in caplog.messages

@@ -179,3 +179,21 @@ def test_a_wandb_failure_in_the_evaluation_stage_is_recorded_and_loses_nothing(t
     (only,) = offline_runs(tmp_path)
     assert {step: row["eval/step"] for step, row in only["history"].items()} == {0: 0, 1: 2}
     assert only["history"][1]["eval/arithmetic/pass@4"] == pytest.approx(0.5)
+
+
+def test_an_offline_wandb_run_keeps_the_console_quiet_and_names_every_folder_to_sync(tmp_path, capfd, caplog):
+    """No per-checkpoint `URL not available` warning (TRL asks an offline run for its URL at each save) and no
+    history or summary at the end; the last line names the `wandb sync` pattern that covers the folder of each
+    process that wrote the run (here a launch and its relaunch; W&B names a folder by the second it started in)."""
+    caplog.set_level(logging.INFO)
+    for step in (1, 2):
+        logger = RunLogger(train_config(OFFLINE), tmp_path)
+        logger.log(step, {"reward": 0.5})
+        assert logger.wandb_run.url is None  # what TRL's model card asks at each checkpoint
+        logger.finish()
+    err = capfd.readouterr().err
+    assert "URL not available" not in err and "Run summary" not in err and "Run history" not in err
+    run_id = (tmp_path / layout.WANDB_ID_FILE).read_text().strip()
+    pattern = layout.wandb_offline_pattern(tmp_path, run_id)
+    assert sorted(pattern.parent.glob(pattern.name)) == sorted(pattern.parent.glob("offline-run-*"))
+    assert caplog.messages[-1] == f"W&B offline run {run_id}: `wandb sync {pattern}` uploads it"

@@ -112,6 +112,7 @@ def staged(out_dir: Path) -> Iterator[Path]:
     as it was. OutputError, in one line naming the folder, when `out_dir` cannot be written."""
     out_dir = Path(out_dir)
     stage = out_dir / STAGING
+    made = [folder for folder in (out_dir, *out_dir.parents) if not folder.exists()]  # a failed build removes them
     try:
         _clear_stage(stage)
         stage.mkdir(parents=True)
@@ -126,6 +127,9 @@ def staged(out_dir: Path) -> Iterator[Path]:
     finally:
         if stage.exists():
             shutil.rmtree(stage, ignore_errors=True)
+        for folder in made:  # innermost first: the folders this build made and left empty
+            if folder.is_dir() and not any(folder.iterdir()):
+                folder.rmdir()
 
 
 def _unwritable(out_dir: Path, err: OSError) -> OutputError:
