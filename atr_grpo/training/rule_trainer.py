@@ -224,10 +224,11 @@ class RuleTrainerMixin(TruncationMixin, _Host):
         self.prompts_seen = PromptsSeen()
 
     def _generate_and_score_completions(self, inputs: Any) -> Any:
+        keep_old = keeps_old_weights(self.rule.needs)  # first: names an extra no provider can give
         if self.model.training:
             self._record_prompts(inputs)
         # π_old's weights, for an extra computed from them (the full-vocabulary KL): those that generate this rollout
-        if keeps_old_weights(self.rule.needs):
+        if keep_old:
             self._old_adapter = adapter_snapshot(self.accelerator.unwrap_model(self.model))
         return self.apply_truncation(super()._generate_and_score_completions(inputs))
 

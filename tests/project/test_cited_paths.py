@@ -1,5 +1,5 @@
-"""Every repo path the README, the docs and the package's docstrings and comments cite exists: a file moved or
-renamed leaves no reader with a path to nothing. A cited path is one under a top folder of the repo
+"""Every repo path the README, the docs, the notebooks and the package's docstrings and comments cite exists: a file
+moved or renamed leaves no reader with a path to nothing. A cited path is one under a top folder of the repo
 (`atr_grpo/losses.py`, `tests/clipping/`, `conf/eval/paper.yaml`, `results/mini/tables/`) or a dotted module
 name (`atr_grpo.training.stages`). Placeholders match anything: `<exp>`, `{name}`, `${m}`, `NAME`, `*`, `...`.
 A path under results/ counts where it names committed results (results/mini/...), not a run's output folder."""
@@ -13,6 +13,7 @@ import pytest
 from conftest import REPO
 
 from atr_grpo.clipping import RULES
+from atr_grpo.plugins import BENCHMARK_GROUP, RULE_GROUP
 
 TOP_FOLDERS = ("atr_grpo", "tests", "tests_verl", "scripts", "conf", "docs", "results", "examples", "notebooks")
 # a path: a top folder, then path characters; placeholders <x>, {x} and * inside
@@ -32,8 +33,13 @@ EXAMPLES = {
 
 
 def cited_in() -> list[Path]:
-    """The README, the pages under docs/ and the package's Python files."""
-    return [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), *sorted((REPO / "atr_grpo").rglob("*.py"))]
+    """The README, the pages under docs/, the notebooks and the package's Python files."""
+    return [
+        REPO / "README.md",
+        *sorted((REPO / "docs").glob("*.md")),
+        *sorted((REPO / "notebooks").glob("*.ipynb")),
+        *sorted((REPO / "atr_grpo").rglob("*.py")),
+    ]
 
 
 def _as_glob(cited: str) -> str | None:
@@ -80,13 +86,22 @@ def missing_modules(text: str) -> list[str]:
         parts = dotted.split(".")
         if len(parts) == 2 and parts[1] in RULES:  # the verl plugin's name for a rule's policy loss
             continue
+        if dotted in (RULE_GROUP, BENCHMARK_GROUP):  # the entry-point groups plugins declare
+            continue
         known = next((n for n in range(len(parts), 0, -1) if _module_source(parts[:n])), 0)
         if known == len(parts):
             continue
         source = _module_source(parts[:known])
-        if source is None or not re.search(rf"\b{re.escape(parts[known])}\b", source.read_text()):
+        if source is None or not _defines(source.read_text(), parts[known]):
             missing.append(dotted)
     return missing
+
+
+def _defines(source: str, name: str) -> bool:
+    """Whether a module's source defines or imports `name` (a mention in a docstring is not enough)."""
+    name = re.escape(name)
+    pattern = rf"^\s*(?:async\s+)?(?:def|class)\s+{name}\b|^\s*{name}\s*[:=]|^\s*(?:from|import)\b[^\n]*\b{name}\b"
+    return re.search(pattern, source, re.MULTILINE) is not None
 
 
 @pytest.mark.parametrize("page", cited_in(), ids=lambda path: str(path.relative_to(REPO)))
