@@ -12,6 +12,7 @@ import contextlib
 import io
 import math
 import re
+from pathlib import Path
 
 import pytest
 from helpers.sampled_runs import PROBLEMS, SAMPLES, sampled_run, status_matrix
@@ -150,13 +151,9 @@ def test_samples_without_a_status_leave_the_parts_out_with_a_note(tmp_path):
     assert "records no status" in err
 
 
-def test_a_plan_names_the_parts_as_secondary_endpoints(root, tmp_path):
-    """`secondary_metrics` tests the primary comparison on the parts, in the secondaries' Holm family behind the
-    primary's gate: here the answered rate carries the whole Mean@K gain and the accuracy given an answer none."""
+def write_plan(folder, secondary_metrics) -> Path:
+    """A plan of this tree's atr − clip on Mean@8 (paired t, α 0.05) that names `secondary_metrics`."""
     import yaml
-
-    from atr_grpo.reporting import plan
-    from atr_grpo.reporting.analyses import planned
 
     raw = {
         "experiment": "table3",
@@ -169,11 +166,20 @@ def test_a_plan_names_the_parts_as_secondary_endpoints(root, tmp_path):
         "equivalence_margin": 1.0,
         "primary": ["atr", "clip"],
         "secondary": [],
-        "secondary_metrics": ["answered@8", "acc_given_answer@8"],
+        "secondary_metrics": secondary_metrics,
     }
-    path = tmp_path / "plan.yaml"
+    path = folder / "plan.yaml"
     path.write_text(yaml.safe_dump(raw))
-    the_plan = plan.load_plan(path)
+    return path
+
+
+def test_a_plan_names_the_parts_as_secondary_endpoints(root, tmp_path):
+    """`secondary_metrics` tests the primary comparison on the parts, in the secondaries' Holm family behind the
+    primary's gate: here the answered rate carries the whole Mean@K gain and the accuracy given an answer none."""
+    from atr_grpo.reporting import plan
+    from atr_grpo.reporting.analyses import planned
+
+    the_plan = plan.load_plan(write_plan(tmp_path, ["answered@8", "acc_given_answer@8"]))
     assert the_plan.level(plan.SECONDARY) == pytest.approx(0.025)  # Holm's first step over the two parts
     results = planned.analyse(find_runs(root), the_plan, stats.Resampling(500, 0))
     assert [r.label for r in results] == [
@@ -194,24 +200,7 @@ def test_a_plan_names_the_parts_as_secondary_endpoints(root, tmp_path):
 
 @pytest.mark.parametrize("value", [["mean@8"], ["answered@8", "answered@8"], ["answers@8"], "answered@8"])
 def test_a_plans_secondary_metrics_are_distinct_metrics_other_than_its_own(tmp_path, value):
-    import yaml
-
     from atr_grpo.reporting import plan
 
-    raw = {
-        "experiment": "table3",
-        "seeds": [0],
-        "endpoint": "auc",
-        "metric": "mean@8",
-        "benchmark": BENCH,
-        "test": "paired_t",
-        "alpha": 0.05,
-        "equivalence_margin": 1.0,
-        "primary": ["atr", "clip"],
-        "secondary": [],
-        "secondary_metrics": value,
-    }
-    path = tmp_path / "plan.yaml"
-    path.write_text(yaml.safe_dump(raw))
     with pytest.raises(plan.PlanError, match="secondary_metrics is .*; allowed: a list of distinct metrics other than"):
-        plan.load_plan(path)
+        plan.load_plan(write_plan(tmp_path, value))
