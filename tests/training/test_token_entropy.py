@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from helpers.tiny_llama import tiny_llama_batch
 
 from atr_grpo.training.token_entropy import chunked_entropy, token_entropy
 
@@ -24,20 +24,7 @@ def test_the_chunked_entropy_is_the_entropy(temperature):
 
 
 def test_a_models_completion_entropy_comes_from_the_positions_that_predict_the_completion():
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=97,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-    )
-    model = LlamaForCausalLM(config).eval()
-    input_ids = torch.randint(0, 97, (3, 12))
-    attention_mask = torch.ones_like(input_ids)
-    attention_mask[0, :2] = 0  # a left-padded prompt
+    model, input_ids, attention_mask = tiny_llama_batch()
     got = token_entropy(model, input_ids, attention_mask, logits_to_keep=5, temperature=0.7)
     with torch.no_grad():
         logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, -6:-1].double() / 0.7
@@ -51,21 +38,8 @@ def test_the_entropy_ratio_divides_the_entropy_under_the_weights_by_that_under_t
     from atr_grpo.training.token_entropy import entropy_ratio
     from atr_grpo.training.vocab_kl import adapter_snapshot, swapped_parameters
 
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=97,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-    )
-    model = LlamaForCausalLM(config).eval()
+    model, input_ids, attention_mask = tiny_llama_batch()
     snapshot = {n: v + 0.2 * torch.randn_like(v) for n, v in adapter_snapshot(model).items() if "lm_head" not in n}
-    input_ids = torch.randint(0, 97, (3, 12))
-    attention_mask = torch.ones_like(input_ids)
-    attention_mask[0, :2] = 0
     got = entropy_ratio(model, snapshot, input_ids, attention_mask, logits_to_keep=5, temperature=0.7)
     new = token_entropy(model, input_ids, attention_mask, 5, 0.7)
     with swapped_parameters(model, snapshot):

@@ -7,7 +7,7 @@ import math
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from helpers.tiny_llama import tiny_llama_batch
 
 from atr_grpo.clipping.dppo import binary_kl
 from atr_grpo.training.topk_divergence import topk_divergence, topk_divergences
@@ -59,22 +59,9 @@ def test_k_zero_gives_dppos_binary_estimates_and_the_whole_vocabulary_the_exact_
 
 
 def test_a_models_topk_estimates_compare_its_snapshot_with_its_weights_at_the_completion_positions():
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=97,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-    )
-    model = LlamaForCausalLM(config).eval()
+    model, input_ids, attention_mask = tiny_llama_batch()
     # π_old differs in the decoder (where LoRA adapts); the output head is shared, as for the full-vocabulary KL
     snapshot = {n: v + 0.05 * torch.randn_like(v) for n, v in adapter_snapshot(model).items() if "lm_head" not in n}
-    input_ids = torch.randint(0, 97, (3, 12))
-    attention_mask = torch.ones_like(input_ids)
-    attention_mask[0, :2] = 0
     tv, kl = topk_divergence(model, snapshot, input_ids, attention_mask, 5, 0.7, k=4, chunk=4)
     with torch.no_grad():
         new = (model(input_ids=input_ids, attention_mask=attention_mask).logits[:, -6:-1].double() / 0.7).log_softmax(
