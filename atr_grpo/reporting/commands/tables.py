@@ -38,6 +38,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from atr_grpo.errors import closest
 from atr_grpo.reporting import plan, stats
 from atr_grpo.reporting.analyses import binding, endpoints, gates, seeds, tables
 from atr_grpo.reporting.analyses.no_effect import study_warnings
@@ -85,7 +86,17 @@ STUDY_TABLES = ("table2", "table3", "seeds", "seeds_auc", "delta", "passk")
 
 def main(argv: list[str]) -> int:
     parser = make_parser()
+    if argv and not argv[0].startswith("-") and argv[0] not in COMMANDS:
+        parser.error(unknown_command(argv[0]))  # before parsing: its other words would be "unrecognized arguments"
     return run(parser.parse_args(argv), parser)
+
+
+def unknown_command(typed: str) -> str:
+    """`unknown subcommand 'comapre'; did you mean 'compare'? allowed: table2, ...` (a guess only when one is
+    close)."""
+    close = closest(typed, COMMANDS)
+    guess = f"; did you mean {close!r}?" if close else ";"
+    return f"unknown subcommand {typed!r}{guess} allowed: {', '.join(COMMANDS)}"
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -115,7 +126,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(opts: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if opts.what not in COMMANDS:
-        parser.error(f"unknown table {opts.what!r}; allowed: {', '.join(COMMANDS)}")
+        parser.error(unknown_command(opts.what))
     out = opts.out or Path("results/tables")
     runs = read_runs(parser, opts)
     if not start_points_agree(of_experiment(runs, opts.experiment)):
