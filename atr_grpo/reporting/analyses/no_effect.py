@@ -46,17 +46,21 @@ def _samples(run: Run, step: int, benchmark: str) -> list[tuple[Any, ...]] | Non
     return [tuple(r.get(f) for f in SAMPLE_FIELDS) for r in rundir.iter_jsonl(path, whole=True)]
 
 
+def same_samples(a: Run, b: Run, step: int, benchmark: str) -> bool | None:
+    """Whether one evaluation of two runs drew the same samples (completions, verdicts) in the same order; None
+    when either run has no per-sample file for it."""
+    samples = [_samples(run, step, benchmark) for run in (a, b)]
+    return None if None in samples else samples[0] == samples[1]
+
+
 def same_evaluations(a: Run, b: Run) -> bool:
     """Whether two runs evaluated the same steps and benchmarks and drew the same samples with the same verdicts
     at each: the per-sample files decide, and the summary's metrics where either side has none."""
     if not a.summary or set(a.summary) != set(b.summary):
         return False
-    for step, bench in a.summary:
-        samples = [_samples(run, step, bench) for run in (a, b)]
-        if None in samples:
-            if _outcome(a.summary[(step, bench)]) != _outcome(b.summary[(step, bench)]):
-                return False
-        elif samples[0] != samples[1]:
+    for key in a.summary:
+        same = same_samples(a, b, *key)
+        if same is False or (same is None and _outcome(a.summary[key]) != _outcome(b.summary[key])):
             return False
     return True
 
