@@ -31,8 +31,8 @@ AVERAGE = "average"
 DRAWN_SEED = "drawn_seed"  # a summary line's field: the seed its samples were drawn with
 # what a note says when a summary line lacks `drawn_seed` (`Run.drawn_seed`)
 DRAWN_SEED_FALLBACK = (
-    "written before summary lines recorded drawn_seed: its drawn seed is taken from config.yaml's eval.seed (with "
-    "eval.seed_by_step, its step's seed), else from the line's seed"
+    "written before summary lines recorded drawn_seed: its drawn seed is taken from "
+    f"{layout.CONFIG_FILE}'s eval.seed (with eval.seed_by_step, its step's seed), else from the line's seed"
 )
 
 

@@ -108,8 +108,8 @@ def timing_table(runs: list[Run]) -> Table:
         listed = ", ".join(f"{row['method']} seed {row['seed']} ({row['stretches']})" for row in resumed)
         notes.append(
             f"resumed runs, in stretches (launches): {listed}; their wall_s adds each earlier stretch from its start "
-            "to the next one's (env.json), the wait before a relaunch included, and their train_s the steps set "
-            "aside on resume"
+            f"to the next one's ({layout.ENV_FILE}), the wait before a relaunch included, and their train_s the steps "
+            "set aside on resume"
         )
     unfinished = [row for row in rows if math.isnan(row["wall_s"])]
     missing = [f"{row['method']} seed {row['seed']}: {_no_wall(row)}" for row in unfinished]
@@ -119,5 +119,6 @@ def timing_table(runs: list[Run]) -> Table:
 
 def _no_wall(row: dict[str, Any]) -> str:
     if row["stretches"] > 1:
-        return f"no wall time (not finished, or a stretch of its {row['stretches']} without a start time in env.json)"
+        stretches = row["stretches"]
+        return f"no wall time (not finished, or a stretch of its {stretches} without a start time in {layout.ENV_FILE})"
     return "no DONE (not finished)"
