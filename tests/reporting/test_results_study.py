@@ -354,3 +354,21 @@ def test_equal_nonzero_differences_get_no_interval_and_no_mde(tmp_path):
     assert cells[4:7] == ["+12.50", "+12.50, +12.50", "–"]
     assert cells[-2] == "–"
     assert "identical" not in out
+
+
+def test_all_builds_the_tables_of_methods_once_per_study_into_a_folder_each(tmp_path):
+    """Experiment `ablate` holds two studies: `all` writes table3 (and the other tables of methods) for each, into
+    OUT/<study>/, and the per-run tables into OUT as before."""
+    root = delta_study(tmp_path / "runs", "other")
+    out = tmp_path / "out"
+    code, out_text, err = run_cli(
+        "all", "--runs", root, "--experiment", "ablate", "--out", out, "--resamples", RESAMPLES
+    )
+    assert code == 0, err
+    assert not (out / "table3.csv").exists() and (out / "endpoints.csv").exists()
+    assert sorted({r["method"] for r in read_csv(out / "ablate" / "table3.csv")}) == ["atr-delta0.05", "atr-delta0.09"]
+    assert sorted({r["method"] for r in read_csv(out / "other" / "table3.csv")}) == ["clip"]
+    assert (out / "ablate" / "delta.csv").exists() and (out / "ablate" / "seeds.md").exists()
+    assert f"{out / 'ablate' / 'table3.csv'}" in out_text.splitlines()
+    assert "skipped table3" not in err and "belong to several studies" not in err
+    assert "skipped delta of study other: " in err
