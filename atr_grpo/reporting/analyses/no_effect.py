@@ -22,6 +22,7 @@ from typing import Any
 from atr_grpo import rundir
 from atr_grpo.evaluation.outputs import find_sample_file
 from atr_grpo.reporting.cells import seed_pairs
+from atr_grpo.reporting.metric import Metric
 from atr_grpo.reporting.runs import Run, metric_number, varying_keys
 
 # what two runs of one outcome may still log differently: timings, labels, and settings echoed per step
@@ -53,11 +54,18 @@ def same_samples(a: Run, b: Run, step: int, benchmark: str) -> bool | None:
     return None if None in samples else samples[0] == samples[1]
 
 
+def _scores(row: dict[str, Any]) -> dict[str, Any]:
+    """A summary line's scores (`mean@8`, `pass@8`, ...): what its samples and verdicts give."""
+    return {key: value for key, value in row.items() if Metric.is_name(key)}
+
+
 def same_evaluations(a: Run, b: Run) -> bool:
     """Whether two runs evaluated the same steps and benchmarks and drew the same samples with the same verdicts
     at each: the per-sample files decide, and the summary's metrics where either side has none."""
     if not a.summary or set(a.summary) != set(b.summary):
         return False
+    if any(_scores(a.summary[key]) != _scores(b.summary[key]) for key in a.summary):
+        return False  # the samples' scores differ: no sample file need be read
     for key in a.summary:
         same = same_samples(a, b, *key)
         if same is False or (same is None and _outcome(a.summary[key]) != _outcome(b.summary[key])):

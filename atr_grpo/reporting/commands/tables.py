@@ -190,7 +190,7 @@ def _studies_apart(name: str, runs: list[Run], opts: argparse.Namespace) -> list
     if name not in STUDY_TABLES or opts.study is not None:
         return []
     studies = sorted({run.study for run in select(runs, opts.runs, opts.experiment or TABLES[name])})
-    unsafe = [study for study in studies if "/" in study or study in (".", "..") or study.startswith(".")]
+    unsafe = [study for study in studies if "/" in study or study.startswith(".")]
     if len(studies) > 1 and unsafe:
         raise ResultsError(f"study {unsafe[0]!r} cannot name a folder of --out; --study NAME tabulates one study")
     return studies if len(studies) > 1 else []
