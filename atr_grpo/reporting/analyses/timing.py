@@ -59,9 +59,10 @@ def run_seconds(run: Run) -> float:
     done = records.read_done(run.path)
     seconds = metric_number(done.seconds) if done is not None else None
     starts = stretch_starts(run)
-    if seconds is None or (len(starts) > 1 and None in starts):
+    known = [start for start in starts if start is not None]
+    if seconds is None or (len(starts) > 1 and len(known) < len(starts)):
         return math.nan
-    return seconds + sum((after - before).total_seconds() for before, after in zip(starts, starts[1:]))
+    return seconds + sum((after - before).total_seconds() for before, after in zip(known, known[1:]))
 
 
 def _step_seconds(lines: list[dict[str, Any]]) -> float:
