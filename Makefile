@@ -137,17 +137,19 @@ reproduce-power: install ## CPU experiment power2: clip at 3 widths, clip_higher
 # EXPERIMENT=NAME takes that experiment's runs for every table and figure (without it each takes the paper's
 # experiment: table2, table3, ablate_delta, passk_curve). They are read from RUNS and written to OUT/tables and
 # OUT/figures; both default to the experiment's own folder, results/NAME/ as reproduce-* writes it, where it has
-# runs, and to results/ otherwise.
+# runs, and to results/ otherwise. STUDY=NAME takes that study's runs only (--study); without it, a table of
+# methods whose runs belong to several studies is built once per study, into OUT/tables/<study>/.
 EXPERIMENT ?=
+STUDY ?=
 HOME_DIR = $(if $(and $(EXPERIMENT),$(wildcard results/$(EXPERIMENT)/runs)),results/$(EXPERIMENT),results)
 RUNS ?= $(HOME_DIR)/runs
 RESULTS = $(PY) -m atr_grpo.results $(1) --runs $(RUNS) $(if $(EXPERIMENT),--experiment $(EXPERIMENT)) \
-	--out $(or $(OUT),$(HOME_DIR))/$(2)
+	$(if $(STUDY),--study $(STUDY)) --out $(or $(OUT),$(HOME_DIR))/$(2)
 
-tables: install ## Every table the runs support, into OUT/tables (EXPERIMENT=NAME, RUNS=DIR, OUT=DIR)
+tables: install ## Every table the runs support, into OUT/tables (EXPERIMENT=NAME, STUDY=NAME, RUNS=DIR, OUT=DIR)
 	$(call RESULTS,all,tables)
 
-figures: install ## Every figure the runs support, into OUT/figures (EXPERIMENT=NAME, RUNS=DIR, OUT=DIR, METHODS=a,b)
+figures: install ## Every figure the runs support, into OUT/figures (EXPERIMENT=, STUDY=, RUNS=, OUT=, METHODS=a,b)
 	$(call RESULTS,figures,figures) $(if $(METHODS),--methods $(METHODS))
 
 clean: ## Remove caches (never touches results/runs)

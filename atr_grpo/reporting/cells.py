@@ -18,6 +18,7 @@ step's ratio) is exact, and the seed-level tests read it as any other; the probl
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -180,7 +181,7 @@ class Difference:
     per_seed: list[float]  # A − B of each seed pair alone, in `seeds` order
     seeds: list[int]
     problems: int
-    ci_low: float  # t-interval over the per-seed differences (nan with one seed)
+    ci_low: float  # t-interval over the per-seed differences (nan with one seed, and with no spread: `compare`)
     ci_high: float
     p_value: float  # exact sign-flip over the seeds (Monte Carlo above stats.EXACT_SEEDS)
     p_floor: float  # the smallest p_value S seeds can give
@@ -196,6 +197,17 @@ class Difference:
     improvement: float  # P(A > B) over pairs of runs
     improvement_low: float
     improvement_high: float
+
+    @property
+    def no_spread(self) -> bool:
+        return no_spread(self.per_seed)
+
+
+def no_spread(per_seed: Iterable[float]) -> bool:
+    """Whether two or more per-seed differences are all exactly equal: their SD is 0, so a t-interval or an MDE
+    from it would read as infinitely precise."""
+    values = list(per_seed)
+    return len(values) > 1 and all(value == values[0] for value in values)
 
 
 def paired(a: Scores, b: Scores, names: tuple[str, str] = ("A", "B")) -> list[np.ndarray]:
@@ -245,11 +257,13 @@ def seed_pvalue(differences: list[np.ndarray], resampling: stats.Resampling, key
 def compare(
     a: Scores, b: Scores, resampling: stats.Resampling, key: str, names: tuple[str, str] = ("A", "B")
 ) -> Difference:
-    """The paired comparison A − B of the runs matched by seed; `key` is `comparison_key`."""
+    """The paired comparison A − B of the runs matched by seed; `key` is `comparison_key`. Equal per-seed
+    differences (no spread, as identical evaluations give) get no t-interval: a point would read as exact."""
     differences = paired(a, b, names)
     per_seed = stats.seed_means(differences)
     n_seeds = len(per_seed)
     t_test = stats.seed_t(per_seed, resampling.confidence)
+    spread = not no_spread(per_seed)
     runs_a, runs_b = _run_values(a, list(range(n_seeds))), _run_values(b, b.rows(a.seeds))
     value_a, value_b = runs_a.mean(axis=-1), runs_b.mean(axis=-1)  # as Scores.run_values
     low, high = stats.improvement_interval(runs_a, runs_b, resampling, f"improvement|{key}")
@@ -258,8 +272,8 @@ def compare(
         per_seed=[100 * float(x) for x in per_seed],
         seeds=list(a.seeds),
         problems=a.n_problems,
-        ci_low=100 * float(t_test.low),
-        ci_high=100 * float(t_test.high),
+        ci_low=100 * float(t_test.low) if spread else math.nan,
+        ci_high=100 * float(t_test.high) if spread else math.nan,
         p_value=seed_pvalue(differences, resampling, key),
         p_floor=stats.smallest_seed_pvalue(n_seeds, resampling),
         p_exact=stats.seed_test_is_exact(n_seeds),

@@ -21,12 +21,19 @@ from atr_grpo import rundir
 from atr_grpo.evaluation.metrics import summarize
 from atr_grpo.evaluation.outcomes import outcome_parts
 from atr_grpo.evaluation.outputs import find_sample_file, read_summary, read_summary_file
+from atr_grpo.evaluation.sampling import step_seed
 from atr_grpo.evaluation.schedule import read_failures
 from atr_grpo.reporting import regrade
 from atr_grpo.reporting.metric import Metric
 from atr_grpo.rundir import layout, records
 
 AVERAGE = "average"
+DRAWN_SEED = "drawn_seed"  # a summary line's field: the seed its samples were drawn with
+# what a note says when a summary line lacks `drawn_seed` (`Run.drawn_seed`)
+DRAWN_SEED_FALLBACK = (
+    "written before summary lines recorded drawn_seed: its drawn seed is taken from "
+    f"{layout.CONFIG_FILE}'s eval.seed (with eval.seed_by_step, its step's seed), else from the line's seed"
+)
 
 
 class MissingSamples(LookupError):
@@ -134,6 +141,19 @@ class Run:
         if self.grader is None:
             return read_summary(self.path, whole=True)
         return read_summary_file(regrade.summary_path(self.path, self.grader), whole=True)
+
+    def drawn_seed(self, step: int, benchmark: str) -> tuple[Any, bool]:
+        """(the seed one evaluation's samples were drawn with, whether its summary line records it). A line from
+        before `drawn_seed` gives the config's eval.seed (its step's `step_seed` under eval.seed_by_step), else the
+        line's `seed`: in a training run's line that is the run's seed, not the evaluation's."""
+        row = self.summary[(step, benchmark)]
+        if DRAWN_SEED in row:
+            return row[DRAWN_SEED], True
+        evaluation = self._section("eval")
+        if "seed" not in evaluation:
+            return row.get("seed"), False
+        seed = int(evaluation["seed"])
+        return (step_seed(seed, step) if evaluation.get("seed_by_step") else seed), False
 
     def verdicts(self, step: int, benchmark: str) -> dict[str, list[bool]]:
         """{problem id: verdicts in sample order} of one evaluation, from its per-sample file (or, with a

@@ -1,5 +1,7 @@
 """`results compare --eval DIR_A DIR_B`: two models on the same problems, paired by problem id."""
 
+import json
+
 import numpy as np
 import pytest
 from helpers.sampled_runs import SAMPLES, counts_matrix, sampled_run
@@ -95,3 +97,39 @@ def test_several_benchmarks_add_their_average(tmp_path):
     assert [row.benchmark for row in rows] == ["amc23", "aime24", "average"]
     assert rows[2].difference == pytest.approx((rows[0].difference + rows[1].difference) / 2)
     assert rows[2].problems == 60
+
+
+def _evaluated_with(path, run_seed, drawn_seed, eval_seed=None):
+    """Give every summary line of `path` the run's seed as `seed` and, unless None, `drawn_seed`; `eval_seed` sets
+    config.yaml's eval.seed."""
+    summary = path / "eval" / "summary.jsonl"
+    rows = [json.loads(line) for line in summary.read_text().splitlines()]
+    drawn = {} if drawn_seed is None else {"drawn_seed": drawn_seed}
+    summary.write_text("".join(json.dumps(row | {"seed": run_seed} | drawn) + "\n" for row in rows))
+    if eval_seed is not None:
+        config = OmegaConf.load(path / "config.yaml")
+        OmegaConf.update(config, "eval.seed", eval_seed)
+        OmegaConf.save(config, path / "config.yaml")
+    return path
+
+
+def test_the_seed_note_reads_the_drawn_seed_not_the_runs_seed(tmp_path, capsys):
+    """A training run of seed 3 and a standalone evaluation both drew with eval.seed 0: no seed differs. Other
+    drawn seeds are named as such."""
+    path_a = _evaluated_with(folder(tmp_path, "a", COUNTS_A), run_seed=3, drawn_seed=0)
+    path_b = _evaluated_with(folder(tmp_path, "b", COUNTS_B), run_seed=0, drawn_seed=0)
+    assert results.main(["compare", "--eval", str(path_a), str(path_b), "--resamples", "500"]) == 0
+    assert "note:" not in capsys.readouterr().err
+    _evaluated_with(path_b, run_seed=0, drawn_seed=7)
+    assert results.main(["compare", "--eval", str(path_a), str(path_b), "--resamples", "500"]) == 0
+    assert capsys.readouterr().err.splitlines() == ["note: amc23: drawn seed differs (A 0, B 7)"]
+
+
+def test_lines_without_a_drawn_seed_take_the_configs_eval_seed_and_say_so(tmp_path, capsys):
+    path_a = _evaluated_with(folder(tmp_path, "a", COUNTS_A), run_seed=3, drawn_seed=None, eval_seed=0)
+    path_b = _evaluated_with(folder(tmp_path, "b", COUNTS_B), run_seed=0, drawn_seed=0)
+    assert results.main(["compare", "--eval", str(path_a), str(path_b), "--resamples", "500"]) == 0
+    assert capsys.readouterr().err.splitlines() == [
+        "note: A: written before summary lines recorded drawn_seed: its drawn seed is taken from config.yaml's "
+        "eval.seed (with eval.seed_by_step, its step's seed), else from the line's seed"
+    ]

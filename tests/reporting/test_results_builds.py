@@ -27,8 +27,8 @@ from atr_grpo.reporting.render import writers
 where = sys.argv[1]
 if where == "write":
     write = writers.write_table
-    def write_then_die(table, out_dir):
-        write(table, out_dir)
+    def write_then_die(*args):
+        write(*args)
         os.kill(os.getpid(), signal.SIGKILL)
     writers.write_table = write_then_die
 else:

@@ -104,3 +104,40 @@ def test_a_run_cut_off_is_not_identical_to_the_whole_run(tmp_path, capsys):
     assert results_main(["diverge", str(a), str(b)]) == 0
     out = capsys.readouterr().out
     assert "identical" not in out and "unequal lengths: training steps only in A: 97" in out
+
+
+def _seeded(path, run_seed, drawn_seed=None):
+    """Give every summary line of `path` the run's seed as `seed` and, unless None, `drawn_seed`."""
+    summary = path / "eval" / "summary.jsonl"
+    rows = [json.loads(line) for line in summary.read_text().splitlines()]
+    drawn = {} if drawn_seed is None else {"drawn_seed": drawn_seed}
+    summary.write_text("".join(json.dumps(row | {"seed": run_seed} | drawn) + "\n" for row in rows))
+
+
+def test_byte_identical_samples_never_part_whatever_the_runs_own_seeds(tmp_path, capsys):
+    """Two seeds' runs drew step 0 with eval.seed 0 (shared samples): the lines' `seed` (the run's) differs, the
+    samples do not, so no evaluation parts there."""
+    a, b = _pair(tmp_path)
+    for path, seed in ((a, 0), (b, 1)):
+        _samples(path, 0, ["1 + 1 = 2.", "3 - 1 = 2."])
+        _samples(path, 50, ["1 + 1 = 2.", "3 - 1 = 2."])
+        _seeded(path, seed, drawn_seed=0)
+    found = divergence(load_run(a), load_run(b))
+    assert found.first_evaluation is None and found.seed_notes == []
+    assert not any(key.endswith("/seed") for key in found.largest)
+    assert results_main(["diverge", str(a), str(b)]) == 0
+    out = capsys.readouterr().out
+    assert "identical: every shared training metric" in out and "evaluation parts" not in out
+
+
+def test_other_drawn_seeds_are_named_and_older_lines_say_where_their_seed_came_from(tmp_path, capsys):
+    a, b = _pair(tmp_path)
+    _seeded(a, 0, drawn_seed=0)
+    _seeded(b, 5, drawn_seed=None)  # an older run: config.yaml has no eval.seed, so the line's seed stands in
+    assert results_main(["diverge", str(a), str(b)]) == 0
+    out = capsys.readouterr().out
+    assert "note: drawn seed differs at step 0, amc23: A 0, B 5" in out
+    assert (
+        "note: B: written before summary lines recorded drawn_seed: its drawn seed is taken from config.yaml's "
+        "eval.seed (with eval.seed_by_step, its step's seed), else from the line's seed"
+    ) in out

@@ -165,6 +165,11 @@ def test_figure1_shows_every_bar_it_labels_or_says_where_it_cuts_them():
             "atr,clip",
         ),
         (["figures"], "-m atr_grpo.results figures --runs results/runs --out results/figures"),
+        (
+            ["tables", "EXPERIMENT=smoke", "STUDY=lr"],
+            "-m atr_grpo.results all --runs results/runs --experiment smoke --study lr --out results/tables",
+        ),
+        (["figures", "STUDY=lr"], "-m atr_grpo.results figures --runs results/runs --study lr --out results/figures"),
     ],
 )
 def test_make_tables_and_figures_take_the_experiment(tmp_path, args, expected):

@@ -310,3 +310,65 @@ def test_each_results_command_checks_its_runs_for_repeats_once(tmp_path, monkeyp
         code, _, err = run_cli(*argv)
         assert code == 0, err
         assert checked == [runs], argv[0]
+
+
+def test_methods_that_drew_the_same_evaluation_samples_show_no_mde_and_name_a_short_run(tmp_path):
+    """Two seeds, the same samples on both sides, training metrics slightly apart: the comparison says no test can
+    show a difference, with the likely cause, and its interval and MDE are – (not [+0.00, +0.00] and 0.00)."""
+    root = tmp_path / "runs"
+    for seed in range(2):
+        for method in ("atr", "clip"):
+            path = sampled_run(root, "smoke", method, seed, method_matrices(1, seed))
+            if method == "atr":
+                rows = [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines()]
+                lines = [json.dumps(r | {"entropy": r["entropy"] + 1e-6}) + "\n" for r in rows]
+                (path / "metrics.jsonl").write_text("".join(lines))
+    code, out, err = run_cli("compare", "atr", "clip", "--runs", root, "--resamples", RESAMPLES)
+    assert code == 0, err
+    expected = (
+        "identical evaluations: atr and clip drew byte-identical evaluation samples for every seed (seeds 0, 1), "
+        "though their training metrics differ, so no test can show a difference and no MDE is given; likely cause: "
+        "too few training steps (100 steps) for the rules to act on what the policy samples"
+    )
+    assert f"**warning: {expected}**" in out and f"warning: {expected}" in err
+    row = next(line for line in out.splitlines() if line.startswith("| amc23 | mean@8 |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[4:7] == ["+0.00", "+0.00, +0.00", "–"]  # difference, per seed, CI
+    assert cells[-2:] == ["–", "–"]  # MDE, power
+    assert "No spread: the per-seed differences of amc23 mean@8, aime24 mean@8" in out
+    assert (
+        "with 2 seeds (all 2^S sign patterns) the smallest attainable p is 0.5, so no difference can be marked" in out
+    )
+
+
+def test_equal_nonzero_differences_get_no_interval_and_no_mde(tmp_path):
+    """Both seeds gain the same +12.5 points: the t-interval and the MDE are undefined, not a point and 0."""
+    root = tmp_path / "runs"
+    for seed in range(2):
+        sampled_run(root, "smoke", "atr", seed, method_matrices(2, 0))
+        sampled_run(root, "smoke", "clip", seed, method_matrices(1, 0))
+    code, out, err = run_cli("compare", "atr", "clip", "--runs", root, "--resamples", RESAMPLES, "--metric", "mean@8")
+    assert code == 0, err
+    row = next(line for line in out.splitlines() if line.startswith("| amc23 | mean@8 |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[4:7] == ["+12.50", "+12.50, +12.50", "–"]
+    assert cells[-2] == "–"
+    assert "identical" not in out
+
+
+def test_all_builds_the_tables_of_methods_once_per_study_into_a_folder_each(tmp_path):
+    """Experiment `ablate` holds two studies: `all` writes table3 (and the other tables of methods) for each, into
+    OUT/<study>/, and the per-run tables into OUT as before."""
+    root = delta_study(tmp_path / "runs", "other")
+    out = tmp_path / "out"
+    code, out_text, err = run_cli(
+        "all", "--runs", root, "--experiment", "ablate", "--out", out, "--resamples", RESAMPLES
+    )
+    assert code == 0, err
+    assert not (out / "table3.csv").exists() and (out / "endpoints.csv").exists()
+    assert sorted({r["method"] for r in read_csv(out / "ablate" / "table3.csv")}) == ["atr-delta0.05", "atr-delta0.09"]
+    assert sorted({r["method"] for r in read_csv(out / "other" / "table3.csv")}) == ["clip"]
+    assert (out / "ablate" / "delta.csv").exists() and (out / "ablate" / "seeds.md").exists()
+    assert f"{out / 'ablate' / 'table3.csv'}" in out_text.splitlines()
+    assert "skipped table3" not in err and "belong to several studies" not in err
+    assert "skipped delta of study other: " in err

@@ -266,14 +266,29 @@ def test_passk_cli_writes_every_k_and_compares_with_the_paper(tmp_path):
     assert "| qwen3-1.7b | atr | average | 1 | 100.00 | nan | – | 16.67 | 24.36 | -7.69 |" in vs
 
 
+ALLOWED = (
+    "table2, table3, seeds, seeds_auc, delta, passk, clip_binding, endpoints, parts, bounds, timing, all, figures, "
+    "compare, regrade, pack, diverge"
+)
+
+
 def test_unknown_table_lists_the_allowed_ones(tree, capsys):
     with pytest.raises(SystemExit):
         main(["table9", "--runs", str(tree)])
-    allowed = (
-        "table2, table3, seeds, seeds_auc, delta, passk, clip_binding, endpoints, parts, bounds, timing, all, figures, "
-        "compare, regrade"
-    )
-    assert f"unknown table 'table9'; allowed: {allowed}" in capsys.readouterr().err
+    assert f"unknown subcommand 'table9'; did you mean 'table3'? allowed: {ALLOWED}" in capsys.readouterr().err
+
+
+def test_a_misspelled_subcommand_is_named_unknown_and_guessed_before_its_arguments_are_read(capsys):
+    """`comapre atr clip`: the subcommand is unknown (not "unrecognized arguments: atr clip"), with a guess."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(["comapre", "atr", "clip"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2
+    assert f"error: unknown subcommand 'comapre'; did you mean 'compare'? allowed: {ALLOWED}" in err
+    assert "unrecognized arguments" not in err
+    with pytest.raises(SystemExit):
+        main(["xyzzy"])
+    assert f"error: unknown subcommand 'xyzzy'; allowed: {ALLOWED}" in capsys.readouterr().err
 
 
 def test_no_runs_fails_clearly(tmp_path, capsys):

@@ -74,3 +74,32 @@ def test_a_run_whose_steps_were_logged_twice_stops_the_tables_that_read_its_metr
     err = capsys.readouterr().err
     assert f"error: {metrics}: steps logged more than once: 1, 2, 3, 4" in err
     assert not (out / f"{table}.csv").exists()
+
+
+def test_a_resumed_run_counts_every_stretch_and_the_table_says_how_many(tmp_path):
+    """Launched at 10:00:00, resumed at 10:01:40 and 10:02:10, finished 50 s into the last stretch: wall_s is
+    100 + 30 + 50 = 180, not DONE's 50; train_s adds the 2 × 3 s of steps set aside on resume; the table gains a
+    `stretches` column (1 for the run that ran once) and a note naming the resumed run."""
+    resumed = timed_run(tmp_path / "runs", "atr", 0, step0_shared=False, done_seconds=50.0)
+    timed_run(tmp_path / "runs", "clip", 0, step0_shared=False, done_seconds=100.0)
+    launch = {"start_time": "2026-12-01T10:00:00+0000", "argv": ["train"]}
+    resumes = [{"start_time": "2026-12-01T10:01:40+0000"}, {"start_time": "2026-12-01T10:02:10+0000"}]
+    (resumed / "env.json").write_text(json.dumps({**launch, "resumes": resumes}))
+    discarded = [{"step": 3, "step_time": 3.0}, {"step": 4, "step_time": 3.0}]
+    (resumed / "metrics.discarded.jsonl").write_text("".join(json.dumps(r) + "\n" for r in discarded))
+    out = tmp_path / "tables"
+    assert results.main(["timing", "--runs", str(tmp_path / "runs"), "--out", str(out)]) == 0
+    csv_lines = (out / "timing.csv").read_text().splitlines()
+    assert csv_lines[0] == "experiment,model,method,seed,wall_s,train_s,eval_s,evals,other_s,stretches"
+    text = (out / "timing.md").read_text()
+    assert "| power2 | tiny | atr | 0 | 180.0 | 21.0 | 75.0 | 3 | 84.0 | 3 |" in text
+    assert "| power2 | tiny | clip | 0 | 100.0 | 15.0 | 75.0 | 3 | 10.0 | 1 |" in text
+    assert "resumed runs, in stretches (launches): atr seed 0 (3); their wall_s adds each earlier stretch" in text
+
+
+def test_a_run_that_ran_once_keeps_the_table_without_a_stretches_column(tmp_path):
+    path = timed_run(tmp_path / "runs", "clip", 0, step0_shared=False, done_seconds=100.0)
+    (path / "env.json").write_text(json.dumps({"start_time": "2026-12-01T10:00:00+0000"}))
+    table = timing_table(find_runs(tmp_path / "runs"))
+    assert table.columns[-1] == "other_s" and table.rows[0]["wall_s"] == 100.0
+    assert not any("resumed" in note for note in table.notes)

@@ -244,7 +244,10 @@ SEED_TEST = f"all 2^S sign patterns up to {stats.EXACT_SEEDS} seeds, random patt
 def detectable(d: cells.Difference, level: float, significant: bool) -> tuple[float, float]:
     """(the MDE: the true difference a two-sided paired t-test at `level` detects with 80 % power at the observed
     SD of the per-seed differences; the power of that test to detect the observed difference, nan when it is
-    significant), both from this comparison's own spread; nan with one seed."""
+    significant), both from this comparison's own spread; nan with one seed, and with no spread (equal per-seed
+    differences, such as identical evaluations: an MDE of 0 would read as a perfectly sensitive test)."""
     n_seeds = len(d.seeds)
+    if d.no_spread:
+        return math.nan, math.nan
     mde = float(stats.minimum_detectable_effect(d.sd, n_seeds, level))
     return mde, math.nan if significant else stats.paired_t_power(d.difference, d.sd, n_seeds, level)

@@ -3,10 +3,13 @@
 For runs expected to be the same run (ATR under min semantics against clip_higher at ATR's exact box, Thm
 4.1–4.2), this reports the largest difference in every evaluation and training metric, and where they first
 differ: the first optimizer step whose logged metrics differ (and which metrics), the first evaluation step and
-benchmark whose summary differs, and there the first sample whose completion differs, with the character at which
-the two texts part. Training metrics are logged per optimizer step, so the step is as fine as the files allow;
-the per-token ratios of training are not saved. Runs of unequal length (one cut off, or not finished) are never
-"identical": the steps, evaluations and DONE record that only one of them has are named.
+benchmark whose samples differ (or, without per-sample files, whose summary metrics do), and there the first
+sample whose completion differs, with the character at which the two texts part. Byte-identical samples never
+part, whatever their summary lines' metadata say; a line's `seed` (a training run's own seed) is not compared,
+and the seeds the samples were drawn with (`Run.drawn_seed`) are named when they differ. Training metrics are
+logged per optimizer step, so the step is as fine as the files allow; the per-token ratios of training are not
+saved. Runs of unequal length (one cut off, or not finished) are never "identical": the steps, evaluations and
+DONE record that only one of them has are named.
 """
 
 from __future__ import annotations
@@ -18,8 +21,8 @@ from typing import Any
 
 from atr_grpo import rundir
 from atr_grpo.evaluation.outputs import find_sample_file
-from atr_grpo.reporting.analyses.no_effect import OUTCOME_SKIP
-from atr_grpo.reporting.runs import Run, metric_number
+from atr_grpo.reporting.analyses.no_effect import OUTCOME_SKIP, same_samples
+from atr_grpo.reporting.runs import DRAWN_SEED, DRAWN_SEED_FALLBACK, Run, metric_number
 from atr_grpo.rundir import layout, records
 
 
@@ -31,14 +34,19 @@ class Divergence:
     first_evaluation: tuple[int, str] | None = None  # (step, benchmark)
     first_sample: dict[str, Any] | None = None  # problem_id, sample, offset, the two texts from there
     unequal: list[str] = field(default_factory=list)  # what only one run has: steps, evaluations, DONE
+    seed_notes: list[str] = field(default_factory=list)  # drawn seeds that differ, and lines that do not record them
 
     @property
     def identical(self) -> bool:
         return self.first_training_step is None and self.first_evaluation is None and not self.unequal
 
 
+# what a summary line says of its run, or of the seed it drew with (compared apart, `_seed_notes`)
+NOT_COMPARED = ("step", "seed", DRAWN_SEED)
+
+
 def _numbers(record: dict[str, Any]) -> dict[str, float]:
-    values = {k: metric_number(v) for k, v in record.items() if k not in OUTCOME_SKIP and k != "step"}
+    values = {k: metric_number(v) for k, v in record.items() if k not in OUTCOME_SKIP and k not in NOT_COMPARED}
     return {k: v for k, v in values.items() if v is not None and math.isfinite(v)}
 
 
@@ -119,10 +127,22 @@ def divergence(a: Run, b: Run) -> Divergence:
         differ = _note_largest(found.largest, f"eval/{benchmark}/", _numbers(a.summary[key]), _numbers(b.summary[key]))
         if found.first_evaluation is not None:
             continue  # only the largest differences are still wanted: no more sample files to read
-        sample = _first_sample(a, b, step, benchmark)
-        if differ or sample:
-            found.first_evaluation, found.first_sample = key, sample
+        same = same_samples(a, b, step, benchmark)
+        if same is False or (same is None and differ):
+            found.first_evaluation, found.first_sample = key, _first_sample(a, b, step, benchmark)
+    found.seed_notes = _seed_notes(a, b, sorted(set(a.summary) & set(b.summary)))
     return found
+
+
+def _seed_notes(a: Run, b: Run, keys: list[tuple[int, str]]) -> list[str]:
+    """The evaluations whose samples were drawn with other seeds, and the runs whose lines do not record them."""
+    notes, unrecorded = [], set()
+    for step, benchmark in keys:
+        (seed_a, kept_a), (seed_b, kept_b) = (run.drawn_seed(step, benchmark) for run in (a, b))
+        unrecorded |= {label for label, kept in (("A", kept_a), ("B", kept_b)) if not kept}
+        if seed_a != seed_b:
+            notes.append(f"drawn seed differs at step {step}, {benchmark}: A {seed_a!r}, B {seed_b!r}")
+    return notes + [f"{label}: {DRAWN_SEED_FALLBACK}" for label in sorted(unrecorded)]
 
 
 def report(a: Run, b: Run, found: Divergence) -> str:
@@ -143,6 +163,7 @@ def report(a: Run, b: Run, found: Divergence) -> str:
                 f"  first differing sample: problem {s['problem_id']}, sample {s['sample']}, from character "
                 f"{s['offset']}: A {s['a']!r} / B {s['b']!r}"
             )
+    lines += [f"note: {line}" for line in found.seed_notes]
     lines += ["", "| metric | largest abs. difference |", "|---|---:|"]
     lines += [f"| {key} | {gap:.3g} |" for key, gap in sorted(found.largest.items()) if key.startswith("eval/")]
     worst = sorted(((gap, key) for key, gap in found.largest.items() if key.startswith("train/")), reverse=True)

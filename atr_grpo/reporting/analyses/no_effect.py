@@ -4,6 +4,10 @@
   verdict, at every step and benchmark) and the same training metrics (every metric both log, `OUTCOME_SKIP`
   aside: timings and the echoes of a setting). Two methods whose runs are identical for every seed cannot
   differ in any test; when they differ in one setting only, that swept value had no effect.
+- Identical evaluations: two runs drew byte-identical evaluation samples (completions and verdicts; the summary's
+  metrics where a per-sample file is gone) at every step and benchmark, while their training metrics differ. For
+  every seed, no test can show a difference either, and the likely cause is a run too short for the rules to
+  change what the policy samples.
 - A rule that never acted: its act metric (`ClipRule.act_metric`, `clip/frac` unless the rule declares another)
   is 0 at every logged step of the run's metrics.jsonl, so its bounds never bound. A rule that declares none
   (a soft gate, a penalty: it freezes no token) is never reported.
@@ -18,6 +22,7 @@ from typing import Any
 from atr_grpo import rundir
 from atr_grpo.evaluation.outputs import find_sample_file
 from atr_grpo.reporting.cells import seed_pairs
+from atr_grpo.reporting.metric import Metric
 from atr_grpo.reporting.runs import Run, metric_number, varying_keys
 
 # what two runs of one outcome may still log differently: timings, labels, and settings echoed per step
@@ -42,15 +47,39 @@ def _samples(run: Run, step: int, benchmark: str) -> list[tuple[Any, ...]] | Non
     return [tuple(r.get(f) for f in SAMPLE_FIELDS) for r in rundir.iter_jsonl(path, whole=True)]
 
 
-def identical(a: Run, b: Run) -> bool:
-    """Whether two runs gave the same evaluations and training metrics (see the module's docstring)."""
+def same_samples(a: Run, b: Run, step: int, benchmark: str) -> bool | None:
+    """Whether one evaluation of two runs drew the same samples (completions, verdicts) in the same order; None
+    when either run has no per-sample file for it."""
+    samples = [_samples(run, step, benchmark) for run in (a, b)]
+    return None if None in samples else samples[0] == samples[1]
+
+
+def _scores(row: dict[str, Any]) -> dict[str, Any]:
+    """A summary line's scores (`mean@8`, `pass@8`, ...): what its samples and verdicts give."""
+    return {key: value for key, value in row.items() if Metric.is_name(key)}
+
+
+def same_evaluations(a: Run, b: Run) -> bool:
+    """Whether two runs evaluated the same steps and benchmarks and drew the same samples with the same verdicts
+    at each: the per-sample files decide, and the summary's metrics where either side has none."""
     if not a.summary or set(a.summary) != set(b.summary):
         return False
-    if any(_outcome(a.summary[key]) != _outcome(b.summary[key]) for key in a.summary):
-        return False
-    if len(a.metrics) != len(b.metrics) or not all(map(_same_metrics, a.metrics, b.metrics)):
-        return False
-    return all(_samples(a, step, bench) == _samples(b, step, bench) for step, bench in a.summary)
+    if any(_scores(a.summary[key]) != _scores(b.summary[key]) for key in a.summary):
+        return False  # the samples' scores differ: no sample file need be read
+    for key in a.summary:
+        same = same_samples(a, b, *key)
+        if same is False or (same is None and _outcome(a.summary[key]) != _outcome(b.summary[key])):
+            return False
+    return True
+
+
+def _same_training(a: Run, b: Run) -> bool:
+    return len(a.metrics) == len(b.metrics) and all(map(_same_metrics, a.metrics, b.metrics))
+
+
+def identical(a: Run, b: Run) -> bool:
+    """Whether two runs gave the same evaluations and training metrics (see the module's docstring)."""
+    return same_evaluations(a, b) and _same_training(a, b)
 
 
 def act_metric(run: Run) -> str | None:
@@ -83,10 +112,13 @@ def pair_warnings(runs_a: list[Run], runs_b: list[Run]) -> list[str]:
     """What A against B cannot show: runs identical for some or every seed (and the one setting that had no
     effect, when they differ in one only)."""
     pairs = seed_pairs(runs_a, runs_b)
-    same = [a.seed for a, b in pairs if identical(a, b)]
+    drew_alike = [(a, b) for a, b in pairs if same_evaluations(a, b)]
+    same = [a.seed for a, b in drew_alike if _same_training(a, b)]
+    method_a, method_b = runs_a[0].method, runs_b[0].method
+    if pairs and len(drew_alike) == len(pairs) and len(same) < len(pairs):
+        return [_same_samples_line(method_a, method_b, [a.seed for a, _ in drew_alike], pairs[0][0].max_steps)]
     if not same:
         return []
-    method_a, method_b = runs_a[0].method, runs_b[0].method
     if len(same) < len(pairs):
         return [f"identical: {method_a} and {method_b} gave the same runs for {_seeds(same)}"]
     line = (
@@ -100,6 +132,16 @@ def pair_warnings(runs_a: list[Run], runs_b: list[Run]) -> list[str]:
         shown = ", ".join(rundir.setting_text(key, r.settings.get(key)) for r in (a, b))
         line += f"; they differ only in {key} ({shown}): the swept value had no effect"
     return [line]
+
+
+def _same_samples_line(method_a: str, method_b: str, seeds: list[int], max_steps: int | None) -> str:
+    """Every seed drew the same evaluation samples, though training differed: the likely cause is a short run."""
+    steps = f" ({max_steps} steps)" if max_steps else ""
+    return (
+        f"identical evaluations: {method_a} and {method_b} drew byte-identical evaluation samples for every seed "
+        f"({_seeds(seeds)}), though their training metrics differ, so no test can show a difference and no MDE "
+        f"is given; likely cause: too few training steps{steps} for the rules to act on what the policy samples"
+    )
 
 
 def rule_warnings(runs: list[Run]) -> list[str]:

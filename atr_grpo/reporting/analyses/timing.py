@@ -10,32 +10,73 @@
 - `other_s`: the rest, wall − train − eval: the SFT stage, the trainer's setup, saving adapters.
 
 A run without DONE (not finished) has no wall time: its row shows – there.
+
+A resumed run ran in stretches, one per launch: env.json's `start_time`, then one entry per resume in `resumes`,
+each with its own `start_time`. DONE's `seconds` covers the last stretch only, so its `wall_s` adds each earlier
+stretch from its start to the next one's (the wait before a relaunch included: an upper bound), and its `train_s`
+adds the steps it logged and later set aside (metrics.discarded.jsonl), since that work was done too. The table
+then has a `stretches` column. A relaunch of a finished run counts as a stretch as well (env.json cannot tell).
 """
 
 from __future__ import annotations
 
 import math
 import statistics
+from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from atr_grpo.reporting.analyses.tables import Table
 from atr_grpo.reporting.runs import Run, metric_number, repeat_free, run_columns
-from atr_grpo.rundir import records
+from atr_grpo.rundir import files, layout, records
+
+START_FORMAT = "%Y-%m-%dT%H:%M:%S%z"  # env.json's start_time (`run_environment.environment`)
 
 COLUMNS = ["experiment", "model", "method", "seed", "wall_s", "train_s", "eval_s", "evals", "other_s"]
 
 
+def stretch_starts(run: Run) -> list[datetime | None]:
+    """When each launch of the run started (env.json's `start_time`, then each resume's); None where a start time
+    is missing or unreadable, [] without env.json."""
+    path = layout.env_path(run.path)
+    if not path.is_file():
+        return []
+    env = files.read_json(path)
+    launches = [env, *(env.get("resumes") or [])]
+    return [_parsed(launch.get("start_time")) if isinstance(launch, dict) else None for launch in launches]
+
+
+def _parsed(text: Any) -> datetime | None:
+    try:
+        return datetime.strptime(str(text), START_FORMAT)
+    except ValueError:
+        return None
+
+
 def run_seconds(run: Run) -> float:
-    """DONE's `seconds` (math.nan when the run has no DONE or it names no time)."""
+    """The run's wall time: DONE's `seconds`, plus each earlier stretch's span from its start to the next start
+    when it was resumed (math.nan without DONE, without a time in it, or with a stretch's start unknown)."""
     done = records.read_done(run.path)
     seconds = metric_number(done.seconds) if done is not None else None
-    return math.nan if seconds is None else seconds
+    starts = stretch_starts(run)
+    known = [start for start in starts if start is not None]
+    if seconds is None or (len(starts) > 1 and len(known) < len(starts)):
+        return math.nan
+    return seconds + sum((after - before).total_seconds() for before, after in zip(known, known[1:]))
+
+
+def _step_seconds(lines: list[dict[str, Any]]) -> float:
+    return sum(v for row in lines if (v := metric_number(row.get("step_time"))) is not None)
 
 
 def timing_row(run: Run) -> dict[str, Any]:
     evaluated = [row for row in run.summary.values() if not row.get("shared_start")]
     eval_s = sum(metric_number(row.get("time_s")) or 0.0 for row in evaluated)
-    train_s = sum(v for row in run.metrics if (v := metric_number(row.get("step_time"))) is not None)
+    stretches = max(len(stretch_starts(run)), 1)
+    set_aside = Path(run.path) / layout.DISCARDED_METRICS_FILE
+    train_s = _step_seconds(run.metrics)
+    if stretches > 1 and set_aside.is_file():
+        train_s += _step_seconds(files.read_jsonl(set_aside, whole=True))
     wall_s = run_seconds(run)
     return {
         **run_columns(run),
@@ -44,12 +85,15 @@ def timing_row(run: Run) -> dict[str, Any]:
         "eval_s": eval_s,
         "evals": len(evaluated),
         "other_s": wall_s - train_s - eval_s,
+        "stretches": stretches,
     }
 
 
 def timing_table(runs: list[Run]) -> Table:
     kept = repeat_free(runs, lambda run: run.is_training)
     rows = [timing_row(run) for run in sorted(kept, key=lambda r: (r.scope, r.model, r.method, r.seed))]
+    resumed = [row for row in rows if row["stretches"] > 1]
+    columns = COLUMNS + ["stretches"] * bool(resumed)
     notes = [
         "wall_s = DONE's seconds (SFT stage to last step); train_s = sum of step_time (rollouts and optimizer "
         "steps); eval_s = the evaluations this run ran itself (evals of them; a shared step 0 is not counted); "
@@ -61,7 +105,21 @@ def timing_table(runs: list[Run]) -> Table:
             f"{len(walls)} finished runs: {sum(walls):.0f} s of run time in all, median {statistics.median(walls):.1f} "
             f"s a run ({min(walls):.1f}–{max(walls):.1f}); with several runs at once the command's wall time is less"
         )
+    if resumed:
+        listed = ", ".join(f"{row['method']} seed {row['seed']} ({row['stretches']})" for row in resumed)
+        notes.append(
+            f"resumed runs, in stretches (launches): {listed}; their wall_s adds each earlier stretch from its start "
+            f"to the next one's ({layout.ENV_FILE}), the wait before a relaunch included, and their train_s the steps "
+            "set aside on resume"
+        )
     unfinished = [row for row in rows if math.isnan(row["wall_s"])]
-    missing = [f"{row['method']} seed {row['seed']}: no DONE (not finished)" for row in unfinished]
+    missing = [f"{row['method']} seed {row['seed']}: {_no_wall(row)}" for row in unfinished]
     formats = {"wall_s": ".1f", "train_s": ".1f", "eval_s": ".1f", "other_s": ".1f"}
-    return Table("timing", COLUMNS, rows, missing, notes, formats, nan_text={"wall_s": "–", "other_s": "–"})
+    return Table("timing", columns, rows, missing, notes, formats, nan_text={"wall_s": "–", "other_s": "–"})
+
+
+def _no_wall(row: dict[str, Any]) -> str:
+    if row["stretches"] > 1:
+        stretches = row["stretches"]
+        return f"no wall time (not finished, or a stretch of its {stretches} without a start time in {layout.ENV_FILE})"
+    return "no DONE (not finished)"

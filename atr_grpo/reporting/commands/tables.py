@@ -17,7 +17,9 @@ CSV, Markdown and LaTeX, plus `<table>_vs_paper.md` where a row has a number the
   evaluation seconds) → every run; figures 2 and the clipping
   curves → table2. --experiment NAME takes that experiment's runs for every table and figure instead
   (`make tables EXPERIMENT=NAME`, `make figures EXPERIMENT=NAME`).
-`all` builds every table whose runs exist and names the others. Runs with missing evaluations are listed
+`all` builds every table whose runs exist and names the others; a table of methods (table2, table3, seeds,
+seeds_auc, delta, passk) whose runs belong to several studies is built once per study, into --out/<study>/ (one
+study, or --study, writes into --out itself). Runs with missing evaluations are listed
 in the outputs and on stderr, never silently dropped; a line of a run file that is not JSON (a torn last line too)
 stops the command with exit status 2, naming the file and the line. Only files this command wrote are ever
 overwritten, and only once the whole build is written (a killed build leaves --out as it was).
@@ -38,13 +40,14 @@ import argparse
 import sys
 from pathlib import Path
 
+from atr_grpo.errors import closest
 from atr_grpo.reporting import plan, stats
 from atr_grpo.reporting.analyses import binding, endpoints, gates, seeds, tables
 from atr_grpo.reporting.analyses.no_effect import study_warnings
 from atr_grpo.reporting.analyses.timing import timing_table
 from atr_grpo.reporting.commands import options
 from atr_grpo.reporting.render import gates_text, writers
-from atr_grpo.reporting.runs import Run
+from atr_grpo.reporting.runs import Run, RunSet
 from atr_grpo.reporting.selection import (
     ResultsError,
     checked_runs,
@@ -85,7 +88,17 @@ STUDY_TABLES = ("table2", "table3", "seeds", "seeds_auc", "delta", "passk")
 
 def main(argv: list[str]) -> int:
     parser = make_parser()
+    if argv and not argv[0].startswith("-") and argv[0] not in COMMANDS:
+        parser.error(unknown_command(argv[0]))  # before parsing: its other words would be "unrecognized arguments"
     return run(parser.parse_args(argv), parser)
+
+
+def unknown_command(typed: str) -> str:
+    """`unknown subcommand 'comapre'; did you mean 'compare'? allowed: table2, ...` (a guess only when one is
+    close)."""
+    close = closest(typed, COMMANDS)
+    guess = f"; did you mean {close!r}?" if close else ";"
+    return f"unknown subcommand {typed!r}{guess} allowed: {', '.join(COMMANDS)}"
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -115,7 +128,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(opts: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if opts.what not in COMMANDS:
-        parser.error(f"unknown table {opts.what!r}; allowed: {', '.join(COMMANDS)}")
+        parser.error(unknown_command(opts.what))
     out = opts.out or Path("results/tables")
     runs = read_runs(parser, opts)
     if not start_points_agree(of_experiment(runs, opts.experiment)):
@@ -145,11 +158,42 @@ def _build_tables(opts: argparse.Namespace, runs: list[Run], out: Path) -> list[
     written: list[Path] = []
     for name in TABLES:
         try:
-            written += build_table(name, runs, opts.runs, out, opts.experiment, **settings)
+            studies = _studies_apart(name, runs, opts)
+            if not studies:
+                written += build_table(name, runs, opts.runs, out, opts.experiment, **settings)
+                continue
         except ResultsError as err:
             print(f"skipped {name}: {err}", file=sys.stderr)
             writers.remove_stale(out, name)
+            continue
+        writers.remove_stale(out, name)  # one per study now: an earlier table of them all is stale
+        for study in studies:
+            mine = [run for run in runs if run.study == study]
+            try:
+                written += build_table(
+                    name,
+                    RunSet(mine) if isinstance(runs, RunSet) else mine,
+                    opts.runs,
+                    out,
+                    opts.experiment,
+                    folder=study,
+                    **settings,
+                )
+            except ResultsError as err:
+                print(f"skipped {name} of study {study}: {err}", file=sys.stderr)
     return written + _plan_table(opts, runs, out) if written else []
+
+
+def _studies_apart(name: str, runs: list[Run], opts: argparse.Namespace) -> list[str]:
+    """The studies `all` tabulates one by one, each into OUT/<study>/: those of a table of methods whose runs
+    belong to several studies (none with --study, or when the runs form one study, whose files stay in OUT)."""
+    if name not in STUDY_TABLES or opts.study is not None:
+        return []
+    studies = sorted({run.study for run in select(runs, opts.runs, opts.experiment or TABLES[name])})
+    unsafe = [study for study in studies if "/" in study or study.startswith(".")]
+    if len(studies) > 1 and unsafe:
+        raise ResultsError(f"study {unsafe[0]!r} cannot name a folder of --out; --study NAME tabulates one study")
+    return studies if len(studies) > 1 else []
 
 
 def build_table(
@@ -162,9 +206,11 @@ def build_table(
     ddof: int = 1,
     resampling: stats.Resampling | None = None,
     alpha: float = tables.ALPHA,
+    folder: str = "",
 ) -> list[Path]:
-    """Write one table from the runs of its experiment (every experiment, once --study chose the runs); raises
-    ResultsError when there are none, or when a table of methods would mix studies."""
+    """Write one table from the runs of its experiment (every experiment, once --study chose the runs), into
+    `folder` of `out_dir` when one is named; raises ResultsError when there are none, or when a table of methods
+    would mix studies."""
     chosen = select(runs, runs_dir, experiment or (None if study else TABLES[name]))
     studies = sorted({run.study for run in chosen})
     if name in STUDY_TABLES and len(studies) > 1:
@@ -193,7 +239,7 @@ def build_table(
         table = FIGURE_TABLES[name](chosen)
     for line in table.missing:
         print(f"warning: {name}: {line}", file=sys.stderr)
-    return writers.write_table(table, out_dir)
+    return writers.write_table(table, out_dir, folder)
 
 
 def _plan_table(opts: argparse.Namespace, runs: list[Run], out: Path) -> list[Path]:

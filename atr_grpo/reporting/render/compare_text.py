@@ -13,6 +13,7 @@ from atr_grpo.reporting.analyses.compare import SEED_TEST, Row, seed_design_note
 from atr_grpo.reporting.analyses.eval_compare import EvalRow, Side
 from atr_grpo.reporting.analyses.gates import noise_share_interval
 from atr_grpo.reporting.analyses.parts import Split
+from atr_grpo.reporting.runs import DRAWN_SEED_FALLBACK
 
 
 def format_rows(rows: list[Row], method_a: str, method_b: str, resampling: stats.Resampling) -> str:
@@ -104,6 +105,12 @@ def _block_notes(block: list[Row], method_a: str, method_b: str, resampling: sta
     for r in block:
         if not math.isnan(r.evaluation_sd):
             lines.append(_noise_note(r))
+    flat = [f"{r.benchmark} {r.metric}" for r in block if r.difference.no_spread]
+    if flat:
+        lines.append(
+            f"No spread: the per-seed differences of {', '.join(flat)} are all equal, so their t-interval and MDE "
+            "are not shown (–): equal differences over a few seeds do not make a difference exact."
+        )
     lines.append(f"Seeds: {seed_design_note([len(r.difference.seeds) for r in block], resampling, alpha)}.")
     lines.append("")
     return lines
@@ -233,8 +240,9 @@ def split_line(s: Split, method_a: str, method_b: str) -> str:
 
 
 # ------------------------------------------------------------------------------------------ compare --eval
-# summary fields that say how the samples were made and graded: a difference is named in a note
-SETTINGS = ("n", "temperature", "top_p", "top_k", "max_tokens", "seed", "prompt_hash", "enable_thinking", "grader")
+# summary fields that say how the samples were made and graded: a difference is named in a note (and the seed
+# they were drawn with, `Run.drawn_seed`; a line's `seed` is the run's seed in a training run)
+SETTINGS = ("n", "temperature", "top_p", "top_k", "max_tokens", "prompt_hash", "enable_thinking", "grader")
 
 
 class EvalCompareError(ValueError):
@@ -284,8 +292,9 @@ def format_eval_rows(a: Side, b: Side, rows: list[EvalRow], resampling: stats.Re
 
 
 def setting_notes(a: Side, b: Side) -> list[str]:
-    """A note per sampling or grading setting in which the two evaluations differ."""
-    notes = []
+    """A note per sampling or grading setting in which the two evaluations differ, the drawn seed included; and a
+    note per side whose summary lines do not record their drawn seed (`Run.drawn_seed`)."""
+    notes, unrecorded = [], set()
     for (step_a, name), row_a in sorted(a.run.summary.items()):
         row_b = b.run.summary.get((b.step, name))
         if step_a != a.step or row_b is None:
@@ -293,4 +302,8 @@ def setting_notes(a: Side, b: Side) -> list[str]:
         for setting in SETTINGS:
             if row_a.get(setting) != row_b.get(setting):
                 notes.append(f"note: {name}: {setting} differs (A {row_a.get(setting)!r}, B {row_b.get(setting)!r})")
-    return notes
+        (seed_a, kept_a), (seed_b, kept_b) = (side.run.drawn_seed(side.step, name) for side in (a, b))
+        unrecorded |= {side.label for side, kept in ((a, kept_a), (b, kept_b)) if not kept}
+        if seed_a != seed_b:
+            notes.append(f"note: {name}: drawn seed differs (A {seed_a!r}, B {seed_b!r})")
+    return notes + [f"note: {label}: {DRAWN_SEED_FALLBACK}" for label in sorted(unrecorded)]

@@ -63,6 +63,8 @@ def claim_outputs(out_dir: Path, names: list[str]) -> list[Path]:
             "python -m atr_grpo.results (move them away or choose another --out)"
         )
     out_dir.mkdir(parents=True, exist_ok=True)
+    for name in names:  # a name may sit in a folder of its own (`<study>/table2.csv`)
+        (out_dir / name).parent.mkdir(parents=True, exist_ok=True)
     rundir.write_json(out_dir / MANIFEST, sorted(set(_owned(out_dir)) | set(names)))
     return [out_dir / name for name in names]
 
@@ -155,6 +157,7 @@ def _move_in(stage: Path, out_dir: Path) -> None:
         "here may come from two builds. Run the command again.\n"
     )
     for name in written:
+        (out_dir / name).parent.mkdir(parents=True, exist_ok=True)
         os.replace(stage / name, out_dir / name)
     remove_owned(out_dir, [*removed, INCOMPLETE])
 
@@ -371,13 +374,15 @@ def compare_with_paper(table: Table, paper_csv: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_table(table: Table, out_dir: Path) -> list[Path]:
+def write_table(table: Table, out_dir: Path, folder: str = "") -> list[Path]:
     """`<name>.csv`, `<name>.md`, `<name>.tex` and, where a row has a published counterpart, `<name>_vs_paper.md`
-    (an earlier one of ours is removed when none has)."""
+    (an earlier one of ours is removed when none has); inside `folder` of `out_dir` when one is named."""
     comparison = compare_with_paper(table, PAPER_DIR / f"{table.name}.csv")
+    prefix = f"{folder}/" if folder else ""
     if not comparison:
-        remove_owned(out_dir, [f"{table.name}_vs_paper.md"])
-    names = [f"{table.name}.{ext}" for ext in ("csv", "md", "tex")] + [f"{table.name}_vs_paper.md"] * bool(comparison)
+        remove_owned(out_dir, [f"{prefix}{table.name}_vs_paper.md"])
+    names = [f"{prefix}{table.name}.{ext}" for ext in ("csv", "md", "tex")]
+    names += [f"{prefix}{table.name}_vs_paper.md"] * bool(comparison)
     paths = claim_outputs(out_dir, names)
     write_csv(table, paths[0])
     paths[1].write_text(to_markdown(table))
