@@ -39,28 +39,32 @@ def broadcast(advantages, like):
 
 
 # ------------------------------------------------------------------------------------------------ MinPRO
-def test_minpro_weighs_each_token_by_the_smallest_ratio_of_its_prefix():
-    """MinPRO's law: weight m_t = min_{i≤t} w_i over the row's valid tokens, gradient −m_t·A·∇log π (a loop)."""
+# The paper's equations could not be read (minpro.py says why): these tests state the law as the rule reads the
+# abstract and CPPO's description of it, m_t = min_{i<t} w_i (1 for a row's first token), gradient −m_t·w_t·A·∇log π.
+def test_minpro_weighs_each_token_ratio_by_the_smallest_ratio_before_it():
+    """MinPRO's law, as read: loss −m_t·w_t·A, gradient −m_t·w_t·A (a loop over each row's valid tokens)."""
     logp, old, advantages, mask = probs_batch()
     loss, grad, metrics = run("minpro", {}, logp, old, advantages, mask)
     w, a = torch.exp(logp - old), broadcast(advantages, logp)
-    weight = torch.zeros_like(w)
+    prefix = torch.ones_like(w)
     for row in range(w.shape[0]):
-        smallest = float("inf")
+        smallest = math.inf
         for t in range(w.shape[1]):
             if mask[row, t]:
+                prefix[row, t] = 1.0 if smallest == math.inf else smallest  # the first token: an empty prefix
                 smallest = min(smallest, float(w[row, t]))
-                weight[row, t] = smallest
-    torch.testing.assert_close(grad, torch.where(mask, -weight * a, 0.0), **TOL)
-    torch.testing.assert_close(loss, torch.where(mask, -weight * a * logp, 0.0), **TOL)
-    truncated = mask & (weight < w) & (a != 0)
-    assert 0 < truncated.sum() < mask.sum()
-    assert metrics["clip/frac"] == pytest.approx(float(truncated.sum() / mask.sum()), abs=1e-6)
+    torch.testing.assert_close(grad, torch.where(mask, -prefix * w * a, 0.0), **TOL)
+    torch.testing.assert_close(loss, torch.where(mask, -prefix * w * a, 0.0), **TOL)
+    down, up = mask & (prefix < 1) & (a != 0), mask & (prefix > 1) & (a != 0)
+    assert 0 < down.sum() and 0 < up.sum() and (down | up).sum() < mask.sum()
+    assert metrics["clip/frac_low"] == pytest.approx(float(down.sum() / mask.sum()), abs=1e-6)
+    assert metrics["clip/frac_high"] == pytest.approx(float(up.sum() / mask.sum()), abs=1e-6)
+    assert metrics["minpro/weight"] == pytest.approx(float(prefix[mask].mean()), rel=1e-5)
 
 
-def test_minpro_is_not_the_prefix_product_and_ignores_padding_before_a_row():
-    """A row of ratios (2, 0.5, 4): MinPRO weighs them 2, 0.5, 0.5 (the product would be 2, 1, 4), whatever padding
-    precedes or follows the row."""
+def test_minpro_is_neither_the_prefix_product_nor_the_inclusive_minimum_and_ignores_padding():
+    """A row of ratios (2, 0.5, 4): MinPRO's gradient weights are 1·2, 2·0.5, 0.5·4 = (2, 1, 2); the prefix product
+    would give (2, 1, 4) and min_{i≤t} w_i (2, 0.5, 0.5). Padding before or after the row changes nothing."""
     ratios = torch.tensor([2.0, 0.5, 4.0], dtype=torch.float64)
     for pad_left, pad_right in ((0, 0), (2, 0), (0, 3), (1, 1)):
         old = torch.full((1, pad_left + 3 + pad_right), -3.0, dtype=torch.float64)
@@ -70,8 +74,16 @@ def test_minpro_is_not_the_prefix_product_and_ignores_padding_before_a_row():
         mask = torch.zeros_like(old, dtype=torch.bool)
         mask[0, pad_left : pad_left + 3] = True
         _, grad, _ = run("minpro", {}, logp, old, torch.tensor([1.0], dtype=torch.float64), mask)
-        expected = -torch.tensor([2.0, 0.5, 0.5], dtype=torch.float64)
+        expected = -torch.tensor([2.0, 1.0, 2.0], dtype=torch.float64)
         torch.testing.assert_close(grad[0, pad_left : pad_left + 3], expected)
+
+
+def test_minpro_on_policy_is_reinforce():
+    """w ≡ 1: every m_t = 1, the gradient is −A and no token is counted."""
+    _, old, advantages, mask = probs_batch()
+    _, grad, metrics = run("minpro", {}, old.clone(), old, advantages, mask)
+    torch.testing.assert_close(grad, torch.where(mask, -broadcast(advantages, old), 0.0), **TOL)
+    assert metrics["clip/frac"] == 0
 
 
 # -------------------------------------------------------------------------------------------------- DRPO
