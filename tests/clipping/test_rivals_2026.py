@@ -87,9 +87,11 @@ def test_minpro_on_policy_is_reinforce():
 
 
 # -------------------------------------------------------------------------------------------------- DRPO
+# The paper's equations could not be read (drpo.py says why): these tests state the law of its abstract and two
+# summaries, SPO's penalty |A|·(w − 1)²/(2δ) times q = π_old, and the three regimes of its gradient weight.
 @pytest.mark.parametrize("params", [{}, {"delta_low": 0.05, "delta_high": 0.3}])
 def test_drpo_has_the_penalised_loss_and_its_gradient(params):
-    """DRPO's law as this project reads it: loss −w·A + |A|·(p − q)²/(2δ·q), gradient w·(−A + |A|·(p − q)/δ)."""
+    """DRPO's law, as read: loss −w·A + |A|·q·(w − 1)²/(2δ), gradient w·(−A + |A|·(p − q)/δ)."""
     logp, old, advantages, mask = probs_batch(spread=0.8)
     loss, grad, metrics = run("drpo", params, logp, old, advantages, mask)
     low, high = params.get("delta_low", 0.15), params.get("delta_high", 0.15)
@@ -118,6 +120,25 @@ def test_drpos_gradient_vanishes_on_dppo_tvs_boundary_and_points_back_beyond(old
         _, grad, _ = run("drpo", {}, logp, old, torch.tensor([2.0 * sign]), torch.ones(1, 3, dtype=torch.bool))
         assert grad[0, 0].abs() < 1e-6 * (edge / q)  # float32: w·|A| rounded at a few ulps
         assert grad[0, 1] * sign < 0 < grad[0, 2] * sign  # inside: still pushed on; beyond: pulled back
+
+
+def test_drpos_gradient_weight_amplifies_a_return_toward_pi_old_and_stays_bounded_on_rare_tokens():
+    """g = grad / (−w·A) = 1 − sign(A)·(p − q)/δ: above 1 where the shift is against A's push (back toward π_old),
+    and within 1 ± 1/δ for a rare token whose ratio is 50, where SPO's weight 1 − sign(A)·(w − 1)/δ (CFPO's rule at
+    ε = δ) is beyond ±300."""
+    delta = 0.15
+    q = torch.tensor([0.3, 0.3, 0.002, 0.002], dtype=torch.float64)
+    p = torch.tensor([0.2, 0.4, 0.1, 0.1], dtype=torch.float64)
+    advantages = torch.tensor([1.0, -1.0, 1.0, -1.0], dtype=torch.float64)
+    logp, old, mask = torch.log(p)[:, None], torch.log(q)[:, None], torch.ones(4, 1, dtype=torch.bool)
+    w = p / q
+    _, grad, _ = run("drpo", {}, logp, old, advantages, mask)
+    weight = grad[:, 0] / (-w * advantages)
+    torch.testing.assert_close(weight, 1 - torch.sign(advantages) * (p - q) / delta, **TOL)
+    assert weight[0] > 1 and weight[1] > 1  # A > 0 with p < q, A < 0 with p > q: pulled back harder toward q
+    assert weight[2:].abs().max() <= 1 + 1 / delta
+    _, spo_grad, _ = run("cfpo", {"eps": delta}, logp, old, advantages, mask)
+    assert (spo_grad[2:, 0] / (-w[2:] * advantages[2:])).abs().min() > 300
 
 
 # -------------------------------------------------------------------------------------------------- CPPO
