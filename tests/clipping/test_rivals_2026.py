@@ -258,6 +258,8 @@ def test_dppo_topk_drops_a_token_by_its_estimate_only_on_the_side_its_advantage_
 
 
 # --------------------------------------------------------------------------------------------------- NSR
+# The paper's equations could not be read (nsr.py says why): the candidates are PPO's clipped tokens (both bounds,
+# both signs of A), as its abstract says; the band b = 0.1 past the bound and the constant p are this project's.
 def nsr_sets(logp, old, advantages, mask, low=0.8, high=1.28, band=0.1):
     """NSR's sets: clipped (A > 0 and w > high, A < 0 and w < low) and near (clipped within `band` of the bound)."""
     w, a = torch.exp(logp - old), broadcast(advantages, logp)
@@ -283,6 +285,7 @@ def test_nsr_rescues_exactly_the_near_tokens_whose_draw_is_below_p(seed):
     clip_loss = -torch.minimum(w * a, w.clamp(0.8, 1.28) * a)
     torch.testing.assert_close(loss, torch.where(mask, torch.where(rescued, -w * a, clip_loss), 0.0), **TOL)
     assert 0 < rescued.sum() < near.sum() < clipped.sum()
+    assert (rescued & (a > 0)).any() and (rescued & (a < 0)).any()  # past either bound, for either sign of A
     assert metrics["nsr/frac_rescued"] == pytest.approx(float(rescued.sum() / mask.sum()), abs=1e-6)
     assert metrics["clip/frac"] == pytest.approx(float(frozen.sum() / mask.sum()), abs=1e-6)
 
