@@ -1,20 +1,27 @@
-"""DRPO (arXiv 2606.09821, from DPPO's authors): DPPO-TV's hard mask replaced by a quadratic penalty on the shift.
+"""DRPO (Yao, Zhou, Qi et al., arXiv 2606.09821, DPPO's authors): DPPO-TV's hard mask replaced by a quadratic penalty.
 
 DPPO-TV (`dppo.py`) drops a token once its probability has moved more than δ on the side its advantage pushes,
 π_θ(y_t) − π_old(y_t) > δ_high (A > 0) or < −δ_low (A < 0). DRPO keeps every token and penalises the shift
-instead, weighted by the advantage, so a token past the boundary is pulled back rather than left alone:
+instead, weighted by the advantage. It is SPO's penalty on the ratio, |A|·(w − 1)²/(2δ), multiplied by the
+behaviour probability q = π_old(y_t), which turns it into a penalty on the absolute shift p − q:
 
-    loss_t = −w_t·A_t + |A_t|·(p − q)²/(2·δ·q),    p = π_θ(y_t), q = π_old(y_t), δ = δ_high (A > 0), δ_low (A < 0)
-           = −w_t·A_t + |A_t|·q·(w_t − 1)²/(2δ)
+    loss_t = −w_t·A_t + |A_t|·q·(w_t − 1)²/(2δ) = −w_t·A_t + |A_t|·(p − q)²/(2δ·q),    p = π_θ(y_t)
+    d loss/d log π = −w_t·A_t·g_t,    g_t = 1 − sign(A_t)·(p − q)/δ,    δ = δ_high (A > 0), δ_low (A < 0)
 
-    d loss/d log π = w_t·(−A_t + |A_t|·(p − q)/δ)
+g_t is the gradient weight on top of the importance-sampled one, w·A·∇log π. It is 1 at p = q, decays to 0 on
+DPPO-TV's boundary when an update pushes away from π_old, turns negative (corrective) beyond it, and exceeds 1
+for updates that move back toward π_old. As |p − q| ≤ 1, |g_t| ≤ 1 + 1/δ on every token, rare ones included,
+where SPO's weight 1 − sign(A)·(w − 1)/δ grows with w. With q = 1 it is CFPO's penalty (`cfpo.py`).
 
-No code was found, and the paper's penalty coefficient could not be read: this project takes the one that keeps
-DPPO-TV's geometry, 1/(2δ·q). The gradient is REINFORCE's −A at w = 1 and vanishes exactly on DPPO-TV's
-boundary p − q = ±δ (the side A pushes), where DPPO's mask starts; beyond it, it points back. It is CFPO's
-penalty (`cfpo.py`) with a per-token width ε_t = δ/π_old(y_t), the TV trust region written on the ratio. Defaults
-are DPPO-TV's δ = 0.15. No token is frozen (`clip/frac` is 0); `drpo/frac_pulled_back` counts the tokens past the
-boundary, whose gradient points back into it, and `drpo/penalty` is the mean penalty.
+Source. The paper's equations could not be read here: the stored copy of arXiv 2606.09821 (a markdown mirror of
+its HTML) returns only its opening, up to the introduction. The law above is the abstract's ("advantage-weighted
+quadratic regularizer on policy shift", "same trust-region geometry as DPPO", Binary-TV) in the form two summaries
+of the paper give: SPO's quadratic penalty multiplied by μ(y_t|s_t), and a gradient weight that "decays to zero at
+the boundary..., then turns corrective beyond it, and amplifies updates that move back toward the behavior
+policy". No code was found, nor the paper's default δ or a KL variant: δ = 0.15 is DPPO-TV's.
+
+No token is frozen (`clip/frac` is 0); `drpo/frac_pulled_back` counts the tokens past the boundary, whose gradient
+points back into it, and `drpo/penalty` is the mean penalty.
 """
 
 from __future__ import annotations
@@ -39,8 +46,8 @@ class DRPO(ClipRule):
     )
     summary = "−w·A + |A|·(π_θ − π_old)²/(2δ·π_old): optimal on DPPO-TV's boundary π_θ − π_old = ±δ, never frozen"
     source = (
-        "DRPO (arXiv 2606.09821), DPPO's mask as an advantage-weighted quadratic penalty; no code found: the "
-        "coefficient 1/(2δ·π_old), which puts the optimum on DPPO-TV's boundary, is this project's"
+        "DRPO (Yao et al. 2026, arXiv 2606.09821), DPPO-TV's mask as SPO's quadratic penalty times π_old; the "
+        "paper's equations and code could not be read: law from its abstract and summaries, δ = 0.15 is DPPO-TV's"
     )
 
     def terms(self, batch: TokenBatch, **_: Any) -> RuleTerms:

@@ -13,8 +13,15 @@ In expectation a near token's gradient is p times the unclipped one; the paper r
 that deterministic decay. u_t comes from Clip-Cov's seeded stream (`cov.py`): the extra `key_seed` and the hashed
 keys, u_t = key/2³², salted by the token's log π_old instead of its row. So a run is deterministic given its seed, a
 sequence draws the same alone or in any micro-batch, and the TRL and Unsloth paths agree whatever the padding.
-No code was released and the paper's equations could not be read: the band (additive, in w) and the defaults
-b = 0.1 and p = 0.5 are this project's; the clip is DAPO's (0.2, 0.28), the baseline the paper builds on.
+
+Source. The paper's equations could not be read here: the stored pages on arXiv 2605.22703 give its abstract and
+summaries only, and no code was found. What they fix: a Bernoulli draw keeps "slightly out-of-bound tokens", the
+ones hard clipping gives a zero gradient, and leaves deeper violations clipped; in expectation it is a gradient
+decay, which the paper's ablation finds weaker than the draw; its baselines are DAPO and GSPO. Read from that: the
+candidates are PPO's clipped tokens, so both bounds and both signs of A, each on the side its advantage pushes.
+This project's, not read: the band's form (additive in w) and width b = 0.1, a constant p = 0.5 (the paper's p may
+depend on the distance to the bound), and DAPO's clip (0.2, 0.28) as the base.
+
 `nsr/frac_rescued` counts the rescued tokens, `nsr/frac_near` the candidates; `clip/frac_*` the clipped tokens that
 were not rescued.
 """
@@ -58,8 +65,8 @@ class NSR(ClipRule):
     )
     summary = "clip w ∈ [1−ε_low, 1+ε_high]; a token clipped by at most `band` keeps −w·A with probability p"
     source = (
-        "NSR (arXiv 2605.22703); no code released and the paper's equations not read: the band's form and the "
-        "defaults of band and rescue_prob are this project's"
+        "NSR (Yang et al. 2026, arXiv 2605.22703) on DAPO; the paper's equations and code could not be read: the "
+        "band's form, band = 0.1 and a constant rescue_prob = 0.5 are this project's"
     )
 
     def terms(self, batch: TokenBatch, key_seed: Tensor, **_: Any) -> RuleTerms:

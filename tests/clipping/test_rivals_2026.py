@@ -39,28 +39,32 @@ def broadcast(advantages, like):
 
 
 # ------------------------------------------------------------------------------------------------ MinPRO
-def test_minpro_weighs_each_token_by_the_smallest_ratio_of_its_prefix():
-    """MinPRO's law: weight m_t = min_{i≤t} w_i over the row's valid tokens, gradient −m_t·A·∇log π (a loop)."""
+# The paper's equations could not be read (minpro.py says why): these tests state the law as the rule reads the
+# abstract and CPPO's description of it, m_t = min_{i<t} w_i (1 for a row's first token), gradient −m_t·w_t·A·∇log π.
+def test_minpro_weighs_each_token_ratio_by_the_smallest_ratio_before_it():
+    """MinPRO's law, as read: loss −m_t·w_t·A, gradient −m_t·w_t·A (a loop over each row's valid tokens)."""
     logp, old, advantages, mask = probs_batch()
     loss, grad, metrics = run("minpro", {}, logp, old, advantages, mask)
     w, a = torch.exp(logp - old), broadcast(advantages, logp)
-    weight = torch.zeros_like(w)
+    prefix = torch.ones_like(w)
     for row in range(w.shape[0]):
-        smallest = float("inf")
+        smallest = math.inf
         for t in range(w.shape[1]):
             if mask[row, t]:
+                prefix[row, t] = 1.0 if smallest == math.inf else smallest  # the first token: an empty prefix
                 smallest = min(smallest, float(w[row, t]))
-                weight[row, t] = smallest
-    torch.testing.assert_close(grad, torch.where(mask, -weight * a, 0.0), **TOL)
-    torch.testing.assert_close(loss, torch.where(mask, -weight * a * logp, 0.0), **TOL)
-    truncated = mask & (weight < w) & (a != 0)
-    assert 0 < truncated.sum() < mask.sum()
-    assert metrics["clip/frac"] == pytest.approx(float(truncated.sum() / mask.sum()), abs=1e-6)
+    torch.testing.assert_close(grad, torch.where(mask, -prefix * w * a, 0.0), **TOL)
+    torch.testing.assert_close(loss, torch.where(mask, -prefix * w * a, 0.0), **TOL)
+    down, up = mask & (prefix < 1) & (a != 0), mask & (prefix > 1) & (a != 0)
+    assert 0 < down.sum() and 0 < up.sum() and (down | up).sum() < mask.sum()
+    assert metrics["clip/frac_low"] == pytest.approx(float(down.sum() / mask.sum()), abs=1e-6)
+    assert metrics["clip/frac_high"] == pytest.approx(float(up.sum() / mask.sum()), abs=1e-6)
+    assert metrics["minpro/weight"] == pytest.approx(float(prefix[mask].mean()), rel=1e-5)
 
 
-def test_minpro_is_not_the_prefix_product_and_ignores_padding_before_a_row():
-    """A row of ratios (2, 0.5, 4): MinPRO weighs them 2, 0.5, 0.5 (the product would be 2, 1, 4), whatever padding
-    precedes or follows the row."""
+def test_minpro_is_neither_the_prefix_product_nor_the_inclusive_minimum_and_ignores_padding():
+    """A row of ratios (2, 0.5, 4): MinPRO's gradient weights are 1·2, 2·0.5, 0.5·4 = (2, 1, 2); the prefix product
+    would give (2, 1, 4) and min_{i≤t} w_i (2, 0.5, 0.5). Padding before or after the row changes nothing."""
     ratios = torch.tensor([2.0, 0.5, 4.0], dtype=torch.float64)
     for pad_left, pad_right in ((0, 0), (2, 0), (0, 3), (1, 1)):
         old = torch.full((1, pad_left + 3 + pad_right), -3.0, dtype=torch.float64)
@@ -70,14 +74,24 @@ def test_minpro_is_not_the_prefix_product_and_ignores_padding_before_a_row():
         mask = torch.zeros_like(old, dtype=torch.bool)
         mask[0, pad_left : pad_left + 3] = True
         _, grad, _ = run("minpro", {}, logp, old, torch.tensor([1.0], dtype=torch.float64), mask)
-        expected = -torch.tensor([2.0, 0.5, 0.5], dtype=torch.float64)
+        expected = -torch.tensor([2.0, 1.0, 2.0], dtype=torch.float64)
         torch.testing.assert_close(grad[0, pad_left : pad_left + 3], expected)
 
 
+def test_minpro_on_policy_is_reinforce():
+    """w ≡ 1: every m_t = 1, the gradient is −A and no token is counted."""
+    _, old, advantages, mask = probs_batch()
+    _, grad, metrics = run("minpro", {}, old.clone(), old, advantages, mask)
+    torch.testing.assert_close(grad, torch.where(mask, -broadcast(advantages, old), 0.0), **TOL)
+    assert metrics["clip/frac"] == 0
+
+
 # -------------------------------------------------------------------------------------------------- DRPO
+# The paper's equations could not be read (drpo.py says why): these tests state the law of its abstract and two
+# summaries, SPO's penalty |A|·(w − 1)²/(2δ) times q = π_old, and the three regimes of its gradient weight.
 @pytest.mark.parametrize("params", [{}, {"delta_low": 0.05, "delta_high": 0.3}])
 def test_drpo_has_the_penalised_loss_and_its_gradient(params):
-    """DRPO's law as this project reads it: loss −w·A + |A|·(p − q)²/(2δ·q), gradient w·(−A + |A|·(p − q)/δ)."""
+    """DRPO's law, as read: loss −w·A + |A|·q·(w − 1)²/(2δ), gradient w·(−A + |A|·(p − q)/δ)."""
     logp, old, advantages, mask = probs_batch(spread=0.8)
     loss, grad, metrics = run("drpo", params, logp, old, advantages, mask)
     low, high = params.get("delta_low", 0.15), params.get("delta_high", 0.15)
@@ -106,6 +120,25 @@ def test_drpos_gradient_vanishes_on_dppo_tvs_boundary_and_points_back_beyond(old
         _, grad, _ = run("drpo", {}, logp, old, torch.tensor([2.0 * sign]), torch.ones(1, 3, dtype=torch.bool))
         assert grad[0, 0].abs() < 1e-6 * (edge / q)  # float32: w·|A| rounded at a few ulps
         assert grad[0, 1] * sign < 0 < grad[0, 2] * sign  # inside: still pushed on; beyond: pulled back
+
+
+def test_drpos_gradient_weight_amplifies_a_return_toward_pi_old_and_stays_bounded_on_rare_tokens():
+    """g = grad / (−w·A) = 1 − sign(A)·(p − q)/δ: above 1 where the shift is against A's push (back toward π_old),
+    and within 1 ± 1/δ for a rare token whose ratio is 50, where SPO's weight 1 − sign(A)·(w − 1)/δ (CFPO's rule at
+    ε = δ) is beyond ±300."""
+    delta = 0.15
+    q = torch.tensor([0.3, 0.3, 0.002, 0.002], dtype=torch.float64)
+    p = torch.tensor([0.2, 0.4, 0.1, 0.1], dtype=torch.float64)
+    advantages = torch.tensor([1.0, -1.0, 1.0, -1.0], dtype=torch.float64)
+    logp, old, mask = torch.log(p)[:, None], torch.log(q)[:, None], torch.ones(4, 1, dtype=torch.bool)
+    w = p / q
+    _, grad, _ = run("drpo", {}, logp, old, advantages, mask)
+    weight = grad[:, 0] / (-w * advantages)
+    torch.testing.assert_close(weight, 1 - torch.sign(advantages) * (p - q) / delta, **TOL)
+    assert weight[0] > 1 and weight[1] > 1  # A > 0 with p < q, A < 0 with p > q: pulled back harder toward q
+    assert weight[2:].abs().max() <= 1 + 1 / delta
+    _, spo_grad, _ = run("cfpo", {"eps": delta}, logp, old, advantages, mask)
+    assert (spo_grad[2:, 0] / (-w[2:] * advantages[2:])).abs().min() > 300
 
 
 # -------------------------------------------------------------------------------------------------- CPPO
@@ -225,6 +258,8 @@ def test_dppo_topk_drops_a_token_by_its_estimate_only_on_the_side_its_advantage_
 
 
 # --------------------------------------------------------------------------------------------------- NSR
+# The paper's equations could not be read (nsr.py says why): the candidates are PPO's clipped tokens (both bounds,
+# both signs of A), as its abstract says; the band b = 0.1 past the bound and the constant p are this project's.
 def nsr_sets(logp, old, advantages, mask, low=0.8, high=1.28, band=0.1):
     """NSR's sets: clipped (A > 0 and w > high, A < 0 and w < low) and near (clipped within `band` of the bound)."""
     w, a = torch.exp(logp - old), broadcast(advantages, logp)
@@ -250,6 +285,7 @@ def test_nsr_rescues_exactly_the_near_tokens_whose_draw_is_below_p(seed):
     clip_loss = -torch.minimum(w * a, w.clamp(0.8, 1.28) * a)
     torch.testing.assert_close(loss, torch.where(mask, torch.where(rescued, -w * a, clip_loss), 0.0), **TOL)
     assert 0 < rescued.sum() < near.sum() < clipped.sum()
+    assert (rescued & (a > 0)).any() and (rescued & (a < 0)).any()  # past either bound, for either sign of A
     assert metrics["nsr/frac_rescued"] == pytest.approx(float(rescued.sum() / mask.sum()), abs=1e-6)
     assert metrics["clip/frac"] == pytest.approx(float(frozen.sum() / mask.sum()), abs=1e-6)
 
