@@ -10,6 +10,7 @@ from pathlib import Path
 from atr_grpo.reporting import cells, plan, stats
 from atr_grpo.reporting.analyses import compare, gates, parts, planned
 from atr_grpo.reporting.commands import options
+from atr_grpo.reporting.methods import UnknownMethod, method_named
 from atr_grpo.reporting.render import compare_text, gates_text
 from atr_grpo.reporting.runs import RunSet
 from atr_grpo.reporting.selection import of_experiment, read_runs, start_points_agree
@@ -40,6 +41,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(opts: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     runs = of_experiment(read_runs(parser, opts), opts.experiment)
+    try:  # a name as shown or in its ASCII form; from here on, as shown
+        opts.methods = [method_named(m, {r.method for r in runs if r.config}, "METHOD") for m in opts.methods]
+    except UnknownMethod as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     if not start_points_agree([r for r in runs if r.method in opts.methods]):
         return 2
     resampling = options.resampling(opts)
