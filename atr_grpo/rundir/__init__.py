@@ -49,6 +49,7 @@ from atr_grpo.rundir.naming import (
     study_of,
     sweep_run_name,
     sweep_suffix,
+    value_at,
 )
 
 __all__ = [
@@ -90,6 +91,7 @@ __all__ = [
     "sweep_run_name",
     "sweep_suffix",
     "unlock_run_dir",
+    "value_at",
     "write_json",
     "write_text",
 ]

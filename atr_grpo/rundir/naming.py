@@ -139,7 +139,7 @@ def launch_settings(config: dict[str, Any], argv: list[str]) -> list[str]:
         key = override_key(override)
         if key.split(".")[0] in NAMED_KEYS or key in MODEL_KEYS or in_section(key, (*NOT_METHOD_KEYS, *LABELLED_KEYS)):
             continue
-        value = _value_at(config, key)
+        value = value_at(config, key)
         if isinstance(value, dict):  # a config group: its option's name
             shown[key] = f"{key}={value.get('name', override.split('=', 1)[1])}"
         elif key in flat:
@@ -147,11 +147,12 @@ def launch_settings(config: dict[str, Any], argv: list[str]) -> list[str]:
     return [shown[key] for key in sorted(shown)]
 
 
-def _value_at(config: dict[str, Any], key: str) -> Any:
+def value_at(config: dict[str, Any], key: str, absent: Any = None) -> Any:
+    """The value of dotted `key` in a nested config; `absent` when a part of it is absent."""
     node: Any = config
     for part in key.split("."):
         if not isinstance(node, dict) or part not in node:
-            return None
+            return absent
         node = node[part]
     return node
 
