@@ -25,7 +25,12 @@ def main(argv: list[str]) -> int:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("methods", nargs=2, metavar="METHOD", help="the two methods, A then B (A − B is shown)")
+    parser.add_argument(
+        "methods",
+        nargs=2,
+        metavar="METHOD",
+        help="the two methods, A then B (A − B is shown), as shown or in their ASCII form (` · ` as `__`)",
+    )
     options.add_run_options(parser)
     parser.add_argument("--benchmark", default=None, help="comma-separated benchmarks and/or `average` (default all)")
     parser.add_argument("--metric", default=None, help="comma-separated, e.g. mean@8,pass@8 (default mean@K,pass@K)")

@@ -109,7 +109,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="table3's std over seeds: 1, the sample std (default, as every SD of the results), 0 as in the paper",
     )
     parser.add_argument(
-        "--methods", default=None, help="figures 2, 4 and the clipping curves: comma-separated methods (default all)"
+        "--methods",
+        default=None,
+        help="figures 2, 4 and the clipping curves: comma-separated methods, as shown or in their ASCII form "
+        "(` · ` as `__`; default all)",
     )
 
 
