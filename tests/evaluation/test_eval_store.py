@@ -158,3 +158,28 @@ def test_a_training_run_s_folder_takes_only_its_own_checkpoints(tmp_path, script
     assert "takes its own checkpoints and its settings" in message
     assert f"adapter: stored 'a checkpoint inside {run}', requested '{elsewhere.resolve()}'" in message
     assert "(eval.n: stored 2, requested 4" in refused(run, f"adapter={checkpoint}", "eval.n=4", "eval.k=2")
+
+
+def test_the_command_refuses_another_problem_count_with_exit_status_2(tmp_path):
+    """`python -m atr_grpo.evaluate ... eval.max_problems=16` into a folder of 32-problem results: refused on stderr,
+    before Hydra starts the job (nothing written, no model built)."""
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    out_dir = tmp_path / "out"
+    rundir.write_json(layout.request_path(out_dir), {"model.name": "tiny", "eval.max_problems": 32, "adapter": None})
+    before = folder_files(out_dir)
+    argv = ["model=tiny", "eval=arithmetic", f"out_dir={out_dir}", "eval.max_problems=16"]
+    done = subprocess.run(
+        [sys.executable, "-m", "atr_grpo.evaluate", *argv],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+    )
+    assert done.returncode == 2 and done.stdout == ""
+    assert "(eval.max_problems: stored 32, requested 16); use another out_dir" in done.stderr
+    assert folder_files(out_dir) == before and not (tmp_path / "results").exists()  # no tiny model built
