@@ -85,6 +85,7 @@ def test_the_launch_settings_are_the_method_keys_a_command_line_set_with_the_run
 def test_every_command_takes_a_method_name_in_its_ascii_form(tmp_path, monkeypatch):
     assert rundir.ascii_method(LONGER) == "clip__trainer.max_steps=40"
     assert rundir.ascii_method("clip · eval.seed=–") == "clip__eval.seed=-"
+    assert rundir.ascii_method("atr · δ=0.05 · ε=0.2") == "atr__delta=0.05__eps=0.2"
     root = longer_clip(two_methods(tmp_path / "runs"), "trainer.max_steps=40")
     code, out, err = run_cli("compare", "clip__trainer.max_steps=40", "clip", "--runs", root, "--resamples", RESAMPLES)
     assert code == 0, err
