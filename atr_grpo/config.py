@@ -129,7 +129,7 @@ KEY_HINTS = {
 @dataclass
 class TrainConfig:
     experiment: str = "default"
-    # the runs compared together: methods are named by what differs within it, and it is the Holm family's scope
+    # the runs compared together: its methods are named apart in it (`runs.name_methods`); the Holm family's scope
     study: str = "${experiment}"
     seed: int = 0
     method: str = "${atr_method:${clipping}}"  # the rule plus any non-default parameter, e.g. clip-eps0.3

@@ -2,7 +2,9 @@
 
 Evaluates a base model, or a LoRA adapter on it, standalone, and writes the same `eval/` files as the
 in-training evaluator into `out_dir`: `eval/step_<step>/<benchmark>.jsonl` and a line
-per benchmark in `eval/summary.jsonl`. A (step, benchmark) already there is skipped unless `force=true`.
+per benchmark in `eval/summary.jsonl`. One folder holds one model: a second model, adapter, problem count or
+sampling setting is refused before anything loads (`evaluation/store.py`). A (step, benchmark) already there under
+the same request is read back, and the console says so, unless `force=true`.
 The base model is step 0. An adapter's step is `step=N`, or read from where its run saved it
 (`checkpoints/checkpoint-<N>`, `eval/adapters/step_<N>`, `final_adapter` with the run's DONE file, an SFT adapter:
 0); an adapter from anywhere else without `step=` is refused before any model loads.
@@ -38,7 +40,7 @@ with broken_plugins_stop_the_command():  # importing the config reads the instal
     from atr_grpo.config_hydra import register_configs
     from atr_grpo.console import PART_COLUMNS, PARTS_NOTE, console_is_terminal, percent, quiet_libraries, text_table
     from atr_grpo.errors import ConfigError
-    from atr_grpo.evaluation import engines
+    from atr_grpo.evaluation import engines, store
     from atr_grpo.evaluation.metrics import STDERR_SUFFIX
     from atr_grpo.evaluation.runner import with_stderr
     from atr_grpo.hydra_app import checked_config, run_app
@@ -65,12 +67,20 @@ def build_generator(cfg: EvaluateConfig, backend: str, benchmarks: list[Any]) ->
 
 
 def check_inputs(cfg: EvaluateConfig) -> int:
-    """What must hold before anything loads: the adapter and out_dir usable, the adapter fitting the model, the
-    evaluation's step known. Returns that step (`evaluation_step`)."""
+    """What must hold before anything loads (`checked_request`). Returns the evaluation's step."""
+    return checked_request(cfg)[0]
+
+
+def checked_request(cfg: EvaluateConfig) -> tuple[int, dict[str, Any]]:
+    """(step, request): the adapter and out_dir usable, the adapter fitting the model, the evaluation's step known,
+    and out_dir holding nothing but this model and request (`store.check_request`)."""
     cfg.check_inputs()
     if cfg.adapter is not None:
         check_adapter_base(cfg.model, cfg.adapter)
-    return evaluation_step(cfg)
+    step = evaluation_step(cfg)
+    requested = store.request_of(OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True))
+    store.check_request(cfg.out_dir, requested)
+    return step, requested
 
 
 def evaluation_step(cfg: EvaluateConfig) -> int:
@@ -96,12 +106,22 @@ def evaluate(cfg: EvaluateConfig, config_yaml: str | None = None) -> dict[str, f
     from atr_grpo.evaluation import run_evaluation
 
     ev = cfg.eval
-    step = check_inputs(cfg)
+    step, requested = checked_request(cfg)
     benchmarks = engines.load_benchmarks(ev, cfg.data)
-    generator, tokenizer = build_generator(cfg, decide_evaluation(ev).evaluation_backend, benchmarks)
+    names = [b.name for b in benchmarks]
+    reused = store.reused(cfg.out_dir, step, names, cfg.force)
+    generator, tokenizer = None, None  # every result read from the store: no model is needed
+    if reused != names:
+        generator, tokenizer = build_generator(cfg, decide_evaluation(ev).evaluation_backend, benchmarks)
     config_path = Path(cfg.out_dir) / rundir.CONFIG_FILE
     if config_yaml is not None and not config_path.exists():
         rundir.write_text(config_path, config_yaml, overwrite=False)
+    store.record_request(cfg.out_dir, requested, names)
+    for name in reused:
+        print(
+            f"reused: step {step}, {name}: read from {cfg.out_dir}, evaluated earlier under this same request "
+            "(model, adapter, problems, sampling); nothing was evaluated again (force=true evaluates it anew)"
+        )
     return run_evaluation(
         generator,
         tokenizer,
@@ -116,7 +136,7 @@ def evaluate(cfg: EvaluateConfig, config_yaml: str | None = None) -> dict[str, f
         grader_timeout=ev.grader_timeout,
         credit_inside_think=ev.credit_inside_think,
         force=cfg.force,
-        metadata={"model": cfg.model.name, "adapter": cfg.adapter},
+        metadata={"model": cfg.model.name, "adapter": requested["adapter"]},  # the adapter as an absolute path
         show_progress=console_is_terminal(),  # bars redraw in place: on a terminal only
     )
 

@@ -50,7 +50,8 @@ class Run:
     config: dict[str, Any]
     problems: list[str] = field(default_factory=list)  # what is missing, in words (reported, never dropped)
     grader: str | None = None  # a regrade tag: read eval/regrade/<tag>/ instead of the original verdicts
-    label: str | None = None  # the method's name within its study (`name_methods`); None: the config's label
+    label: str | None = None  # the method's name (`name_methods`); None: the config's label
+    launch: dict[str, Any] = field(default_factory=dict)  # env.json: the launch's command line and start time
     _cache: dict[tuple, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def _section(self, name: str) -> dict[str, Any]:
@@ -78,8 +79,8 @@ class Run:
 
     @property
     def method(self) -> str:
-        """The method's name: the rule and its non-default parameters, plus the other settings that differ
-        within the study (`name_methods`), e.g. `clip · trainer.learning_rate=0.001`."""
+        """The method's name: the rule and its non-default parameters, plus the settings its launch changed
+        (`name_methods`), e.g. `clip · trainer.learning_rate=0.001`."""
         return self.label or self.base_method
 
     @property
@@ -292,6 +293,10 @@ def load_run(path: Path, grader: str | None = None) -> Run:
         run.__dict__["summary"] = {}
         return run
     run = Run(path=path, config=config, grader=grader)
+    try:
+        run.launch = rundir.read_json(layout.env_path(path)) if layout.env_path(path).is_file() else {}
+    except (OSError, rundir.RunFileError) as err:  # the name then shows no launch setting: said, not hidden
+        run.problems.append(f"{layout.ENV_FILE} unreadable ({err}): the method is named without its launch settings")
     source = layout.summary_path("") if grader is None else regrade.summary_path("", grader)
     try:
         summary = run.summary
@@ -332,8 +337,8 @@ def failed_evaluations(path: Path, config: dict[str, Any], summary: dict[tuple[i
 
 
 def find_runs(root: str | Path, experiment: str | None = None, grader: str | None = None) -> list[Run]:
-    """Every run directory under `root` (found by its config.yaml), its method named within its study
-    (`name_methods`), optionally of one experiment; with `grader`, each run's verdicts of that regrade."""
+    """Every run directory under `root` (found by its config.yaml), its method named (`name_methods`), optionally
+    of one experiment; with `grader`, each run's verdicts of that regrade."""
     runs = [load_run(p, grader) for p in rundir.find_run_dirs(root)]
     name_methods(runs)
     return [r for r in runs if experiment is None or r.experiment == experiment]
@@ -341,22 +346,38 @@ def find_runs(root: str | Path, experiment: str | None = None, grader: str | Non
 
 def name_methods(runs: list[Run]) -> None:
     """Set each run's `label`: its config's label (the rule and its non-default parameters), then ` · key=value`
-    for every other setting that differs between the runs of its study and model (training runs and standalone
-    evaluations apart). Runs that differ only in the rule keep today's names. Should two different settings still
-    share a name (a rule parameter its label does not show), every differing setting is shown."""
-    groups: dict[tuple[str, str, bool], list[Run]] = defaultdict(list)
+    for each setting its launch command line changed (`rundir.launch_settings`). A name depends on the run alone, so
+    it stays when runs with other settings join the study. Runs of one study and model (training runs and
+    standalone evaluations apart) that still share a name but not their settings are told apart (`_tell_apart`)."""
+    groups: dict[tuple[str, str, bool, str], list[Run]] = defaultdict(list)
     for run in runs:
         if run.config:
-            groups[(run.study, run.model, run.is_training)].append(run)
+            shown = rundir.launch_settings(run.config, [str(a) for a in run.launch.get("argv") or []])
+            run.label = rundir.METHOD_SEPARATOR.join([run.base_method, *shown])
+            groups[(run.study, run.model, run.is_training, run.label)].append(run)
     for group in groups.values():
-        varying = varying_keys(group)
-        shown = [k for k in varying if not rundir.in_section(k, rundir.LABELLED_KEYS)]
-        names = _names_with(group, shown)
-        identities = {name: {_identity(r, varying) for r, n in zip(group, names) if n == name} for name in names}
-        if any(len(found) > 1 for found in identities.values()):
-            names = _names_with(group, [k for k in varying if k != "method"])
-        for run, name in zip(group, names):
-            run.label = name
+        _tell_apart(group)
+
+
+def _tell_apart(runs: list[Run]) -> None:
+    """Runs that share a name but differ in a setting (launched before env.json kept the command line, or from an
+    experiment file edited between launches): the method launched first keeps the name, and each later one adds
+    ` · key=value` for the settings in which it differs from that first one."""
+    varying = varying_keys(runs)
+    methods: dict[str, list[Run]] = defaultdict(list)
+    for run in runs:
+        methods[_identity(run, varying)].append(run)
+    first, *later = sorted(methods.values(), key=lambda same: min(map(_launch_order, same)))
+    for method in later:
+        keys = varying_keys(first + method)
+        for run in method:
+            shown = [rundir.setting_text(k, run.settings.get(k, UNSET)) for k in keys]
+            run.label = rundir.METHOD_SEPARATOR.join([run.method, *shown])
+
+
+def _launch_order(run: Run) -> tuple[str, str]:
+    """When the run was launched (env.json's start time; none sorts first, as the older file), then its path."""
+    return str(run.launch.get("start_time") or ""), str(run.path)
 
 
 def varying_keys(runs: list[Run]) -> list[str]:
@@ -381,14 +402,6 @@ def _is_seed(value: Any, seed: int) -> bool:
 
 
 UNSET = "–"  # a setting a run's config.yaml does not have (written before the key existed)
-
-
-def _names_with(runs: list[Run], keys: list[str]) -> list[str]:
-    """Each run's config label followed by its value of each of `keys`."""
-    return [
-        " · ".join([run.base_method, *(rundir.setting_text(k, run.settings.get(k, UNSET)) for k in keys)])
-        for run in runs
-    ]
 
 
 class RepeatedRuns(ValueError):

@@ -34,10 +34,13 @@ from atr_grpo.rundir.layout import (
 from atr_grpo.rundir.lock import RunDirInUseError, lock_run_dir, unlock_run_dir
 from atr_grpo.rundir.naming import (
     LABELLED_KEYS,
+    METHOD_SEPARATOR,
     NOT_METHOD_KEYS,
+    ascii_method,
     config_differences,
     fit_name,
     in_section,
+    launch_settings,
     method_label,
     method_settings,
     multirun_suffix,
@@ -46,6 +49,7 @@ from atr_grpo.rundir.naming import (
     study_of,
     sweep_run_name,
     sweep_suffix,
+    value_at,
 )
 
 __all__ = [
@@ -55,12 +59,14 @@ __all__ = [
     "ENV_FILE",
     "EVAL_DIR",
     "LABELLED_KEYS",
+    "METHOD_SEPARATOR",
     "METRICS_FILE",
     "NOT_METHOD_KEYS",
     "SUMMARY_FILE",
     "RunDirInUseError",
     "RunFileError",
     "append_jsonl",
+    "ascii_method",
     "config_differences",
     "eval_step_dir",
     "file_lock",
@@ -68,6 +74,7 @@ __all__ = [
     "fit_name",
     "in_section",
     "iter_jsonl",
+    "launch_settings",
     "load_config",
     "lock_run_dir",
     "method_label",
@@ -84,6 +91,7 @@ __all__ = [
     "sweep_run_name",
     "sweep_suffix",
     "unlock_run_dir",
+    "value_at",
     "write_json",
     "write_text",
 ]

@@ -15,6 +15,7 @@
                                   and prompts_seen.json
       eval/step_<N:06d>/<benchmark>.jsonl   one line per (problem, sample), or its packed `.jsonl.gz`
       eval/summary.jsonl          one line per (step, benchmark): the commit record of an evaluation
+      eval/request.json           a standalone evaluation folder's one model and request (`evaluation.store`)
       eval/adapters/step_<N:06d>/ the adapter of a scheduled step, kept until its evaluation is recorded
       eval/failures.jsonl         one line per failed evaluation attempt, with its traceback
       eval/regrade/<tag>/         a regrade: summary.jsonl, step_<N:06d>/<benchmark>.jsonl, grader.json, changes.jsonl
@@ -48,6 +49,7 @@ DELTA_STATE_FILE = "delta_control.json"  # adaptive δ's state, inside each chec
 PROMPTS_SEEN_FILE = "prompts_seen.json"  # each step's training prompt ids so far, inside each checkpoint
 EVAL_DIR = "eval"
 SUMMARY_FILE = "summary.jsonl"
+REQUEST_FILE = "request.json"  # what a standalone evaluation folder holds: one model, one request
 ADAPTERS_DIR = "adapters"
 FAILURES_FILE = "failures.jsonl"
 REGRADE_DIR = "regrade"
@@ -138,6 +140,10 @@ def sample_files(run_dir: str | Path) -> list[Path]:
 
 def summary_path(run_dir: str | Path) -> Path:
     return eval_dir(run_dir) / SUMMARY_FILE
+
+
+def request_path(run_dir: str | Path) -> Path:
+    return eval_dir(run_dir) / REQUEST_FILE
 
 
 def adapters_dir(run_dir: str | Path) -> Path:

@@ -105,11 +105,63 @@ def setting_text(key: str, value: Any) -> str:
     return f"{key}={shown}"
 
 
+# ------------------------------------------------------------------------------- a method's name and its ASCII form
+METHOD_SEPARATOR = " · "  # between a rule's label and each setting a method's name shows
+# each non-ASCII mark a method name may hold, and the one ASCII spelling a user may type for it
+ASCII_FORMS = {METHOD_SEPARATOR: "__", "·": "__", "–": "-", "δ": "delta", "ε": "eps"}
+
+
+def ascii_method(name: str) -> str:
+    """The ASCII form of a method name: `clip · trainer.max_steps=40` is `clip__trainer.max_steps=40` (the separator
+    as a sweep's run name spells it), and an unset value `–` is `-`. An ASCII name is its own form."""
+    for mark, spelling in ASCII_FORMS.items():
+        name = name.replace(mark, spelling)
+    return name
+
+
+def override_key(override: str) -> str:
+    """The dotted key a command-line override sets: `+trainer.max_steps=40` sets `trainer.max_steps`."""
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+MODEL_KEYS = ("model", "model.name")  # the model: a column of every table, not part of a method's name
+
+
+def launch_settings(config: dict[str, Any], argv: list[str]) -> list[str]:
+    """`trainer.max_steps=40`, `rollout=on_policy`: each setting of a method that the run's launch command line
+    (`argv`, as env.json records it) changed from its experiment, in sorted order, with the run's own value (a sweep's
+    job shows its value, not the list). The seed, the rule (its label shows it), the model's name (a table's column) and
+    the keys that are not the method's (NOT_METHOD_KEYS) are left out."""
+    flat, shown = _flatten(config), {}
+    for override in argv:
+        if override.startswith("-") or "=" not in override:
+            continue
+        key = override_key(override)
+        if key.split(".")[0] in NAMED_KEYS or key in MODEL_KEYS or in_section(key, (*NOT_METHOD_KEYS, *LABELLED_KEYS)):
+            continue
+        value = value_at(config, key)
+        if isinstance(value, dict):  # a config group: its option's name
+            shown[key] = f"{key}={value.get('name', override.split('=', 1)[1])}"
+        elif key in flat:
+            shown[key] = setting_text(key, value)
+    return [shown[key] for key in sorted(shown)]
+
+
+def value_at(config: dict[str, Any], key: str, absent: Any = None) -> Any:
+    """The value of dotted `key` in a nested config; `absent` when a part of it is absent."""
+    node: Any = config
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return absent
+        node = node[part]
+    return node
+
+
 def sweep_suffix(overrides: list[str]) -> str:
     """`__key=value,...` for the overrides of a multirun job that its run name does not already show."""
     parts = []
     for override in sorted(overrides):
-        key = override.split("=", 1)[0].lstrip("+~")
+        key = override_key(override)
         if key.split(".")[0].split("/")[0] not in NAMED_KEYS:
             parts.append(override.replace("/", "_").replace(" ", ""))
     return "__" + ",".join(parts) if parts else ""

@@ -27,6 +27,7 @@ FILE_NAMES = [
     layout.WANDB_EVAL_FILE,
     layout.DELTA_STATE_FILE,
     layout.SUMMARY_FILE,
+    layout.REQUEST_FILE,
     layout.FAILURES_FILE,
     layout.GRADER_FILE,
     layout.CHANGES_FILE,

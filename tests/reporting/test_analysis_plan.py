@@ -246,3 +246,24 @@ def test_a_plan_does_not_pair_methods_of_two_studies(tmp_path):
     commit_all(tmp_path, "the plan names its study")
     code, _, err = run_cli("all", "--runs", runs, "--out", tmp_path / "tables", "--resamples", 200)
     assert code == 2 and "no runs of method 'clip' in study lr1e-3 (methods: atr)" in err
+
+
+def test_a_plan_may_name_a_method_in_its_ascii_form(tmp_path):
+    """`atr__trainer.learning_rate=0.001` in plan.yaml is the method `atr · trainer.learning_rate=0.001`."""
+    runs = _study_runs(tmp_path, {"atr": "trial", "clip": "trial"})
+    for path in sorted(runs.glob("trial/*atr*")):
+        config = yaml.safe_load((path / "config.yaml").read_text())
+        config["trainer"]["learning_rate"] = 0.001
+        (path / "config.yaml").write_text(yaml.safe_dump(config))
+        argv = ["train.py", "experiment=trial", "clipping=atr", "trainer.learning_rate=0.001"]
+        (path / "env.json").write_text(json.dumps({"argv": argv}))
+    write_plan(tmp_path / "plan.yaml", primary=["atr__trainer.learning_rate=0.001", "clip"], secondary=[])
+    commit_all(tmp_path, "plan")
+    code, _, err = run_cli("all", "--runs", runs, "--out", tmp_path / "tables", "--resamples", 200)
+    assert code == 0, err
+    (row,) = read_csv(tmp_path / "tables" / "plan.csv")
+    assert (row["comparison"], row["role"], row["difference"]) == (
+        "atr · trainer.learning_rate=0.001 − clip",
+        "primary",
+        "25.00",
+    )

@@ -364,7 +364,7 @@ def test_compare_refuses_unpaired_seeds_and_problems_naming_them(mismatched):
 
 def test_compare_names_what_exists_when_the_request_is_wrong(mismatched):
     code, _, err = run_cli("compare", "atr", "dcpo", "--runs", mismatched)
-    assert code == 2 and "no runs of method 'dcpo' (methods found: atr, clip, kl2, sapo)" in err
+    assert code == 2 and "METHOD 'dcpo': no such method; methods: atr, clip, kl2, sapo" in err
     code, _, err = run_cli("compare", "atr", "clip", "--runs", mismatched, "--metric", "mean8")
     assert code == 2 and "--metric 'mean8': expected mean@K, pass@K" in err
     code, _, err = run_cli("compare", "atr", "clip", "--runs", mismatched, "--benchmark", "gsm8k")

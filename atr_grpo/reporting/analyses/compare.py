@@ -10,8 +10,8 @@ random streams are named by `cells.comparison_key`. So the same comparison print
 the tables. Runs are paired by seed and problems by id; a seed or a problem that A or B lacks stops the
 comparison with an error that names it (a family member that cannot be paired is left out, and named).
 
-A study is `study` in the runs' config.yaml (else their experiment); its methods are named by the settings that
-differ within it (`runs.name_methods`), and two runs of one point and seed stop the comparison
+A study is `study` in the runs' config.yaml (else their experiment); a method is named by its rule and the settings
+its launch changed (`runs.name_methods`), and two runs of one point and seed stop the comparison
 (`runs.refuse_repeats`). Under each seed table, `no_effect` says when the comparison cannot show anything:
 identical runs, a rule that never acted.
 """

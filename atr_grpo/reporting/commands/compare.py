@@ -10,6 +10,7 @@ from pathlib import Path
 from atr_grpo.reporting import cells, plan, stats
 from atr_grpo.reporting.analyses import compare, gates, parts, planned
 from atr_grpo.reporting.commands import options
+from atr_grpo.reporting.methods import UnknownMethod, method_named
 from atr_grpo.reporting.render import compare_text, gates_text
 from atr_grpo.reporting.runs import RunSet
 from atr_grpo.reporting.selection import of_experiment, read_runs, start_points_agree
@@ -24,7 +25,12 @@ def main(argv: list[str]) -> int:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("methods", nargs=2, metavar="METHOD", help="the two methods, A then B (A − B is shown)")
+    parser.add_argument(
+        "methods",
+        nargs=2,
+        metavar="METHOD",
+        help="the two methods, A then B (A − B is shown), as shown or in their ASCII form (` · ` as `__`)",
+    )
     options.add_run_options(parser)
     parser.add_argument("--benchmark", default=None, help="comma-separated benchmarks and/or `average` (default all)")
     parser.add_argument("--metric", default=None, help="comma-separated, e.g. mean@8,pass@8 (default mean@K,pass@K)")
@@ -40,6 +46,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(opts: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     runs = of_experiment(read_runs(parser, opts), opts.experiment)
+    try:  # a name as shown or in its ASCII form; from here on, as shown
+        opts.methods = [method_named(m, {r.method for r in runs if r.config}, "METHOD") for m in opts.methods]
+    except UnknownMethod as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     if not start_points_agree([r for r in runs if r.method in opts.methods]):
         return 2
     resampling = options.resampling(opts)

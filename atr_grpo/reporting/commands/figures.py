@@ -10,6 +10,7 @@ from atr_grpo.reporting import plan
 from atr_grpo.reporting.analyses import tables
 from atr_grpo.reporting.commands import options
 from atr_grpo.reporting.commands.tables import TABLES, make_parser
+from atr_grpo.reporting.methods import UnknownMethod, method_named
 from atr_grpo.reporting.render import figures, writers
 from atr_grpo.reporting.runs import MissingSamples, Run, repeat_free
 from atr_grpo.reporting.selection import ResultsError, checked_runs, read_runs, select
@@ -25,9 +26,15 @@ def run(opts: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     out = opts.out or Path("results/figures")
     runs = read_runs(parser, opts)
     runs = checked_runs(runs, opts.experiment)
+    try:  # each name as shown or in its ASCII form
+        names = {r.method for r in runs if r.config}
+        methods = [method_named(m, names, "--methods") for m in options.split(opts.methods) or []] or None
+    except UnknownMethod as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     try:
         with writers.staged(out) as stage:
-            written, skipped = build_figures(runs, opts.runs, stage, opts.experiment, options.split(opts.methods))
+            written, skipped = build_figures(runs, opts.runs, stage, opts.experiment, methods)
             written = [out / path.relative_to(stage) for path in written]
     except (ResultsError, writers.OutputError, plan.PlanError) as err:
         print(f"error: {err}", file=sys.stderr)

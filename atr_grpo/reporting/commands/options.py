@@ -4,11 +4,13 @@ the analysis plan they select."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
 from atr_grpo.reporting import plan, stats
 from atr_grpo.reporting.analyses import planned, tables
+from atr_grpo.reporting.methods import UnknownMethod, method_named
 from atr_grpo.reporting.runs import Run
 
 
@@ -90,6 +92,7 @@ def planned_analysis(
         raise plan.PlanError(f"--alpha {opts.alpha:g} differs from the α of the plan {path} ({the_plan.alpha:g})")
     commit = plan.plan_commit(path)
     of_plan = [r for r in runs if r.config and r.experiment == the_plan.experiment]
+    the_plan = with_method_names(the_plan, {r.method for r in of_plan})
     flagged = plan.runs_against_plan([r.path for r in of_plan], path, commit.commit)
     for line in flagged:
         print(f"WARNING: {path}: {line}", file=sys.stderr)
@@ -99,6 +102,23 @@ def planned_analysis(
             file=sys.stderr,
         )
     return the_plan, commit, planned.analyse(of_plan, the_plan, resampling), flagged
+
+
+def with_method_names(the_plan: plan.Plan, names: set[str]) -> plan.Plan:
+    """`the_plan` with each method it names spelled as the runs show it (a plan may give a name in its ASCII form,
+    `methods.method_named`); a name no run has is kept as written, and the analysis refuses it, naming the methods."""
+
+    def shown(name: str) -> str:
+        try:
+            return method_named(name, names)
+        except UnknownMethod:
+            return name
+
+    def spelled(comparison: plan.Comparison) -> plan.Comparison:
+        return plan.Comparison(shown(comparison.a), shown(comparison.b))
+
+    secondary = tuple(map(spelled, the_plan.secondary))
+    return dataclasses.replace(the_plan, primary=spelled(the_plan.primary), secondary=secondary)
 
 
 def split(text: str | None) -> list[str] | None:

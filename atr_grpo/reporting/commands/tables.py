@@ -24,7 +24,7 @@ in the outputs and on stderr, never silently dropped; a line of a run file that 
 stops the command with exit status 2, naming the file and the line. Only files this command wrote are ever
 overwritten, and only once the whole build is written (a killed build leaves --out as it was).
 Runs are grouped by study (`study` in config.yaml, else the experiment; --study takes one) and model; a method is
-named by the settings that differ within its study (`clip · trainer.learning_rate=0.001`). Two runs of one point
+named by its rule and the settings its launch changed (`clip · trainer.learning_rate=0.001`). Two runs of one point
 and seed (the same settings but where or how fast they ran) stop every table and `compare`, naming both. Identical
 runs of two methods, and a rule that never acted, are named on stderr (and in `compare`'s output).
 Tables 2 and 3 carry bootstrap intervals and seed-level tests against `clip` (--resamples, --alpha); --grader TAG
@@ -122,7 +122,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="table3's std over seeds: 1, the sample std (default, as every SD of the results), 0 as in the paper",
     )
     parser.add_argument(
-        "--methods", default=None, help="figures 2, 4 and the clipping curves: comma-separated methods (default all)"
+        "--methods",
+        default=None,
+        help="figures 2, 4 and the clipping curves: comma-separated methods, as shown or in their ASCII form "
+        "(` · ` as `__`; default all)",
     )
 
 
