@@ -15,7 +15,6 @@ import logging
 import os
 import shutil
 import struct
-import sys
 import zipfile
 from pathlib import Path
 
@@ -102,8 +101,7 @@ def latest_complete_checkpoint(folder: Path, warn: bool = True) -> Path | None:
                 "resuming from the checkpoint before it (it is kept, and set aside as "
                 f"{INCOMPLETE_PREFIX}{checkpoint.name} when this step is saved again)"
             )
-            print(message, file=sys.stderr)
-            log.warning(message)
+            log.warning(message)  # once: the console's log handler shows it
     return None
 
 

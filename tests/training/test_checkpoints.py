@@ -45,14 +45,14 @@ def test_the_newest_complete_checkpoint_is_resumed_from(tmp_path):
         (lambda c: cut(c / checkpoints.TRAINER_STATE), "trainer_state.json: not valid JSON"),
     ],
 )
-def test_a_cut_off_newest_checkpoint_is_skipped_and_named(tmp_path, capsys, damage, problem):
+def test_a_cut_off_newest_checkpoint_is_skipped_and_named(tmp_path, caplog, damage, problem):
     write_checkpoint(tmp_path, 2)
     newest = write_checkpoint(tmp_path, 4)
     assert checkpoints.checkpoint_problem(newest) is None
     damage(newest)
     assert problem in checkpoints.checkpoint_problem(newest)
     assert checkpoints.latest_complete_checkpoint(tmp_path) == tmp_path / "checkpoint-2"
-    warning = capsys.readouterr().err
+    (warning,) = [record.getMessage() for record in caplog.records if record.levelname == "WARNING"]
     assert f"checkpoint {newest} is incomplete ({problem}" in warning
     assert "resuming from the checkpoint before" in warning
     assert newest.exists()  # kept
