@@ -35,7 +35,7 @@ def main(cfg: DictConfig) -> None:
         print(err, file=sys.stderr)
         sys.exit(2)
     from atr_grpo.rundir import RunFileError
-    from atr_grpo.training.checkpoints import interrupted_message
+    from atr_grpo.training.interrupts import interrupted_message, interrupted_stage
     from atr_grpo.training.pipeline import EXIT_EVALUATIONS_INCOMPLETE, RunDirError, run_pipeline
     from atr_grpo.training.stage_process import EXIT_INTERRUPTED, StageError
 
@@ -49,8 +49,8 @@ def main(cfg: DictConfig) -> None:
     except StageError as err:  # the stage process printed why
         print(err, file=sys.stderr)
         sys.exit(1)
-    except KeyboardInterrupt:  # Ctrl-C: one line, no traceback; the run continues from its checkpoint
-        print(interrupted_message(train_cfg.run_dir), file=sys.stderr)
+    except KeyboardInterrupt as interrupt:  # Ctrl-C: one line, no traceback; the run continues from its checkpoint
+        print(interrupted_message(train_cfg.run_dir, interrupted_stage(interrupt)), file=sys.stderr)
         sys.exit(EXIT_INTERRUPTED)
     if outcome is None:  # a launched run's other processes: their part ended with training
         return

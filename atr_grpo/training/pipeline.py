@@ -43,7 +43,7 @@ from atr_grpo.evaluation.schedule import EvaluationState, record_failure, run_ev
 from atr_grpo.machine import Decision, decide
 from atr_grpo.provenance import loaded_models
 from atr_grpo.rundir import layout, records
-from atr_grpo.training import checkpoints
+from atr_grpo.training import checkpoints, interrupts
 
 log = logging.getLogger(__name__)
 
@@ -370,6 +370,7 @@ def train_grpo(cfg: TrainConfig, state: RunState, decision: Decision, callbacks:
     from atr_grpo.training.progress import attach_progress
     from atr_grpo.training.run_logger import MetricsCallback, RunLogger
     from atr_grpo.training.sft import ensure_sft_adapter
+    from atr_grpo.training.stage_process import STAGE_NAMES
 
     rule = cfg.clipping.rule()  # the rule the config validated: built once in this process
     warn_if_on_policy(cfg)
@@ -401,7 +402,8 @@ def train_grpo(cfg: TrainConfig, state: RunState, decision: Decision, callbacks:
             trainer.add_callback(build_eval_callback(cfg, trainer, tokenizer, state.run_dir, logger, decision))
         for callback in callbacks:
             trainer.add_callback(callback)
-        trainer.train(resume_from_checkpoint=str(state.resume_from) if state.resume_from else None)
+        with interrupts.stage(STAGE_NAMES["grpo"]):
+            trainer.train(resume_from_checkpoint=str(state.resume_from) if state.resume_from else None)
         final = state.run_dir / layout.FINAL_ADAPTER
         if distributed.on_main(lambda: not final.exists()):  # one decision: saving may need every process
             save_trainable(trainer, final)

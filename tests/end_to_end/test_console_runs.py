@@ -1,8 +1,12 @@
-"""What `python -m atr_grpo.train` prints, for real, on the tiny model (CPU): each line once."""
+"""What `python -m atr_grpo.train` prints, for real, on the tiny model (CPU): each line once, and a Ctrl-C during
+start-up (loading the model, building the data, the SFT stage) ends in one line that names the part interrupted, with
+no traceback, and the same command then resumes the run."""
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import subprocess
 import sys
 from collections import Counter
@@ -15,6 +19,21 @@ pytestmark = pytest.mark.slow
 TRAIN = [sys.executable, "-m", "atr_grpo.train", "experiment=smoke", "logger=none"]
 # Hydra's console prefix of a log record: `[2026-01-01 12:00:00,000][atr_grpo.training.pipeline][WARNING] - `
 LOG_PREFIX = re.compile(r"^\[[^\]]*\]\[[^\]]*\]\[[A-Z]+\] - ")
+# `python -m atr_grpo.train ARGS` with one function of the run replaced by a Ctrl-C: SIGINT sent to itself
+INTERRUPTED_IN = """
+import os, runpy, signal, sys, time
+import importlib
+
+module, name = sys.argv[1].rsplit(".", 1)
+
+def interrupt(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(60)
+
+setattr(importlib.import_module(module), name, interrupt)
+sys.argv = ["atr_grpo.train", *sys.argv[2:]]
+runpy.run_module("atr_grpo.train", run_name="__main__")
+"""
 
 
 def printed_lines(result: subprocess.CompletedProcess) -> list[str]:
@@ -27,6 +46,13 @@ def printed_lines(result: subprocess.CompletedProcess) -> list[str]:
 def train(run_dir, *overrides) -> subprocess.CompletedProcess:
     return subprocess.run(
         [*TRAIN, f"run_dir={run_dir}", *overrides], cwd=REPO, capture_output=True, text=True, timeout=900
+    )
+
+
+def interrupted_line(run_dir, stage: str) -> str:
+    return (
+        f"interrupted during {stage} of {run_dir} (before the first GRPO step); no checkpoint yet; "
+        "run the same command to resume"
     )
 
 
@@ -44,3 +70,50 @@ def test_a_run_prints_each_warning_and_info_line_once_and_a_relaunch_one_final_l
     again = train(run_dir, "rollout=on_policy", "eval=none")
     assert again.returncode == 0, again.stderr[-4000:]
     assert [line for line in printed_lines(again) if "finished" in line] == [f"{run_dir}: training already finished"]
+
+
+@pytest.mark.parametrize(
+    ("replaced", "stage"),
+    [
+        ("atr_grpo.models.load_model_and_tokenizer", "loading the model"),
+        ("atr_grpo.data.datasets.grpo_dataset", "building the data"),
+    ],
+)
+def test_ctrl_c_while_the_model_loads_or_the_data_is_built_ends_in_one_line(
+    tmp_path, smoke_sft_adapter, replaced, stage
+):
+    """A SIGINT while the GRPO stage loads its model or builds its prompts: exit status 130, the one line naming
+    that part, no traceback; the same command then trains the run to its end."""
+    run_dir = tmp_path / "run"
+    command = [sys.executable, "-c", INTERRUPTED_IN, replaced, *TRAIN[3:], f"run_dir={run_dir}", "eval=none"]
+    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 130, result.stderr[-4000:]
+    assert "Traceback" not in result.stdout + result.stderr
+    assert printed_lines(result)[-1] == interrupted_line(run_dir, stage)
+
+    resumed = train(run_dir, "eval=none")
+    assert resumed.returncode == 0, resumed.stderr[-4000:]
+    assert printed_lines(resumed)[-1] == f"{run_dir}: training finished"
+
+
+def test_ctrl_c_during_the_sft_stage_ends_in_one_line(tmp_path, tiny_model_dir):
+    """Ctrl-C (SIGINT to the whole process group, as a terminal sends it) once the SFT stage process prints its
+    first line: exit status 130, the one line naming the SFT stage, no traceback from either process, and no
+    adapter cached."""
+    run_dir, sft_cache = tmp_path / "run", tmp_path / "sft"  # a cache of its own: the SFT stage always trains
+    command = [*TRAIN, f"run_dir={run_dir}", f"sft.cache_dir={sft_cache}", "eval=none"]
+    process = subprocess.Popen(
+        command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    seen = []
+    for line in process.stderr:
+        seen.append(line)
+        if line.startswith("SFT: "):
+            os.killpg(process.pid, signal.SIGINT)
+            break
+    stdout, stderr = process.communicate(timeout=300)
+    result = subprocess.CompletedProcess(command, process.returncode, stdout, "".join(seen) + stderr)
+    assert result.returncode == 130, result.stderr[-4000:]
+    assert "Traceback" not in result.stdout + result.stderr, result.stderr[-4000:]
+    assert printed_lines(result)[-1] == interrupted_line(run_dir, "the SFT stage")
+    assert not list(sft_cache.glob("*/adapter_config.json"))

@@ -7,7 +7,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from atr_grpo.training import checkpoints
+from atr_grpo.training import checkpoints, interrupts
 
 
 def write_checkpoint(folder, step):
@@ -88,22 +88,31 @@ def test_what_an_interrupted_save_left_is_discarded_before_the_step_is_saved_aga
 
 
 # ------------------------------------------------------------------------------------------------ Ctrl-C
-def test_an_interrupted_run_says_in_one_line_its_step_its_checkpoint_and_how_to_resume(tmp_path):
+def test_an_interrupted_run_says_in_one_line_its_stage_its_step_its_checkpoint_and_how_to_resume(tmp_path):
     write_checkpoint(tmp_path / "checkpoints", 2)
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps({"step": step}) + "\n" for step in (1, 2, 3)))
     expected = (
-        f"interrupted at step 3 of {tmp_path}; checkpoint {tmp_path / 'checkpoints' / 'checkpoint-2'} kept; "
-        "run the same command to resume"
+        f"interrupted during GRPO training of {tmp_path} (at step 3); "
+        f"checkpoint {tmp_path / 'checkpoints' / 'checkpoint-2'} kept; run the same command to resume"
     )
-    assert checkpoints.interrupted_message(tmp_path) == expected
+    assert interrupts.interrupted_message(tmp_path, "GRPO training") == expected
 
 
 def test_a_run_interrupted_before_its_first_step_says_so(tmp_path):
-    message = checkpoints.interrupted_message(tmp_path)
-    assert (
-        message
-        == f"interrupted before the first GRPO step of {tmp_path}; no checkpoint yet; run the same command to resume"
+    assert interrupts.interrupted_message(tmp_path) == (
+        f"interrupted during start-up of {tmp_path} (before the first GRPO step); no checkpoint yet; "
+        "run the same command to resume"
     )
+
+
+def test_an_interrupt_is_named_by_the_innermost_stage_it_struck_and_start_up_outside_every_stage():
+    with pytest.raises(KeyboardInterrupt) as outer:
+        with interrupts.stage("the SFT stage"), interrupts.stage("loading the model"):
+            raise KeyboardInterrupt
+    assert interrupts.interrupted_stage(outer.value) == "loading the model"
+    with pytest.raises(KeyboardInterrupt) as unmarked:
+        raise KeyboardInterrupt
+    assert interrupts.interrupted_stage(unmarked.value) == "start-up"
 
 
 def test_an_interrupted_stage_process_exits_130_without_a_traceback(tmp_path, monkeypatch, capsys):
