@@ -64,28 +64,28 @@ def build_generator(cfg: EvaluateConfig, backend: str, benchmarks: list[Any]) ->
     return engines.vllm_generator(cfg.model, cfg.eval, longest, adapter=cfg.adapter), tokenizer
 
 
-def check_inputs(cfg: EvaluateConfig) -> int:
+def check_inputs(cfg: EvaluateConfig) -> tuple[int, str]:
     """What must hold before anything loads: the adapter and out_dir usable, the adapter fitting the model, the
-    evaluation's step known. Returns that step (`evaluation_step`)."""
+    evaluation's step known. Returns that step and how it was read (`evaluation_step`); it says nothing, as the
+    entry point checks once before its job and the job checks again."""
     cfg.check_inputs()
     if cfg.adapter is not None:
         check_adapter_base(cfg.model, cfg.adapter)
     return evaluation_step(cfg)
 
 
-def evaluation_step(cfg: EvaluateConfig) -> int:
-    """`step=` when given; else 0 for the base model, or the adapter's step read from its run's files. An adapter
-    whose step cannot be read is refused (ConfigError naming `step`): filing it as step 0 would mislabel it."""
+def evaluation_step(cfg: EvaluateConfig) -> tuple[int, str]:
+    """`step=` when given; else 0 for the base model, or the adapter's step read from its run's files; with how it
+    was read. An adapter whose step cannot be read is refused (ConfigError naming `step`): filing it as step 0 would
+    mislabel it."""
     if cfg.step is not None:
-        return cfg.step
+        return cfg.step, "the step= given"
     if cfg.adapter is None:
-        return 0
+        return 0, "the base model"
     try:
-        step, source = adapter_step(cfg.adapter)
+        return adapter_step(cfg.adapter)
     except ValueError as err:
         raise ConfigError(f"invalid config: {err}") from err
-    log.info("adapter %s: step %d, from %s", cfg.adapter, step, source)
-    return step
 
 
 def evaluate(cfg: EvaluateConfig, config_yaml: str | None = None) -> dict[str, float]:
@@ -96,7 +96,8 @@ def evaluate(cfg: EvaluateConfig, config_yaml: str | None = None) -> dict[str, f
     from atr_grpo.evaluation import run_evaluation
 
     ev = cfg.eval
-    step = check_inputs(cfg)
+    step, source = check_inputs(cfg)
+    log.info("evaluating step %d (from %s) of %s", step, source, cfg.adapter or cfg.model.name)
     benchmarks = engines.load_benchmarks(ev, cfg.data)
     generator, tokenizer = build_generator(cfg, decide_evaluation(ev).evaluation_backend, benchmarks)
     config_path = Path(cfg.out_dir) / rundir.CONFIG_FILE

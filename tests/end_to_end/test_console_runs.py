@@ -17,8 +17,9 @@ from conftest import REPO
 pytestmark = pytest.mark.slow
 
 TRAIN = [sys.executable, "-m", "atr_grpo.train", "experiment=smoke", "logger=none"]
-# Hydra's console prefix of a log record: `[2026-01-01 12:00:00,000][atr_grpo.training.pipeline][WARNING] - `
-LOG_PREFIX = re.compile(r"^\[[^\]]*\]\[[^\]]*\]\[[A-Z]+\] - ")
+# Hydra's console prefix of a log record: `[2026-01-01 12:00:00,000][atr_grpo.training.pipeline][WARNING] - ` in a
+# job, `[2026-01-01 12:00:00,000][HYDRA] ` before it
+LOG_PREFIX = re.compile(r"^\[[^\]]*\]\[[^\]]*\](\[[A-Z]+\] -)? ")
 # `python -m atr_grpo.train ARGS` with one function of the run replaced by a Ctrl-C: SIGINT sent to itself
 INTERRUPTED_IN = """
 import os, runpy, signal, sys, time
@@ -70,6 +71,19 @@ def test_a_run_prints_each_warning_and_info_line_once_and_a_relaunch_one_final_l
     again = train(run_dir, "rollout=on_policy", "eval=none")
     assert again.returncode == 0, again.stderr[-4000:]
     assert [line for line in printed_lines(again) if "finished" in line] == [f"{run_dir}: training already finished"]
+
+
+def test_an_evaluation_prints_each_line_once(tmp_path, smoke_sft_adapter):
+    """`python -m atr_grpo.evaluate` of an adapter says once which step it evaluates and how that step was read
+    (its inputs are checked before Hydra's job and again in it), and prints every other line once."""
+    command = [sys.executable, "-m", "atr_grpo.evaluate", "model=tiny", "eval=arithmetic", "eval.max_problems=4"]
+    command += ["eval.n=2", "eval.k=2", f"adapter={smoke_sft_adapter}", f"out_dir={tmp_path / 'eval'}"]
+    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-4000:]
+    lines = printed_lines(result)
+    said = f"evaluating step 0 (from its sft_info.json (an SFT adapter is where GRPO starts)) of {smoke_sft_adapter}"
+    assert [line for line in lines if line.startswith(("evaluating step", "adapter "))] == [said]
+    assert [line for line, count in Counter(lines).items() if count > 1] == []
 
 
 @pytest.mark.parametrize(
