@@ -12,19 +12,22 @@ from __future__ import annotations
 
 import sys
 
-import hydra
-from omegaconf import DictConfig, OmegaConf
+from atr_grpo.training.interrupts import before_the_run
 
-from atr_grpo.plugins import broken_plugins_stop_the_command
+with before_the_run():  # Ctrl-C while the libraries load: one line, no traceback
+    import hydra
+    from omegaconf import DictConfig, OmegaConf
 
-with broken_plugins_stop_the_command():  # importing the config reads the installed rules
-    from atr_grpo.config_hydra import register_configs
-    from atr_grpo.console import quiet_libraries
-    from atr_grpo.errors import ConfigError
-    from atr_grpo.hydra_app import checked_config, run_app
-    from atr_grpo.machine import check_launch_here
+    from atr_grpo.plugins import broken_plugins_stop_the_command
 
-register_configs()
+    with broken_plugins_stop_the_command():  # importing the config reads the installed rules
+        from atr_grpo.config_hydra import register_configs
+        from atr_grpo.console import quiet_libraries
+        from atr_grpo.errors import ConfigError
+        from atr_grpo.hydra_app import checked_config, run_app
+        from atr_grpo.machine import check_launch_here
+
+    register_configs()
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="train")
@@ -60,4 +63,6 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(run_app(main, config_name="train", launch_check=check_launch_here))
+    with before_the_run():  # composing and checking the config, before `main` knows the run
+        status = run_app(main, config_name="train", launch_check=check_launch_here)
+    sys.exit(status)

@@ -3,11 +3,13 @@
 The parts a user waits through are marked with `stage(name)`: loading the model, building the data, the SFT
 stage, GRPO training, the evaluation stage. A Ctrl-C inside one carries the innermost part's name up to the
 entry point, which prints `interrupted_message` instead of a traceback. Outside every marked part the run is
-in its start-up (checks, the run directory, W&B).
+in its start-up (checks, the run directory, W&B). Before the run's config is known (the imports, composing and
+checking the config), `before_the_run` prints `BEFORE_THE_RUN` instead.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,6 +20,18 @@ from atr_grpo.training.checkpoints import latest_complete_checkpoint
 
 START_UP = "start-up"  # the name of the time outside every marked part
 _STAGE = "atr_grpo_stage"  # the attribute of a KeyboardInterrupt that names where it struck
+EXIT_INTERRUPTED = 130  # the shell's status for a process ended by Ctrl-C (128 + SIGINT)
+BEFORE_THE_RUN = "interrupted during start-up, before the run began; run the same command to start it"
+
+
+@contextmanager
+def before_the_run() -> Iterator[None]:
+    """An entry point's start-up, before its run is known: a Ctrl-C prints `BEFORE_THE_RUN` and exits 130."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        print(BEFORE_THE_RUN, file=sys.stderr)
+        sys.exit(EXIT_INTERRUPTED)
 
 
 @contextmanager

@@ -30,7 +30,7 @@ RUN_CONFIG = "run_config.yaml"  # the config an SFT stage process is given, in i
 STAGE_MODULE = "atr_grpo.training.stages"  # the child's entry point
 DECISION_FILE = rundir.layout.STAGE_DECISION_FILE
 PARENT_ENV = "ATR_GRPO_STAGE_PARENT"  # the pid of the process that started the stage, which the stage dies with
-EXIT_INTERRUPTED = 130  # the shell's status for a process ended by Ctrl-C (128 + SIGINT)
+EXIT_INTERRUPTED = interrupts.EXIT_INTERRUPTED
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>: the signal this process gets when the thread that started it ends
 
 

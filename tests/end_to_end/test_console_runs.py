@@ -110,6 +110,21 @@ def test_ctrl_c_while_the_model_loads_or_the_data_is_built_ends_in_one_line(
     assert printed_lines(resumed)[-1] == f"{run_dir}: training finished"
 
 
+def test_ctrl_c_while_the_config_is_checked_ends_in_one_line(tmp_path):
+    """A SIGINT while the entry point checks what this machine can run (before Hydra's job, before the run is
+    known): exit status 130, one line, no traceback, no run directory."""
+    run_dir = tmp_path / "run"
+    replaced = "atr_grpo.machine.check_launch_here"
+    command = [sys.executable, "-c", INTERRUPTED_IN, replaced, *TRAIN[3:], f"run_dir={run_dir}", "eval=none"]
+    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 130, result.stderr[-4000:]
+    assert "Traceback" not in result.stdout + result.stderr
+    assert printed_lines(result) == [
+        "interrupted during start-up, before the run began; run the same command to start it"
+    ]
+    assert not run_dir.exists()
+
+
 def test_ctrl_c_during_the_sft_stage_ends_in_one_line(tmp_path, tiny_model_dir):
     """Ctrl-C (SIGINT to the whole process group, as a terminal sends it) once the SFT stage process prints its
     first line: exit status 130, the one line naming the SFT stage, no traceback from either process, and no
