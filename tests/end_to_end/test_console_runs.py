@@ -66,7 +66,7 @@ def test_a_run_prints_each_warning_and_info_line_once_and_a_relaunch_one_final_l
     lines = printed_lines(result)
     assert sum("every update of this run is on-policy" in line for line in lines) == 1, lines
     assert [line for line, count in Counter(lines).items() if count > 1] == []
-    assert lines[-1] == f"{run_dir}: training finished"
+    assert result.stdout.splitlines()[-1] == f"{run_dir}: training finished"  # the summary, on stdout
 
     again = train(run_dir, "rollout=on_policy", "eval=none")
     assert again.returncode == 0, again.stderr[-4000:]
@@ -103,11 +103,11 @@ def test_ctrl_c_while_the_model_loads_or_the_data_is_built_ends_in_one_line(
     result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=900)
     assert result.returncode == 130, result.stderr[-4000:]
     assert "Traceback" not in result.stdout + result.stderr
-    assert printed_lines(result)[-1] == interrupted_line(run_dir, stage)
+    assert result.stderr.splitlines()[-1] == interrupted_line(run_dir, stage)
 
     resumed = train(run_dir, "eval=none")
     assert resumed.returncode == 0, resumed.stderr[-4000:]
-    assert printed_lines(resumed)[-1] == f"{run_dir}: training finished"
+    assert resumed.stdout.splitlines()[-1] == f"{run_dir}: training finished"
 
 
 def test_ctrl_c_while_the_config_is_checked_ends_in_one_line(tmp_path):
@@ -144,5 +144,5 @@ def test_ctrl_c_during_the_sft_stage_ends_in_one_line(tmp_path, tiny_model_dir):
     result = subprocess.CompletedProcess(command, process.returncode, stdout, "".join(seen) + stderr)
     assert result.returncode == 130, result.stderr[-4000:]
     assert "Traceback" not in result.stdout + result.stderr, result.stderr[-4000:]
-    assert printed_lines(result)[-1] == interrupted_line(run_dir, "the SFT stage")
+    assert result.stderr.splitlines()[-1] == interrupted_line(run_dir, "the SFT stage")
     assert not list(sft_cache.glob("*/adapter_config.json"))
