@@ -1,6 +1,6 @@
-"""What `python -m atr_grpo.train` prints, for real, on the tiny model (CPU): each line once, and a Ctrl-C during
-start-up (loading the model, building the data, the SFT stage) ends in one line that names the part interrupted, with
-no traceback, and the same command then resumes the run."""
+"""What `python -m atr_grpo.train` and `python -m atr_grpo.evaluate` print, for real, on the tiny model (CPU): each
+line once; and a Ctrl-C during start-up (checking the config, loading the model, building the data, the SFT stage)
+ends in one line that names the part interrupted, with no traceback, and the same command then resumes the run."""
 
 from __future__ import annotations
 
