@@ -67,35 +67,35 @@ def build_generator(cfg: EvaluateConfig, backend: str, benchmarks: list[Any]) ->
 
 
 def check_inputs(cfg: EvaluateConfig) -> int:
-    """What must hold before anything loads (`checked_request`). Returns the evaluation's step."""
+    """What must hold before anything loads (`checked_request`); it says nothing, as the entry point checks once
+    before its job and the job checks again. Returns the evaluation's step."""
     return checked_request(cfg)[0]
 
 
-def checked_request(cfg: EvaluateConfig) -> tuple[int, dict[str, Any]]:
-    """(step, request): the adapter and out_dir usable, the adapter fitting the model, the evaluation's step known,
-    and out_dir holding nothing but this model and request (`store.check_request`)."""
+def checked_request(cfg: EvaluateConfig) -> tuple[int, str, dict[str, Any]]:
+    """(step, how the step was read, request): the adapter and out_dir usable, the adapter fitting the model, the
+    evaluation's step known, and out_dir holding nothing but this model and request (`store.check_request`)."""
     cfg.check_inputs()
     if cfg.adapter is not None:
         check_adapter_base(cfg.model, cfg.adapter)
-    step = evaluation_step(cfg)
+    step, source = evaluation_step(cfg)
     requested = store.request_of(OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True))
     store.check_request(cfg.out_dir, requested)
-    return step, requested
+    return step, source, requested
 
 
-def evaluation_step(cfg: EvaluateConfig) -> int:
-    """`step=` when given; else 0 for the base model, or the adapter's step read from its run's files. An adapter
-    whose step cannot be read is refused (ConfigError naming `step`): filing it as step 0 would mislabel it."""
+def evaluation_step(cfg: EvaluateConfig) -> tuple[int, str]:
+    """`step=` when given; else 0 for the base model, or the adapter's step read from its run's files; with how it
+    was read. An adapter whose step cannot be read is refused (ConfigError naming `step`): filing it as step 0 would
+    mislabel it."""
     if cfg.step is not None:
-        return cfg.step
+        return cfg.step, "the step= given"
     if cfg.adapter is None:
-        return 0
+        return 0, "the base model"
     try:
-        step, source = adapter_step(cfg.adapter)
+        return adapter_step(cfg.adapter)
     except ValueError as err:
         raise ConfigError(f"invalid config: {err}") from err
-    log.info("adapter %s: step %d, from %s", cfg.adapter, step, source)
-    return step
 
 
 def evaluate(cfg: EvaluateConfig, config_yaml: str | None = None) -> dict[str, float]:
@@ -106,7 +106,8 @@ def evaluate(cfg: EvaluateConfig, config_yaml: str | None = None) -> dict[str, f
     from atr_grpo.evaluation import run_evaluation
 
     ev = cfg.eval
-    step, requested = checked_request(cfg)
+    step, source, requested = checked_request(cfg)
+    log.info("evaluating step %d (from %s) of %s", step, source, cfg.adapter or cfg.model.name)
     benchmarks = engines.load_benchmarks(ev, cfg.data)
     names = [b.name for b in benchmarks]
     reused = store.reused(cfg.out_dir, step, names, cfg.force)

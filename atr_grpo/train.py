@@ -12,19 +12,22 @@ from __future__ import annotations
 
 import sys
 
-import hydra
-from omegaconf import DictConfig, OmegaConf
+from atr_grpo.training.interrupts import before_the_run
 
-from atr_grpo.plugins import broken_plugins_stop_the_command
+with before_the_run():  # Ctrl-C while the libraries load: one line, no traceback
+    import hydra
+    from omegaconf import DictConfig, OmegaConf
 
-with broken_plugins_stop_the_command():  # importing the config reads the installed rules
-    from atr_grpo.config_hydra import register_configs
-    from atr_grpo.console import quiet_libraries
-    from atr_grpo.errors import ConfigError
-    from atr_grpo.hydra_app import checked_config, run_app
-    from atr_grpo.machine import check_launch_here
+    from atr_grpo.plugins import broken_plugins_stop_the_command
 
-register_configs()
+    with broken_plugins_stop_the_command():  # importing the config reads the installed rules
+        from atr_grpo.config_hydra import register_configs
+        from atr_grpo.console import quiet_libraries
+        from atr_grpo.errors import ConfigError
+        from atr_grpo.hydra_app import checked_config, run_app
+        from atr_grpo.machine import check_launch_here
+
+    register_configs()
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="train")
@@ -35,7 +38,7 @@ def main(cfg: DictConfig) -> None:
         print(err, file=sys.stderr)
         sys.exit(2)
     from atr_grpo.rundir import RunFileError
-    from atr_grpo.training.checkpoints import interrupted_message
+    from atr_grpo.training.interrupts import interrupted_message, interrupted_stage
     from atr_grpo.training.pipeline import EXIT_EVALUATIONS_INCOMPLETE, RunDirError, run_pipeline
     from atr_grpo.training.stage_process import EXIT_INTERRUPTED, StageError
 
@@ -49,8 +52,8 @@ def main(cfg: DictConfig) -> None:
     except StageError as err:  # the stage process printed why
         print(err, file=sys.stderr)
         sys.exit(1)
-    except KeyboardInterrupt:  # Ctrl-C: one line, no traceback; the run continues from its checkpoint
-        print(interrupted_message(train_cfg.run_dir), file=sys.stderr)
+    except KeyboardInterrupt as interrupt:  # Ctrl-C: one line, no traceback; the run continues from its checkpoint
+        print(interrupted_message(train_cfg.run_dir, interrupted_stage(interrupt)), file=sys.stderr)
         sys.exit(EXIT_INTERRUPTED)
     if outcome is None:  # a launched run's other processes: their part ended with training
         return
@@ -60,4 +63,6 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(run_app(main, config_name="train", launch_check=check_launch_here))
+    with before_the_run():  # composing and checking the config, before `main` knows the run
+        status = run_app(main, config_name="train", launch_check=check_launch_here)
+    sys.exit(status)

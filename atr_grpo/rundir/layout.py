@@ -27,6 +27,7 @@ place, so a reader never sees half of one. A JSONL file's torn last line is kept
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from atr_grpo.rundir.errors import RunFileError
@@ -93,11 +94,18 @@ def done_path(run_dir: str | Path) -> Path:
     return Path(run_dir) / DONE_FILE
 
 
-def wandb_offline_pattern(run_dir: str | Path, run_id: str) -> Path:
-    """The folders of an offline W&B run, as a shell pattern: each process that continues the run (a relaunch, the
-    evaluation stage) writes one, `offline-run-<time>-<id>` (with `-<n>` after it when two start in one second);
-    `wandb sync` given them all uploads the whole run."""
-    return Path(run_dir) / WANDB_DIR / f"offline-run-*-{run_id}*"
+def wandb_offline_folders(run_dir: str | Path, run_id: str) -> list[Path]:
+    """The folders of an offline W&B run, in the order they were started. W&B cannot write into an existing one, so
+    each process that continues the run (a relaunch, the evaluation stage) writes its own: `offline-run-<time>-<id>`,
+    with `-<n>` after it when two start in one second. `wandb sync` given them all uploads them as one run."""
+    name = re.compile(rf"offline-run-(\d{{8}}_\d{{6}})-{re.escape(run_id)}(?:-(\d+))?")
+    folder = Path(run_dir) / WANDB_DIR
+    started = {}  # folder → (its start second, its number within that second)
+    for path in folder.glob("offline-run-*") if folder.is_dir() else []:
+        match = name.fullmatch(path.name)
+        if match:
+            started[path] = (match[1], int(match[2] or 0))
+    return sorted(started, key=started.__getitem__)
 
 
 def sweep_config_copy(sweep_dir: str | Path, stamp: str) -> Path:

@@ -15,12 +15,8 @@ import logging
 import os
 import shutil
 import struct
-import sys
 import zipfile
 from pathlib import Path
-
-from atr_grpo.rundir.layout import METRICS_FILE, checkpoint_dir
-from atr_grpo.rundir.records import metrics_lines
 
 log = logging.getLogger(__name__)
 
@@ -102,8 +98,7 @@ def latest_complete_checkpoint(folder: Path, warn: bool = True) -> Path | None:
                 "resuming from the checkpoint before it (it is kept, and set aside as "
                 f"{INCOMPLETE_PREFIX}{checkpoint.name} when this step is saved again)"
             )
-            print(message, file=sys.stderr)
-            log.warning(message)
+            log.warning(message)  # once: the console's log handler shows it
     return None
 
 
@@ -180,17 +175,3 @@ def adapter_step(adapter: str | Path) -> tuple[int, str]:
         f"{layout.CHECKPOINT_DIR}/{PREFIX}-<N>, {layout.EVAL_DIR}/{layout.ADAPTERS_DIR}/{layout.STEP_PREFIX}<N>, "
         f"{layout.FINAL_ADAPTER} beside a {layout.DONE_FILE} file, or an SFT adapter with its {SFT_INFO}); pass step=N"
     )
-
-
-def interrupted_message(run_dir: str | Path) -> str:
-    """Ctrl-C's one line: the step the run reached (its last line in metrics.jsonl), the checkpoint a relaunch
-    continues from, and how to relaunch. Resuming is exact (the tests check it), so nothing more needs saying."""
-    run_dir = Path(run_dir)
-    try:
-        steps = [line["step"] for line in metrics_lines(run_dir / METRICS_FILE)]
-    except (OSError, ValueError):  # a damaged file is named when the run is relaunched
-        steps = []
-    kept = latest_complete_checkpoint(checkpoint_dir(run_dir), warn=False)
-    reached = f"at step {steps[-1]}" if steps else "before the first GRPO step"
-    checkpoint = f"checkpoint {kept} kept" if kept else "no checkpoint yet"
-    return f"interrupted {reached} of {run_dir}; {checkpoint}; run the same command to resume"

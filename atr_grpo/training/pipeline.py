@@ -43,7 +43,7 @@ from atr_grpo.evaluation.schedule import EvaluationState, record_failure, run_ev
 from atr_grpo.machine import Decision, decide
 from atr_grpo.provenance import loaded_models
 from atr_grpo.rundir import layout, records
-from atr_grpo.training import checkpoints
+from atr_grpo.training import checkpoints, interrupts
 
 log = logging.getLogger(__name__)
 
@@ -173,7 +173,8 @@ def warn_if_truncated_sampling(cfg: TrainConfig) -> str | None:
 
 
 def _warn(message: str) -> None:
-    print(message, file=sys.stderr)
+    """A warning, shown once: by the console's log handler (Hydra's, or Python's last resort on stderr when none is
+    set up) and written to the run's log file."""
     log.warning(message)
 
 
@@ -219,6 +220,7 @@ class RunOutcome:
     run_dir: Path
     trained: bool
     evaluation: EvaluationState | None
+    already_finished: bool = False  # training had finished before this launch: it trained nothing
 
     @property
     def ok(self) -> bool:
@@ -226,6 +228,8 @@ class RunOutcome:
 
     def summary(self) -> str:
         done = "training finished" if self.trained else "training did not finish"
+        if self.already_finished:
+            done = "training already finished"
         evaluations = "" if self.evaluation is None else f"; {self.evaluation.describe()}"
         line = f"{self.run_dir}: {done}{evaluations}"
         if not self.ok and self.evaluation is not None and self.evaluation.failed:
@@ -233,9 +237,9 @@ class RunOutcome:
         return ("" if self.ok else "NOT COMPLETE: ") + line
 
 
-def run_outcome(run_dir: Path) -> RunOutcome:
+def run_outcome(run_dir: Path, already_finished: bool = False) -> RunOutcome:
     config = rundir.load_config(run_dir / rundir.CONFIG_FILE)
-    return RunOutcome(run_dir, records.is_done(run_dir), run_evaluation_state(run_dir, config))
+    return RunOutcome(run_dir, records.is_done(run_dir), run_evaluation_state(run_dir, config), already_finished)
 
 
 def _prepared(cfg: TrainConfig, config_yaml: str, decision: Decision) -> RunState:
@@ -282,12 +286,10 @@ def run_pipeline(cfg: TrainConfig, config_yaml: str) -> RunOutcome | None:
         import_only_what_runs(decision)
     with distributed.process_group(cfg.trainer.ddp_timeout):
         state = _prepared(cfg, config_yaml, decision)
-        if state.finished:
-            if distributed.is_main():
-                print(f"{state.run_dir}: training already finished")
-        elif trains_here:  # (launched: these processes are the GRPO stage)
+        # a finished run trains nothing, and its last line (`RunOutcome.summary`) says so
+        if not state.finished and trains_here:  # (launched: these processes are the GRPO stage)
             train_grpo(cfg, state, decision)
-        else:
+        elif not state.finished:
             run_stage("grpo", state.run_dir, decision)
     if not distributed.is_main():
         return None
@@ -299,7 +301,7 @@ def run_pipeline(cfg: TrainConfig, config_yaml: str) -> RunOutcome | None:
         except StageError as err:  # the process died before it could record its failures: record them here
             for step in sorted(saved_adapters(state.run_dir)):
                 record_failure(state.run_dir, step, "after", err)
-    return run_outcome(state.run_dir)  # its caller prints `outcome.summary()`, the run's last line
+    return run_outcome(state.run_dir, state.finished)  # its caller prints `outcome.summary()`, the run's last line
 
 
 def import_only_what_runs(decision: Decision) -> None:
@@ -368,6 +370,7 @@ def train_grpo(cfg: TrainConfig, state: RunState, decision: Decision, callbacks:
     from atr_grpo.training.progress import attach_progress
     from atr_grpo.training.run_logger import MetricsCallback, RunLogger
     from atr_grpo.training.sft import ensure_sft_adapter
+    from atr_grpo.training.stage_process import STAGE_NAMES
 
     rule = cfg.clipping.rule()  # the rule the config validated: built once in this process
     warn_if_on_policy(cfg)
@@ -399,7 +402,8 @@ def train_grpo(cfg: TrainConfig, state: RunState, decision: Decision, callbacks:
             trainer.add_callback(build_eval_callback(cfg, trainer, tokenizer, state.run_dir, logger, decision))
         for callback in callbacks:
             trainer.add_callback(callback)
-        trainer.train(resume_from_checkpoint=str(state.resume_from) if state.resume_from else None)
+        with interrupts.stage(STAGE_NAMES["grpo"]):
+            trainer.train(resume_from_checkpoint=str(state.resume_from) if state.resume_from else None)
         final = state.run_dir / layout.FINAL_ADAPTER
         if distributed.on_main(lambda: not final.exists()):  # one decision: saving may need every process
             save_trainable(trainer, final)

@@ -52,16 +52,13 @@ def resolve_flag(value: bool | str | None, default: bool) -> bool:
 
 def loss_settings(cfg: TrainConfig) -> LossSettings:
     """The loss settings of a run; `trainer.loss_agg=native` becomes the rule's own aggregation, and a sequence
-    rule under a token-sum aggregation is pointed out (stderr and the log)."""
-    import sys
-
+    rule under a token-sum aggregation is pointed out, once, in the log (the console shows it)."""
     from atr_grpo.clipping import RULES
 
     tr = cfg.trainer
     loss_agg, notice = resolve_aggregation(tr.loss_agg, RULES[cfg.clipping.name])
     if notice is not None:
-        print(f"NOTE: {notice}", file=sys.stderr)
-        log.warning(notice)
+        log.warning("NOTE: %s", notice)
     return LossSettings(
         loss_agg=loss_agg,
         max_completion_length=tr.max_completion_length,

@@ -17,6 +17,7 @@ import json
 import logging
 import math
 import os
+import shlex
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -135,17 +136,20 @@ class RunLogger:
 
     def finish(self, exit_code: int = 0) -> None:
         """Closes the W&B run; a nonzero `exit_code` (training raised) marks it failed there, not finished. An
-        offline run is named with the `wandb sync` command that uploads all of it (W&B's own hint, silenced by
-        `_console_settings`, named this process's folder only)."""
+        offline run is named with every folder it has so far (one per process that wrote it: W&B cannot reuse one)
+        in the one `wandb sync` command that uploads them all (W&B's own hint, silenced by `_console_settings`, named
+        this process's folder only)."""
         if self.wandb_run is not None:
             run, self.wandb_run = self.wandb_run, None
             run.finish(exit_code=exit_code)
             if run.settings.mode in OFFLINE_MODES:
-                log.info(
-                    "W&B offline run %s: `wandb sync %s` uploads it",
-                    run.id,
-                    layout.wandb_offline_pattern(self.run_dir, run.id),
-                )
+                log.info("W&B offline run %s: `%s` uploads all of it", run.id, wandb_sync_command(self.run_dir, run.id))
+
+
+def wandb_sync_command(run_dir: str | Path, run_id: str) -> str:
+    """`wandb sync <folder> ...`: every offline folder of the W&B run `run_id`, in start order, which W&B uploads
+    as one run in that order."""
+    return shlex.join(["wandb", "sync", *map(str, layout.wandb_offline_folders(run_dir, run_id))])
 
 
 def _console_settings(mode: str | None) -> Any:

@@ -22,13 +22,15 @@ from pathlib import Path
 from atr_grpo import rundir
 from atr_grpo.distributed import stage_environment
 from atr_grpo.machine import Decision
+from atr_grpo.training import interrupts
 
 STAGES = ("sft", "grpo", "evaluate")
+STAGE_NAMES = {"sft": "the SFT stage", "grpo": "GRPO training", "evaluate": "the evaluation stage"}  # Ctrl-C's line
 RUN_CONFIG = "run_config.yaml"  # the config an SFT stage process is given, in its staging folder
 STAGE_MODULE = "atr_grpo.training.stages"  # the child's entry point
 DECISION_FILE = rundir.layout.STAGE_DECISION_FILE
 PARENT_ENV = "ATR_GRPO_STAGE_PARENT"  # the pid of the process that started the stage, which the stage dies with
-EXIT_INTERRUPTED = 130  # the shell's status for a process ended by Ctrl-C (128 + SIGINT)
+EXIT_INTERRUPTED = interrupts.EXIT_INTERRUPTED
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>: the signal this process gets when the thread that started it ends
 
 
@@ -47,12 +49,13 @@ def run_stage(stage: str, path: Path, decision: Decision | None = None) -> None:
     if decision is not None:
         rundir.write_text(handed, decision.to_json())
     env[PARENT_ENV] = str(os.getpid())
-    try:
-        result = subprocess.run(command, env=env)
-    finally:
-        handed.unlink(missing_ok=True)  # a stage started by hand later decides for itself
-    if result.returncode in (EXIT_INTERRUPTED, -signal.SIGINT):  # Ctrl-C reached the stage alone
-        raise KeyboardInterrupt
+    with interrupts.stage(STAGE_NAMES[stage]):
+        try:
+            result = subprocess.run(command, env=env)
+        finally:
+            handed.unlink(missing_ok=True)  # a stage started by hand later decides for itself
+        if result.returncode in (EXIT_INTERRUPTED, -signal.SIGINT):  # Ctrl-C reached the stage alone
+            raise KeyboardInterrupt
     if result.returncode != 0:
         raise StageError(f"the {stage} stage of {path} failed (exit status {result.returncode}); its output is above")
 

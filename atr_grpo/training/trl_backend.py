@@ -19,6 +19,7 @@ from atr_grpo.clipping import ClipRule
 from atr_grpo.compat import install_trl_logprob_fallback
 from atr_grpo.config import TrainConfig
 from atr_grpo.losses import LossSettings, grpo_loss
+from atr_grpo.training import interrupts
 from atr_grpo.training.delta_control import DeltaControl
 from atr_grpo.training.rule_trainer import RuleTrainerMixin, delta_control, grpo_arg_values, loss_settings
 from atr_grpo.training.weight_sync import adopt_exact_weight_sync
@@ -95,9 +96,11 @@ def build_trl_trainer(
         from atr_grpo.evaluation.backends import cpu_compile_cache
 
         cpu_compile_cache()
-    model, tokenizer = load_model_and_tokenizer(cfg.model, adapter_path=adapter, for_training=True)
-    dataset = grpo_dataset(cfg.data, cfg.prompt)
-    dataset = filter_long_prompts(dataset, tokenizer, cfg.trainer.max_prompt_length, cfg.prompt.enable_thinking)
+    with interrupts.stage("loading the model"):
+        model, tokenizer = load_model_and_tokenizer(cfg.model, adapter_path=adapter, for_training=True)
+    with interrupts.stage("building the data"):
+        dataset = grpo_dataset(cfg.data, cfg.prompt)
+        dataset = filter_long_prompts(dataset, tokenizer, cfg.trainer.max_prompt_length, cfg.prompt.enable_thinking)
     stop_ids = stop_token_ids(model, tokenizer)
     trainer = RuleGRPOTrainer(
         model=model,

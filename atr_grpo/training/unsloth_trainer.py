@@ -17,6 +17,7 @@ from torch import Tensor
 from atr_grpo.clipping import ClipRule
 from atr_grpo.config import TrainConfig
 from atr_grpo.errors import ConfigError
+from atr_grpo.training import interrupts
 
 log = logging.getLogger(__name__)
 
@@ -215,7 +216,8 @@ def build_unsloth_trainer(
     """Unsloth's generated GRPOTrainer with the rule installed, the same settings as the TRL path, sampling with
     `rollout_engine` (the run's, `machine.decide`)."""
     check_environment()
-    model, tokenizer = load_unsloth_model(cfg, adapter, rollout_engine)  # imports unsloth first: it patches trl
+    with interrupts.stage("loading the model"):
+        model, tokenizer = load_unsloth_model(cfg, adapter, rollout_engine)  # imports unsloth first: it patches trl
 
     import trl
 
@@ -244,8 +246,9 @@ def build_unsloth_trainer(
         log.info("neutralised an Unsloth config override: %s", change)
 
     trainer_class = type("UnslothRuleTrainer", (UnslothRuleTrainerMixin, RuleTrainerMixin, trl.GRPOTrainer), {})
-    dataset = grpo_dataset(cfg.data, cfg.prompt)
-    dataset = filter_long_prompts(dataset, tokenizer, cfg.trainer.max_prompt_length, cfg.prompt.enable_thinking)
+    with interrupts.stage("building the data"):
+        dataset = grpo_dataset(cfg.data, cfg.prompt)
+        dataset = filter_long_prompts(dataset, tokenizer, cfg.trainer.max_prompt_length, cfg.prompt.enable_thinking)
     settings = loss_settings(cfg)
     stop_ids = stop_token_ids(model, tokenizer)
     trainer = trainer_class(

@@ -7,7 +7,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from atr_grpo.training import checkpoints
+from atr_grpo.training import checkpoints, interrupts
 
 
 def write_checkpoint(folder, step):
@@ -45,14 +45,14 @@ def test_the_newest_complete_checkpoint_is_resumed_from(tmp_path):
         (lambda c: cut(c / checkpoints.TRAINER_STATE), "trainer_state.json: not valid JSON"),
     ],
 )
-def test_a_cut_off_newest_checkpoint_is_skipped_and_named(tmp_path, capsys, damage, problem):
+def test_a_cut_off_newest_checkpoint_is_skipped_and_named(tmp_path, caplog, damage, problem):
     write_checkpoint(tmp_path, 2)
     newest = write_checkpoint(tmp_path, 4)
     assert checkpoints.checkpoint_problem(newest) is None
     damage(newest)
     assert problem in checkpoints.checkpoint_problem(newest)
     assert checkpoints.latest_complete_checkpoint(tmp_path) == tmp_path / "checkpoint-2"
-    warning = capsys.readouterr().err
+    (warning,) = [record.getMessage() for record in caplog.records if record.levelname == "WARNING"]
     assert f"checkpoint {newest} is incomplete ({problem}" in warning
     assert "resuming from the checkpoint before" in warning
     assert newest.exists()  # kept
@@ -88,22 +88,31 @@ def test_what_an_interrupted_save_left_is_discarded_before_the_step_is_saved_aga
 
 
 # ------------------------------------------------------------------------------------------------ Ctrl-C
-def test_an_interrupted_run_says_in_one_line_its_step_its_checkpoint_and_how_to_resume(tmp_path):
+def test_an_interrupted_run_says_in_one_line_its_stage_its_step_its_checkpoint_and_how_to_resume(tmp_path):
     write_checkpoint(tmp_path / "checkpoints", 2)
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps({"step": step}) + "\n" for step in (1, 2, 3)))
     expected = (
-        f"interrupted at step 3 of {tmp_path}; checkpoint {tmp_path / 'checkpoints' / 'checkpoint-2'} kept; "
-        "run the same command to resume"
+        f"interrupted during GRPO training of {tmp_path} (at step 3); "
+        f"checkpoint {tmp_path / 'checkpoints' / 'checkpoint-2'} kept; run the same command to resume"
     )
-    assert checkpoints.interrupted_message(tmp_path) == expected
+    assert interrupts.interrupted_message(tmp_path, "GRPO training") == expected
 
 
 def test_a_run_interrupted_before_its_first_step_says_so(tmp_path):
-    message = checkpoints.interrupted_message(tmp_path)
-    assert (
-        message
-        == f"interrupted before the first GRPO step of {tmp_path}; no checkpoint yet; run the same command to resume"
+    assert interrupts.interrupted_message(tmp_path) == (
+        f"interrupted during start-up of {tmp_path} (before the first GRPO step); no checkpoint yet; "
+        "run the same command to resume"
     )
+
+
+def test_an_interrupt_is_named_by_the_innermost_stage_it_struck_and_start_up_outside_every_stage():
+    with pytest.raises(KeyboardInterrupt) as outer:
+        with interrupts.stage("the SFT stage"), interrupts.stage("loading the model"):
+            raise KeyboardInterrupt
+    assert interrupts.interrupted_stage(outer.value) == "loading the model"
+    with pytest.raises(KeyboardInterrupt) as unmarked:
+        raise KeyboardInterrupt
+    assert interrupts.interrupted_stage(unmarked.value) == "start-up"
 
 
 def test_an_interrupted_stage_process_exits_130_without_a_traceback(tmp_path, monkeypatch, capsys):

@@ -161,7 +161,7 @@ def test_n_processes_accumulating_ga_over_n_take_the_one_process_step(mode):
     assert one_process.abs().sum() > 0
 
 
-def test_env_json_records_the_number_of_processes_and_a_changed_one_is_pointed_out(monkeypatch, tmp_path, capsys):
+def test_env_json_records_the_number_of_processes_and_a_changed_one_is_pointed_out(monkeypatch, tmp_path, caplog):
     """env.json has world_size; a run continued on another number of processes says its random streams change."""
     cfg = compose(["experiment=smoke", f"run_dir={tmp_path / 'run'}"])
     launched_as(monkeypatch, 2)
@@ -169,7 +169,7 @@ def test_env_json_records_the_number_of_processes_and_a_changed_one_is_pointed_o
     assert json.loads((tmp_path / "run" / rundir.ENV_FILE).read_text())["world_size"] == 2
     launched_as(monkeypatch, 1)
     pipeline.prepare_run_dir(to_object(cfg), OmegaConf.to_yaml(cfg, resolve=True), decide(to_object(cfg)))
-    assert "started on 2 process(es) and continues on 1" in capsys.readouterr().err
+    assert "started on 2 process(es) and continues on 1" in caplog.text
     env = json.loads((tmp_path / "run" / rundir.ENV_FILE).read_text())
     assert env["world_size"] == 2 and env["resumes"][0]["world_size"] == 1
 
@@ -236,7 +236,7 @@ def test_processes_agree_through_the_main_one(tmp_path):
     assert seen[1]["failure"] == "ProcessFailed: process 0 failed: ZeroDivisionError: division by zero"
 
 
-def test_a_run_continued_on_another_numeric_path_is_pointed_out(monkeypatch, tmp_path, capsys):
+def test_a_run_continued_on_another_numeric_path_is_pointed_out(monkeypatch, tmp_path, caplog):
     """A resume whose CPU kernels differ (ATEN_CPU_CAPABILITY, MKL_CBWR, ...) warns as a changed process count
     does; the same path says nothing."""
     cfg = compose(["experiment=smoke", f"run_dir={tmp_path / 'run'}"])
@@ -248,8 +248,8 @@ def test_a_run_continued_on_another_numeric_path_is_pointed_out(monkeypatch, tmp
 
     prepare()
     prepare()
-    assert "numeric path" not in capsys.readouterr().err
+    assert "numeric path" not in caplog.text
     monkeypatch.setenv("MKL_CBWR", "COMPATIBLE")
     prepare()
-    err = capsys.readouterr().err
+    err = caplog.text
     assert "was started on the numeric path" in err and "'kernel_choice': {'MKL_CBWR': 'COMPATIBLE'}" in err, err

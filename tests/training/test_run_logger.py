@@ -1,6 +1,9 @@
 """What reaches metrics.jsonl (and the W&B mirror) from the trainer's log events."""
 
 import logging
+import os
+import shlex
+import subprocess
 from types import SimpleNamespace
 
 import pytest
@@ -10,7 +13,7 @@ from helpers.wandb_offline_files import offline_runs
 from atr_grpo import rundir
 from atr_grpo.evaluation.grader import STATUSES
 from atr_grpo.rundir import layout
-from atr_grpo.training.run_logger import EvaluationMirror, MetricsCallback, RunLogger
+from atr_grpo.training.run_logger import EvaluationMirror, MetricsCallback, RunLogger, wandb_sync_command
 
 OFFLINE = ["experiment=smoke", "logger=wandb", "logger.mode=offline"]
 
@@ -183,8 +186,9 @@ def test_a_wandb_failure_in_the_evaluation_stage_is_recorded_and_loses_nothing(t
 
 def test_an_offline_wandb_run_keeps_the_console_quiet_and_names_every_folder_to_sync(tmp_path, capfd, caplog):
     """No per-checkpoint `URL not available` warning (TRL asks an offline run for its URL at each save) and no
-    history or summary at the end; the last line names the `wandb sync` pattern that covers the folder of each
-    process that wrote the run (here a launch and its relaunch; W&B names a folder by the second it started in)."""
+    history or summary at the end. W&B cannot continue an offline folder: a launch and its relaunch with the same id
+    write one folder each, and the last line names both, in start order, in one `wandb sync` command, which W&B reads
+    as its two parts of one run."""
     caplog.set_level(logging.INFO)
     for step in (1, 2):
         logger = RunLogger(train_config(OFFLINE), tmp_path)
@@ -194,6 +198,31 @@ def test_an_offline_wandb_run_keeps_the_console_quiet_and_names_every_folder_to_
     err = capfd.readouterr().err
     assert "URL not available" not in err and "Run summary" not in err and "Run history" not in err
     run_id = (tmp_path / layout.WANDB_ID_FILE).read_text().strip()
-    pattern = layout.wandb_offline_pattern(tmp_path, run_id)
-    assert sorted(pattern.parent.glob(pattern.name)) == sorted(pattern.parent.glob("offline-run-*"))
-    assert caplog.messages[-1] == f"W&B offline run {run_id}: `wandb sync {pattern}` uploads it"
+    first, second = (run["path"] for run in offline_runs(tmp_path))  # in start order, by their run records
+    assert sorted((tmp_path / layout.WANDB_DIR).glob("offline-run-*")) == sorted([first, second])
+    assert caplog.messages[-1] == f"W&B offline run {run_id}: `wandb sync {first} {second}` uploads all of it"
+    env = dict(os.environ, WANDB_MODE="offline")
+    command = [*shlex.split(wandb_sync_command(tmp_path, run_id)), "--dry-run"]
+    dry_run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert dry_run.returncode == 0 and "Would sync 2 run(s)" in dry_run.stdout + dry_run.stderr, dry_run.stderr
+
+
+def test_the_offline_folders_of_a_wandb_run_are_its_own_in_start_order(tmp_path):
+    """A W&B id's folders, the `-<n>` of a second start in the same second after the first; another id's folders
+    (one that starts with this id included) and other files are not among them."""
+    for name in (
+        "offline-run-20260101_120005-abc",
+        "offline-run-20260101_120000-abc-2",
+        "offline-run-20260101_120000-abc",
+        "offline-run-20260101_120000-abc-1",
+        "offline-run-20260101_120000-abcd",
+        "run-20260101_120000-abc",
+    ):
+        (tmp_path / layout.WANDB_DIR / name).mkdir(parents=True)
+    assert [path.name for path in layout.wandb_offline_folders(tmp_path, "abc")] == [
+        "offline-run-20260101_120000-abc",
+        "offline-run-20260101_120000-abc-1",
+        "offline-run-20260101_120000-abc-2",
+        "offline-run-20260101_120005-abc",
+    ]
+    assert layout.wandb_offline_folders(tmp_path / "elsewhere", "abc") == []

@@ -1,0 +1,65 @@
+"""Ctrl-C's one line: the part of the run it stopped, what the run kept, and how to go on.
+
+The parts a user waits through are marked with `stage(name)`: loading the model, building the data, the SFT
+stage, GRPO training, the evaluation stage. A Ctrl-C inside one carries the innermost part's name up to the
+entry point, which prints `interrupted_message` instead of a traceback. Outside every marked part the run is
+in its start-up (checks, the run directory, W&B). Before the run's config is known (the imports, composing and
+checking the config), `before_the_run` prints `BEFORE_THE_RUN` instead.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from atr_grpo.rundir.layout import METRICS_FILE, checkpoint_dir
+from atr_grpo.rundir.records import metrics_lines
+from atr_grpo.training.checkpoints import latest_complete_checkpoint
+
+START_UP = "start-up"  # the name of the time outside every marked part
+_STAGE = "atr_grpo_stage"  # the attribute of a KeyboardInterrupt that names where it struck
+EXIT_INTERRUPTED = 130  # the shell's status for a process ended by Ctrl-C (128 + SIGINT)
+BEFORE_THE_RUN = "interrupted during start-up, before the run began; run the same command to start it"
+
+
+@contextmanager
+def before_the_run() -> Iterator[None]:
+    """An entry point's start-up, before its run is known: a Ctrl-C prints `BEFORE_THE_RUN` and exits 130."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        print(BEFORE_THE_RUN, file=sys.stderr)
+        sys.exit(EXIT_INTERRUPTED)
+
+
+@contextmanager
+def stage(name: str) -> Iterator[None]:
+    """Mark a part of the run: a Ctrl-C inside it is named `name`, unless a part inside this one named it first."""
+    try:
+        yield
+    except KeyboardInterrupt as interrupt:
+        if not hasattr(interrupt, _STAGE):
+            setattr(interrupt, _STAGE, name)
+        raise
+
+
+def interrupted_stage(interrupt: KeyboardInterrupt) -> str:
+    """The part of the run `interrupt` stopped (`START_UP` outside every marked part)."""
+    return getattr(interrupt, _STAGE, START_UP)
+
+
+def interrupted_message(run_dir: str | Path, stage_name: str = START_UP) -> str:
+    """The one line: the part interrupted, the step the run reached (its last line in metrics.jsonl), the checkpoint
+    a relaunch continues from, and how to relaunch. Resuming is exact (the tests check it), so nothing more needs
+    saying."""
+    run_dir = Path(run_dir)
+    try:
+        steps = [line["step"] for line in metrics_lines(run_dir / METRICS_FILE)]
+    except (OSError, ValueError):  # a damaged file is named when the run is relaunched
+        steps = []
+    kept = latest_complete_checkpoint(checkpoint_dir(run_dir), warn=False)
+    reached = f"at step {steps[-1]}" if steps else "before the first GRPO step"
+    checkpoint = f"checkpoint {kept} kept" if kept else "no checkpoint yet"
+    return f"interrupted during {stage_name} of {run_dir} ({reached}); {checkpoint}; run the same command to resume"
