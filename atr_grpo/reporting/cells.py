@@ -186,7 +186,7 @@ class Difference:
     p_value: float  # exact sign-flip over the seeds (Monte Carlo above stats.EXACT_SEEDS)
     p_floor: float  # the smallest p_value S seeds can give
     p_exact: bool
-    p_t: float  # paired t over the seeds
+    p_t: float  # paired t over the seeds; nan with no spread (t is 0/0 or ±inf: a p of 0 would read as certain)
     sd: float  # SD of the per-seed differences (ddof 1); the MDE and power depend on the family (`compare.detectable`)
     p_problems: float  # secondary: sign-flip over problems (these runs differ beyond evaluation noise); nan for a ratio
     p_problems_floor: float  # its Monte Carlo floor 1 / (R + 1)
@@ -203,11 +203,14 @@ class Difference:
         return no_spread(self.per_seed)
 
 
+SPREAD_TOLERANCE = 1e-9  # points: per-seed differences closer than this are equal (float rounding, not spread)
+
+
 def no_spread(per_seed: Iterable[float]) -> bool:
-    """Whether two or more per-seed differences are all exactly equal: their SD is 0, so a t-interval or an MDE
-    from it would read as infinitely precise."""
+    """Whether two or more per-seed differences (in points) are all equal, up to SPREAD_TOLERANCE: their SD is 0
+    or rounding noise, so a t-interval, a t-test or an MDE from it would read as infinitely precise."""
     values = list(per_seed)
-    return len(values) > 1 and all(value == values[0] for value in values)
+    return len(values) > 1 and max(values) - min(values) <= SPREAD_TOLERANCE
 
 
 def paired(a: Scores, b: Scores, names: tuple[str, str] = ("A", "B")) -> list[np.ndarray]:
@@ -258,12 +261,13 @@ def compare(
     a: Scores, b: Scores, resampling: stats.Resampling, key: str, names: tuple[str, str] = ("A", "B")
 ) -> Difference:
     """The paired comparison A − B of the runs matched by seed; `key` is `comparison_key`. Equal per-seed
-    differences (no spread, as identical evaluations give) get no t-interval: a point would read as exact."""
+    differences (no spread, as identical evaluations give) get no t-interval and no t-test: a point or a p of 0
+    would read as exact."""
     differences = paired(a, b, names)
     per_seed = stats.seed_means(differences)
     n_seeds = len(per_seed)
     t_test = stats.seed_t(per_seed, resampling.confidence)
-    spread = not no_spread(per_seed)
+    spread = not no_spread(100 * per_seed)
     runs_a, runs_b = _run_values(a, list(range(n_seeds))), _run_values(b, b.rows(a.seeds))
     value_a, value_b = runs_a.mean(axis=-1), runs_b.mean(axis=-1)  # as Scores.run_values
     low, high = stats.improvement_interval(runs_a, runs_b, resampling, f"improvement|{key}")
@@ -277,7 +281,7 @@ def compare(
         p_value=seed_pvalue(differences, resampling, key),
         p_floor=stats.smallest_seed_pvalue(n_seeds, resampling),
         p_exact=stats.seed_test_is_exact(n_seeds),
-        p_t=float(t_test.p_value),
+        p_t=float(t_test.p_value) if spread else math.nan,
         sd=100 * float(t_test.sd),
         p_problems=float(stats.sign_flip_pvalue(differences, resampling, f"sign-flip|{key}"))
         if reads_problems(a)

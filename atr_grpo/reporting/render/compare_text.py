@@ -108,8 +108,9 @@ def _block_notes(block: list[Row], method_a: str, method_b: str, resampling: sta
     flat = [f"{r.benchmark} {r.metric}" for r in block if r.difference.no_spread]
     if flat:
         lines.append(
-            f"No spread: the per-seed differences of {', '.join(flat)} are all equal, so their t-interval and MDE "
-            "are not shown (–): equal differences over a few seeds do not make a difference exact."
+            f"No spread: the per-seed differences of {', '.join(flat)} are all equal (within "
+            f"{cells.SPREAD_TOLERANCE:g} points), so their t-interval, paired t-test and MDE are not shown (–): equal "
+            "differences over a few seeds do not make a difference exact."
         )
     lines.append(f"Seeds: {seed_design_note([len(r.difference.seeds) for r in block], resampling, alpha)}.")
     lines.append("")
