@@ -107,6 +107,8 @@ def prepare_run_dir(cfg: TrainConfig, config_yaml: str, decision: Decision) -> R
             f"{run_dir} already holds a run started with a different config (differing keys: {', '.join(diff)}); "
             "choose another run_dir (e.g. another seed or experiment). Nothing was changed."
         )
+    if records.is_done(run_dir):  # nothing will run: no resume to record (timing would count it as a stretch)
+        return run_state(run_dir)
     env_path = run_dir / rundir.ENV_FILE
     env = rundir.read_json(env_path) if env_path.exists() else {}
     started_with = env.get("world_size", 1)

@@ -4,13 +4,20 @@ from __future__ import annotations
 
 import json
 import math
+from types import SimpleNamespace
 
 import pytest
+from conftest import compose
 from helpers.run_trees import make_run
+from omegaconf import OmegaConf
 
 from atr_grpo import results
-from atr_grpo.reporting.analyses.timing import timing_table
+from atr_grpo.config_hydra import to_object
+from atr_grpo.machine import Decision
+from atr_grpo.reporting.analyses.timing import stretch_starts, timing_table
 from atr_grpo.reporting.runs import find_runs
+from atr_grpo.rundir import layout, records
+from atr_grpo.training import pipeline
 
 
 def _rewrite(path, name, edit):
@@ -95,6 +102,24 @@ def test_a_resumed_run_counts_every_stretch_and_the_table_says_how_many(tmp_path
     assert "| power2 | tiny | atr | 0 | 180.0 | 21.0 | 75.0 | 3 | 84.0 | 3 |" in text
     assert "| power2 | tiny | clip | 0 | 100.0 | 15.0 | 75.0 | 3 | 10.0 | 1 |" in text
     assert "resumed runs, in stretches (launches): atr seed 0 (3); their wall_s adds each earlier stretch" in text
+
+
+def test_a_relaunch_records_a_stretch_only_when_the_run_is_not_finished(tmp_path):
+    """The same command again: an unfinished run continues, a new stretch in env.json's `resumes`; a finished run
+    trains nothing, so env.json is left as it was and timing still counts the stretches it ran."""
+    composed = compose(["experiment=smoke", "eval=none", f"run_dir={tmp_path / 'run'}"])
+
+    def relaunch():
+        return pipeline.prepare_run_dir(to_object(composed), OmegaConf.to_yaml(composed), Decision("trl", "hf", None))
+
+    relaunch()
+    relaunch()  # cut off before DONE: a resume
+    records.write_done(tmp_path / "run", records.Done(step=4, seconds=50.0))
+    before = layout.env_path(tmp_path / "run").read_text()
+    assert relaunch().finished
+    assert layout.env_path(tmp_path / "run").read_text() == before
+    assert len(json.loads(before)["resumes"]) == 1
+    assert len(stretch_starts(SimpleNamespace(path=tmp_path / "run"))) == 2
 
 
 def test_a_run_that_ran_once_keeps_the_table_without_a_stretches_column(tmp_path):

@@ -15,7 +15,7 @@ A resumed run ran in stretches, one per launch: env.json's `start_time`, then on
 each with its own `start_time`. DONE's `seconds` covers the last stretch only, so its `wall_s` adds each earlier
 stretch from its start to the next one's (the wait before a relaunch included: an upper bound), and its `train_s`
 adds the steps it logged and later set aside (metrics.discarded.jsonl), since that work was done too. The table
-then has a `stretches` column. A relaunch of a finished run counts as a stretch as well (env.json cannot tell).
+then has a `stretches` column. A relaunch of a finished run trains nothing and records no resume.
 """
 
 from __future__ import annotations
