@@ -19,6 +19,9 @@ Backend: `eval.backend=auto` uses vLLM on a CUDA machine where it is installed, 
 + eval.max_tokens; an evaluation that cannot fit (the model's context, or HF's KV cache in memory) is refused
 before the model loads. Run one evaluation per process (vLLM does not reliably free GPU memory), so no Hydra
 multirun with vLLM; `data` (default: arithmetic) only matters for the `arithmetic` benchmark.
+
+Ctrl-C ends in one line (exit status 130): the part interrupted and the evaluations the folder keeps (its
+eval/summary.jsonl); the same command then evaluates the rest.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ with broken_plugins_stop_the_command():  # importing the config reads the instal
     from atr_grpo.hydra_app import checked_config, run_app
     from atr_grpo.machine import decide_evaluation
     from atr_grpo.model_checks import check_adapter_base
+    from atr_grpo.training import interrupts
     from atr_grpo.training.checkpoints import adapter_step
 
 log = logging.getLogger(__name__)
@@ -113,7 +117,8 @@ def evaluate(cfg: EvaluateConfig, config_yaml: str | None = None) -> dict[str, f
     reused = store.reused(cfg.out_dir, step, names, cfg.force)
     generator, tokenizer = None, None  # every result read from the store: no model is needed
     if reused != names:
-        generator, tokenizer = build_generator(cfg, decide_evaluation(ev).evaluation_backend, benchmarks)
+        with interrupts.stage("loading the model"):
+            generator, tokenizer = build_generator(cfg, decide_evaluation(ev).evaluation_backend, benchmarks)
     config_path = Path(cfg.out_dir) / rundir.CONFIG_FILE
     if config_yaml is not None and not config_path.exists():
         rundir.write_text(config_path, config_yaml, overwrite=False)
@@ -123,23 +128,24 @@ def evaluate(cfg: EvaluateConfig, config_yaml: str | None = None) -> dict[str, f
             f"reused: step {step}, {name}: read from {cfg.out_dir}, evaluated earlier under this same request "
             "(model, adapter, problems, sampling); nothing was evaluated again (force=true evaluates it anew)"
         )
-    return run_evaluation(
-        generator,
-        tokenizer,
-        benchmarks,
-        engines.sampling_config(ev, step),  # the step read from the adapter too
-        cfg.out_dir,
-        step,
-        system_prompt=cfg.prompt.system,
-        enable_thinking=cfg.prompt.enable_thinking,
-        k=ev.k,
-        grader_workers=ev.grader_workers,
-        grader_timeout=ev.grader_timeout,
-        credit_inside_think=ev.credit_inside_think,
-        force=cfg.force,
-        metadata={"model": cfg.model.name, "adapter": requested["adapter"]},  # the adapter as an absolute path
-        show_progress=console_is_terminal(),  # bars redraw in place: on a terminal only
-    )
+    with interrupts.stage("sampling and grading"):  # each benchmark's summary line commits it: a relaunch reads it back
+        return run_evaluation(
+            generator,
+            tokenizer,
+            benchmarks,
+            engines.sampling_config(ev, step),  # the step read from the adapter too
+            cfg.out_dir,
+            step,
+            system_prompt=cfg.prompt.system,
+            enable_thinking=cfg.prompt.enable_thinking,
+            k=ev.k,
+            grader_workers=ev.grader_workers,
+            grader_timeout=ev.grader_timeout,
+            credit_inside_think=ev.credit_inside_think,
+            force=cfg.force,
+            metadata={"model": cfg.model.name, "adapter": requested["adapter"]},  # the adapter as an absolute path
+            show_progress=console_is_terminal(),  # bars redraw in place: on a terminal only
+        )
 
 
 def format_results(metrics: dict[str, float], k: int) -> str:
@@ -173,9 +179,15 @@ def main(cfg: DictConfig) -> None:
     except (ConfigError, ValueError) as err:  # a bad benchmark file, k > n, a context that cannot fit
         print(err, file=sys.stderr)
         sys.exit(2)
+    except KeyboardInterrupt as interrupt:  # Ctrl-C: one line, no traceback; the summary keeps what was evaluated
+        stage = interrupts.interrupted_stage(interrupt)
+        print(interrupts.evaluation_interrupted_message(eval_cfg.out_dir, stage), file=sys.stderr)
+        sys.exit(interrupts.EXIT_INTERRUPTED)
     print(format_results(metrics, eval_cfg.eval.k))
     print(f"files: {eval_cfg.out_dir}/eval/")
 
 
 if __name__ == "__main__":
-    sys.exit(run_app(main, config_name="evaluate", check=check_inputs))
+    with interrupts.before_the_run():  # composing and checking the config, before `main` knows the evaluation
+        status = run_app(main, config_name="evaluate", check=check_inputs)
+    sys.exit(status)

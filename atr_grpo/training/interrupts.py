@@ -3,7 +3,8 @@
 The parts a user waits through are marked with `stage(name)`: loading the model, building the data, the SFT
 stage, GRPO training, the evaluation stage. A Ctrl-C inside one carries the innermost part's name up to the
 entry point, which prints `interrupted_message` instead of a traceback. Outside every marked part the run is
-in its start-up (checks, the run directory, W&B). Before the run's config is known (the imports, composing and
+in its start-up (checks, the run directory, W&B). `python -m atr_grpo.evaluate` marks its parts too and ends in
+`evaluation_interrupted_message`. Before the run's config is known (the imports, composing and
 checking the config), `before_the_run` prints `BEFORE_THE_RUN` instead.
 """
 
@@ -14,8 +15,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from atr_grpo.rundir.layout import METRICS_FILE, checkpoint_dir
-from atr_grpo.rundir.records import metrics_lines
+from atr_grpo.rundir.layout import METRICS_FILE, checkpoint_dir, summary_path
+from atr_grpo.rundir.records import metrics_lines, summary_lines
 from atr_grpo.training.checkpoints import latest_complete_checkpoint
 
 START_UP = "start-up"  # the name of the time outside every marked part
@@ -63,3 +64,15 @@ def interrupted_message(run_dir: str | Path, stage_name: str = START_UP) -> str:
     reached = f"at step {steps[-1]}" if steps else "before the first GRPO step"
     checkpoint = f"checkpoint {kept} kept" if kept else "no checkpoint yet"
     return f"interrupted during {stage_name} of {run_dir} ({reached}); {checkpoint}; run the same command to resume"
+
+
+def evaluation_interrupted_message(out_dir: str | Path, stage_name: str = START_UP) -> str:
+    """The one line of a standalone evaluation: the part interrupted, the evaluations its folder keeps (the lines of
+    eval/summary.jsonl, each committed whole), and how to go on (those are read back, the rest evaluated)."""
+    summary = summary_path(out_dir)
+    try:
+        done = [f"step {line['step']} {line['benchmark']}" for line in summary_lines(summary)]
+    except (OSError, ValueError):  # a damaged file is named when the evaluation is relaunched
+        done = []
+    kept = f"kept in {summary}: {', '.join(done)}" if done else f"no evaluation kept yet in {summary}"
+    return f"interrupted during {stage_name} of the evaluation into {out_dir}; {kept}; run the same command to resume"

@@ -4,6 +4,7 @@ ends in one line that names the part interrupted, with no traceback, and the sam
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -20,20 +21,24 @@ TRAIN = [sys.executable, "-m", "atr_grpo.train", "experiment=smoke", "logger=non
 # Hydra's console prefix of a log record: `[2026-01-01 12:00:00,000][atr_grpo.training.pipeline][WARNING] - ` in a
 # job, `[2026-01-01 12:00:00,000][HYDRA] ` before it
 LOG_PREFIX = re.compile(r"^\[[^\]]*\]\[[^\]]*\](\[[A-Z]+\] -)? ")
-# `python -m atr_grpo.train ARGS` with one function of the run replaced by a Ctrl-C: SIGINT sent to itself
+# `python -m ENTRY ARGS` (atr_grpo.train unless ENTRY=... comes first) with one function of the run replaced by a
+# Ctrl-C: SIGINT sent to itself
 INTERRUPTED_IN = """
 import os, runpy, signal, sys, time
 import importlib
 
 module, name = sys.argv[1].rsplit(".", 1)
+entry, args = "atr_grpo.train", sys.argv[2:]
+if args and args[0].startswith("ENTRY="):
+    entry, args = args[0][len("ENTRY="):], args[1:]
 
 def interrupt(*args, **kwargs):
     os.kill(os.getpid(), signal.SIGINT)
     time.sleep(60)
 
 setattr(importlib.import_module(module), name, interrupt)
-sys.argv = ["atr_grpo.train", *sys.argv[2:]]
-runpy.run_module("atr_grpo.train", run_name="__main__")
+sys.argv = [entry, *args]
+runpy.run_module(entry, run_name="__main__")
 """
 
 
@@ -84,6 +89,31 @@ def test_an_evaluation_prints_each_line_once(tmp_path, smoke_sft_adapter):
     said = f"evaluating step 0 (from its sft_info.json (an SFT adapter is where GRPO starts)) of {smoke_sft_adapter}"
     assert [line for line in lines if line.startswith(("evaluating step", "adapter "))] == [said]
     assert [line for line, count in Counter(lines).items() if count > 1] == []
+
+
+def test_ctrl_c_during_an_evaluation_ends_in_one_line_naming_what_the_folder_keeps(tmp_path):
+    """`python -m atr_grpo.evaluate` of the base model at step 0, then at step 2 into the same folder with a SIGINT
+    while it samples: exit status 130, no traceback, one line naming the part interrupted and step 0's evaluation,
+    which the folder keeps; the same command then evaluates step 2."""
+    out_dir = tmp_path / "eval"
+    command = ["model=tiny", "eval=arithmetic", "eval.max_problems=4", "eval.n=2", "eval.k=2", f"out_dir={out_dir}"]
+    evaluate = [sys.executable, "-m", "atr_grpo.evaluate", *command]
+    first = subprocess.run(evaluate, cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert first.returncode == 0, first.stderr[-4000:]
+    replaced = "atr_grpo.evaluation.run_evaluation"
+    interrupted = [sys.executable, "-c", INTERRUPTED_IN, replaced, "ENTRY=atr_grpo.evaluate", *command, "step=2"]
+    result = subprocess.run(interrupted, cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 130, result.stderr[-4000:]
+    assert "Traceback" not in result.stdout + result.stderr
+    assert result.stderr.splitlines()[-1] == (
+        f"interrupted during sampling and grading of the evaluation into {out_dir}; kept in "
+        f"{out_dir}/eval/summary.jsonl: step 0 arithmetic; run the same command to resume"
+    )
+
+    resumed = subprocess.run([*evaluate, "step=2"], cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert resumed.returncode == 0, resumed.stderr[-4000:]
+    steps = [json.loads(line)["step"] for line in (out_dir / "eval" / "summary.jsonl").read_text().splitlines()]
+    assert steps == [0, 2]
 
 
 @pytest.mark.parametrize(
