@@ -69,8 +69,11 @@ def console_is_terminal(stream: TextIO | None = None) -> bool:
 
 def configure_logging() -> None:
     """The console of an entry point that Hydra does not set up (the demo, a stage process): INFO records with
-    their time and source, and `quiet_libraries`."""
-    logging.basicConfig(level=logging.INFO, format="[%(asctime)s %(name)s] %(message)s", datefmt="%H:%M:%S")
+    their time, source and level, as Hydra's console shows them, and `quiet_libraries`. The level is the one place a
+    warning says WARNING: a logged message does not start with the word."""
+    logging.basicConfig(
+        level=logging.INFO, format="[%(asctime)s %(name)s][%(levelname)s] %(message)s", datefmt="%H:%M:%S"
+    )
     quiet_libraries()
 
 

@@ -90,7 +90,7 @@ def record_start_point(run_dir: Path, start: dict[str, Any]) -> str | None:
     if recorded != start:
         changed = sorted(k for k in start if recorded.get(k) != start[k])
         return (
-            f"WARNING: {run_dir} started from another base model or SFT adapter than the cache holds now "
+            f"{run_dir} started from another base model or SFT adapter than the cache holds now "
             f"(differs: {', '.join(changed)}); {rundir.ENV_FILE} keeps the one it started from"
         )
     return None

@@ -68,7 +68,7 @@ def lock_run_dir(run_dir: str | Path) -> str | None:
     if previous is None:
         return None
     return (
-        f"WARNING: {path} named {_describe(previous)}, which ended without giving the run up (killed?); "
+        f"{path} named {_describe(previous)}, which ended without giving the run up (killed?); "
         "this process takes the run over"
     )
 

@@ -94,7 +94,7 @@ def latest_complete_checkpoint(folder: Path, warn: bool = True) -> Path | None:
             return checkpoint
         if warn:
             message = (
-                f"WARNING: checkpoint {checkpoint} is incomplete ({problem}), probably cut off during its save; "
+                f"checkpoint {checkpoint} is incomplete ({problem}), probably cut off during its save; "
                 "resuming from the checkpoint before it (it is kept, and set aside as "
                 f"{INCOMPLETE_PREFIX}{checkpoint.name} when this step is saved again)"
             )

@@ -114,7 +114,7 @@ def prepare_run_dir(cfg: TrainConfig, config_yaml: str, decision: Decision) -> R
     started_with = env.get("world_size", 1)
     if started_with != distributed.world_size():
         _warn(
-            f"WARNING: {run_dir} was started on {started_with} process(es) and continues on "
+            f"{run_dir} was started on {started_with} process(es) and continues on "
             f"{distributed.world_size()}: the global batch is the same, but the random streams of the processes "
             "differ, so the continuation is not the one an uninterrupted run would have computed"
         )
@@ -135,7 +135,7 @@ def _warn_if_numeric_path_changed(run_dir: Path, started: dict[str, Any], resume
     before, now = numeric_path(started["device"]), numeric_path(resumed["device"])
     if before != now:
         _warn(
-            f"WARNING: {run_dir} was started on the numeric path {before} and continues on {now}: float results "
+            f"{run_dir} was started on the numeric path {before} and continues on {now}: float results "
             "differ by kernel, so the continuation is not the one an uninterrupted run would have computed"
         )
 
@@ -150,7 +150,7 @@ def warn_if_on_policy(cfg: TrainConfig) -> str | None:
     if clipping_can_act(cfg):
         return None
     message = (
-        f"WARNING: every update of this run is on-policy (rollout.steps_per_generation = "
+        f"every update of this run is on-policy (rollout.steps_per_generation = "
         f"trainer.gradient_accumulation_steps = {cfg.trainer.gradient_accumulation_steps} and "
         f"rollout.num_iterations = 1), so w ≡ 1 and the clipping rule {cfg.clipping.name!r} cannot act: every "
         "ratio-based rule gives the same gradient. Use rollout=reuse2 or raise rollout.num_iterations."
@@ -165,7 +165,7 @@ def warn_if_truncated_sampling(cfg: TrainConfig) -> str | None:
     if setting is None:
         return None
     message = (
-        f"WARNING: {setting} truncates the training sampler (trainer.allow_truncated_sampling=true): tokens are drawn "
+        f"{setting} truncates the training sampler (trainer.allow_truncated_sampling=true): tokens are drawn "
         "from a renormalised part of π_old, so the rule's ratio and the rollout correction carry the kept mass as if "
         "it were a policy change. rollout/ratio_outside_box_frac logs the share of π_old/π_rollout outside the "
         "rule's box."

@@ -2,6 +2,7 @@
 local file, a temperature vLLM would refuse, vLLM asked for where it cannot run; a missing --config-dir, a
 misspelled key in its files or a misspelled option is named as typed, and `--cfg job` refuses what a run refuses."""
 
+import logging
 import subprocess
 import sys
 
@@ -89,12 +90,17 @@ def test_truncated_training_sampling_is_refused_naming_the_key_and_the_flag(over
         assert "trainer.allow_truncated_sampling=true" in str(refused.value)
 
 
-def test_truncated_training_sampling_is_allowed_with_the_flag_and_warned(capsys):
+def test_truncated_training_sampling_is_allowed_with_the_flag_and_warned(caplog):
+    """The warning is logged at WARNING level, and its text does not repeat the word: the console's log format
+    shows the level (`[...][WARNING] - trainer.top_p=0.9 truncates ...`)."""
     from atr_grpo.training.pipeline import warn_if_truncated_sampling
 
     cfg = train_config(["trainer.top_p=0.9", "trainer.allow_truncated_sampling=true", "rollout.engine=vllm"])
-    assert warn_if_truncated_sampling(cfg).startswith("WARNING: trainer.top_p=0.9 truncates the training sampler")
-    assert "rollout/ratio_outside_box_frac" in capsys.readouterr().err
+    with caplog.at_level(logging.WARNING, logger="atr_grpo.training.pipeline"):
+        message = warn_if_truncated_sampling(cfg)
+    assert message.startswith("trainer.top_p=0.9 truncates the training sampler")
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [("WARNING", message)]
+    assert "rollout/ratio_outside_box_frac" in message
     assert warn_if_truncated_sampling(train_config(["experiment=smoke"])) is None
     assert cfg.eval.top_p == 0.95, "evaluation sampling keeps the paper's top-p (§6.1)"
 

@@ -7,6 +7,8 @@ import io
 import logging
 import os
 import re
+import subprocess
+import sys
 import warnings
 
 import pytest
@@ -261,3 +263,22 @@ def test_quiet_libraries_keeps_vllm_to_warnings_unless_asked_and_turns_library_b
         vllm_logger.setLevel(previous)
         datasets.enable_progress_bars()
         transformers.utils.logging.enable_progress_bar()
+
+
+def test_a_stage_process_shows_a_warnings_level_once(tmp_path):
+    """`configure_logging` (a stage process, the demo) shows the level as Hydra's console does, and our warnings
+    do not carry the word themselves: `[12:00:00 atr_grpo.training.checkpoints][WARNING] checkpoint ...`."""
+    script = (
+        "import pathlib, sys\n"
+        "from atr_grpo.console import configure_logging\n"
+        "from atr_grpo.training import checkpoints\n"
+        "configure_logging()\n"
+        "folder = pathlib.Path(sys.argv[1])\n"
+        "(folder / 'checkpoint-4').mkdir()\n"
+        "checkpoints.latest_complete_checkpoint(folder)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    (line,) = [line for line in result.stderr.splitlines() if "is incomplete" in line]
+    assert re.match(r"^\[\d\d:\d\d:\d\d atr_grpo\.training\.checkpoints\]\[WARNING\] checkpoint ", line), line
+    assert line.count("WARNING") == 1
