@@ -143,8 +143,16 @@ _FINGERPRINT_SILENT_DEFAULTS = {"pretrain_chain_ops": 1}
 
 
 def tiny_fingerprint(cfg: TinyModelConfig) -> str:
+    """The cache key of the base model: its architecture and recipe, and the kernel choice when one is set
+    (`numeric_paths.kernel_choice`). Pretraining on another numeric path gives other weights, so a run on that path
+    must not reuse the native path's model; on the native path the key is what it always was."""
+    from atr_grpo.numeric_paths import kernel_choice
+
     arch = {k: v for k, v in asdict(cfg).items() if _FINGERPRINT_SILENT_DEFAULTS.get(k, object()) != v}
-    payload = json.dumps({"arch": arch, "recipe": TINY_RECIPE, "corpus": _tokenizer_corpus()[:40]}, sort_keys=True)
+    fields = {"arch": arch, "recipe": TINY_RECIPE, "corpus": _tokenizer_corpus()[:40]}
+    if kernel_choice():
+        fields["kernels"] = kernel_choice()
+    payload = json.dumps(fields, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:12]
 
 

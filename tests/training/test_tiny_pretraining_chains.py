@@ -71,3 +71,20 @@ def test_bad_settings_are_refused_naming_the_key(overrides, needle):
     with pytest.raises(ConfigError) as err:
         train_config(["experiment=power", *overrides])
     assert needle in str(err.value)
+
+
+def test_another_numeric_path_builds_its_own_base_model(monkeypatch):
+    """The kernel choice is part of the base model's cache key; the native path's key is unchanged."""
+    from atr_grpo.numeric_paths import KERNEL_VARIABLES, NUMERIC_PATHS
+
+    for name in KERNEL_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    native = tiny_fingerprint(TinyModelConfig())
+    for name, value in NUMERIC_PATHS["avx2"].items():
+        monkeypatch.setenv(name, value)
+    avx2 = tiny_fingerprint(TinyModelConfig())
+    monkeypatch.setenv("MKL_CBWR", "COMPATIBLE")
+    assert len({native, avx2, tiny_fingerprint(TinyModelConfig())}) == 3
+    for name in KERNEL_VARIABLES:
+        monkeypatch.delenv(name)
+    assert tiny_fingerprint(TinyModelConfig()) == native == "8c221fc01d5d"
