@@ -160,3 +160,9 @@ def test_writing_the_table_replaces_only_what_lies_between_the_markers(tmp_path)
     page.write_text("# Rules\n\nno markers\n")
     with pytest.raises(ValueError, match=f"{page} has no rule table between the lines"):
         write_rule_table(page)
+
+
+def test_the_readmes_rule_count_is_the_registrys():
+    """The front door's "(N rules, ..." counts this package's registered rules (`rule_docs.package_rules`)."""
+    (count,) = re.findall(r"\((\d+) rules, each", (REPO / "README.md").read_text())
+    assert int(count) == len(package_rules())
