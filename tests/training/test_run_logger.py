@@ -4,6 +4,7 @@ import logging
 import os
 import shlex
 import subprocess
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -202,7 +203,9 @@ def test_an_offline_wandb_run_keeps_the_console_quiet_and_names_every_folder_to_
     assert sorted((tmp_path / layout.WANDB_DIR).glob("offline-run-*")) == sorted([first, second])
     assert caplog.messages[-1] == f"W&B offline run {run_id}: `wandb sync {first} {second}` uploads all of it"
     env = dict(os.environ, WANDB_MODE="offline")
-    command = [*shlex.split(wandb_sync_command(tmp_path, run_id)), "--dry-run"]
+    program, *arguments = shlex.split(wandb_sync_command(tmp_path, run_id))
+    assert program == "wandb"  # the user's command; here, this interpreter's wandb, whatever PATH holds
+    command = [sys.executable, "-m", "wandb", *arguments, "--dry-run"]
     dry_run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert dry_run.returncode == 0 and "Would sync 2 run(s)" in dry_run.stdout + dry_run.stderr, dry_run.stderr
 

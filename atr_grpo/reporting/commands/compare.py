@@ -46,10 +46,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(opts: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     runs = of_experiment(read_runs(parser, opts), opts.experiment)
+    where = "" if opts.experiment is None else f" (among the runs of --experiment {opts.experiment!r})"
     try:  # a name as shown or in its ASCII form; from here on, as shown
         opts.methods = [method_named(m, {r.method for r in runs if r.config}, "METHOD") for m in opts.methods]
     except UnknownMethod as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {err}{where}", file=sys.stderr)
         return 2
     if not start_points_agree([r for r in runs if r.method in opts.methods]):
         return 2
@@ -67,7 +68,6 @@ def run(opts: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         runs = RunSet(runs)  # compare_methods checked them for repeats: the parts and the plan need not again
         found = options.planned_analysis(opts, runs, resampling)
     except compare.CompareError as err:
-        where = "" if opts.experiment is None else f" (among the runs of --experiment {opts.experiment!r})"
         print(f"error: {err}{where}", file=sys.stderr)
         return 2
     except plan.PlanError as err:
