@@ -8,6 +8,7 @@ import contextlib
 import io
 import json
 
+import pytest
 from helpers.run_trees import read_csv
 from helpers.sampled_runs import method_matrices, sampled_run
 from omegaconf import OmegaConf
@@ -183,6 +184,15 @@ def test_a_table_of_methods_takes_one_study(tmp_path):
         "atr-delta0.05",
         "atr-delta0.09",
     ]
+
+
+def test_a_misspelled_study_names_the_closest_study(tmp_path, capsys):
+    root = delta_study(tmp_path / "runs", "other")
+    with pytest.raises(SystemExit):
+        main(["table3", "--runs", str(root), "--study", "ablat", "--out", str(tmp_path / "out")])
+    assert f"--study 'ablat': no run of it under {root}; did you mean 'ablate'? studies found: ablate, other" in (
+        capsys.readouterr().err
+    )
 
 
 def test_comparing_identical_runs_says_they_are_identical_and_names_the_swept_value(tmp_path):
