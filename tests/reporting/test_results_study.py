@@ -365,6 +365,27 @@ def test_methods_that_all_drew_the_same_samples_are_named_in_one_warning(tmp_pat
     ]
 
 
+def test_methods_that_drew_the_same_samples_get_no_probability_of_improvement_or_problem_test(tmp_path):
+    """P(A > B) = ½ in [½, ½] and p (problems) = 1 would read as evidence of no difference: they are –."""
+    root = alike_study(tmp_path / "runs")
+    code, out, err = run_cli("compare", "atr", "clip", "--runs", root, "--resamples", RESAMPLES)
+    assert code == 0, err
+    assert "| amc23 | mean@8 | 37.50 | 37.50 | – | – | – | 30 |" in out
+
+
+def test_a_table_of_methods_that_drew_the_same_samples_bolds_no_tie_and_says_why(tmp_path):
+    root = alike_study(tmp_path / "runs")
+    out = tmp_path / "out"
+    code, _, err = run_cli("table3", "--runs", root, "--study", "smoke", "--out", out, "--resamples", RESAMPLES)
+    assert code == 0, err
+    md = (out / "table3.md").read_text()
+    assert "**" not in md and "textbf" not in (out / "table3.tex").read_text()
+    assert (
+        "_warning: smoke/qwen3-1.7b: identical evaluations: atr and clip drew byte-identical evaluation samples for "
+        "every seed (seeds 0, 1)"
+    ) in md
+
+
 def test_equal_nonzero_differences_get_no_interval_and_no_mde(tmp_path):
     """Both seeds gain the same +12.5 points: the t-interval and the MDE are undefined, not a point and 0."""
     root = tmp_path / "runs"

@@ -54,6 +54,7 @@ class Row:
     warnings: list[str] = field(default_factory=list)  # what the comparison cannot show (`no_effect`)
     evaluation_sd: float = float("nan")  # a seed's difference from the draws alone, in points (`eval_noise`)
     detectable: tuple[float, float] = (math.nan, math.nan)  # (MDE, observed power) at `level` (`detectable`)
+    alike: bool = False  # every seed pair drew the same evaluation samples (`no_effect.evaluations_alike`)
 
 
 def _names(runs: list[Run], attribute: str) -> str:
@@ -129,6 +130,7 @@ def compare_methods(
         k = methods[method_a][0].k
         warnings = no_effect.pair_warnings(methods[method_a], methods[method_b])
         warnings += no_effect.rule_warnings(methods[method_a] + methods[method_b])
+        alike = no_effect.evaluations_alike(methods[method_a], methods[method_b])
         for metric in metrics or defaults(k):
             for key in keys:
                 try:
@@ -137,7 +139,7 @@ def compare_methods(
                     )
                 except cells.ScoreError as err:
                     raise CompareError(f"{experiment}/{model}, {key} {metric}: {err}") from None
-                row.warnings = warnings
+                row.warnings, row.alike = warnings, alike
                 rows.append(row)
     return rows
 

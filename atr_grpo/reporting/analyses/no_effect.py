@@ -108,12 +108,18 @@ def _differing(a: Run, b: Run) -> list[str]:
     return [k for k in varying_keys([a, b]) if k != "method"]
 
 
+def evaluations_alike(runs_a: list[Run], runs_b: list[Run]) -> bool:
+    """Whether every seed pair of A and B drew the same evaluation samples: no test can tell them apart."""
+    pairs = seed_pairs(runs_a, runs_b)
+    return bool(pairs) and all(same_evaluations(a, b) for a, b in pairs)
+
+
 def drew_alike(runs_a: list[Run], runs_b: list[Run]) -> list[int]:
     """The seeds of A against B when every seed drew the same evaluation samples though training differed in
     some; [] otherwise."""
-    pairs = seed_pairs(runs_a, runs_b)
-    if not pairs or not all(same_evaluations(a, b) for a, b in pairs):
+    if not evaluations_alike(runs_a, runs_b):
         return []
+    pairs = seed_pairs(runs_a, runs_b)
     return [] if all(_same_training(a, b) for a, b in pairs) else [a.seed for a, _ in pairs]
 
 
@@ -170,10 +176,11 @@ def rule_warnings(runs: list[Run]) -> list[str]:
     ]
 
 
-def study_warnings(runs: list[Run]) -> list[str]:
+def study_warnings(runs: list[Run], ties_only: bool = False) -> list[str]:
     """For the tables: per study and model, each pair of methods whose runs are identical, each set of methods
     that drew the same evaluation samples (one line for them all, not one per pair), and each rule that never
-    acted, as `<study>/<model>: <what>`."""
+    acted, as `<study>/<model>: <what>`. With `ties_only`, only the methods whose runs are alike for every seed of
+    both: their rows in a table are ties, which a table's notes explain."""
     groups: dict[tuple[str, str], dict[str, list[Run]]] = defaultdict(lambda: defaultdict(list))
     for run in runs:
         if run.config and run.is_training:
@@ -183,6 +190,8 @@ def study_warnings(runs: list[Run]) -> list[str]:
         alike: dict[tuple[int, ...], list[set[str]]] = defaultdict(list)
         found = []
         for a, b in combinations(sorted(methods), 2):
+            if ties_only and not (_same_seeds(methods[a], methods[b]) and evaluations_alike(methods[a], methods[b])):
+                continue
             seeds = drew_alike(methods[a], methods[b])
             if seeds:
                 _join(alike[tuple(seeds)], {a, b})
@@ -192,9 +201,14 @@ def study_warnings(runs: list[Run]) -> list[str]:
             for names in sets:
                 first = sorted(names)
                 found.append(_same_samples_line(first, list(seeds), methods[first[0]][0].max_steps))
-        found += rule_warnings([run for group in methods.values() for run in group])
+        if not ties_only:
+            found += rule_warnings([run for group in methods.values() for run in group])
         lines += [f"{study}/{model}: {line}" for line in found]
     return lines
+
+
+def _same_seeds(runs_a: list[Run], runs_b: list[Run]) -> bool:
+    return sorted(run.seed for run in runs_a) == sorted(run.seed for run in runs_b)
 
 
 def _join(sets: list[set[str]], pair: set[str]) -> None:

@@ -68,10 +68,17 @@ def _robust_table(block: list[Row], method_a: str, method_b: str, resampling: st
     ]
     for r in block:
         d = r.difference
+        shown = (
+            ["–"] * 3  # the same samples on both sides: ½, [½, ½] and p = 1 would read as evidence of no difference
+            if r.alike
+            else [
+                f"{d.improvement:.2f}",
+                f"[{d.improvement_low:.2f}, {d.improvement_high:.2f}]",
+                stats.format_p(d.p_problems, d.p_problems_floor),
+            ]
+        )
         lines.append(
-            f"| {r.benchmark} | {r.metric} | {d.iqm_a:.2f} | {d.iqm_b:.2f} | {d.improvement:.2f} "
-            f"| [{d.improvement_low:.2f}, {d.improvement_high:.2f}] "
-            f"| {stats.format_p(d.p_problems, d.p_problems_floor)} | {d.problems} |"
+            f"| {r.benchmark} | {r.metric} | {d.iqm_a:.2f} | {d.iqm_b:.2f} | {' | '.join(shown)} | {d.problems} |"
         )
     return lines
 
