@@ -119,6 +119,11 @@ def _block_notes(block: list[Row], method_a: str, method_b: str, resampling: sta
             f"{cells.SPREAD_TOLERANCE:g} points), so their t-interval, paired t-test and MDE are not shown (–): equal "
             "differences over a few seeds do not make a difference exact."
         )
+    if block[0].seeds_left_out:
+        lines.append(
+            f"Paired on the seeds both methods have ({', '.join(map(str, block[0].difference.seeds))}); left out: "
+            f"{block[0].seeds_left_out}. The tables give this pair no test: they pair only methods with the same seeds."
+        )
     lines.append(f"Seeds: {seed_design_note([len(r.difference.seeds) for r in block], resampling, alpha)}.")
     lines.append("")
     return lines
