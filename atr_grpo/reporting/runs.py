@@ -455,19 +455,23 @@ def repeat_free(runs: list[Run], keep: Callable[[Run], bool] | None = None) -> l
 
 
 def problems(runs: list[Run]) -> list[str]:
-    """Every run's own problems, plus training runs whose last evaluation is before other runs' of the model."""
+    """Every run's own problems (its own schedule's missing steps among them), plus training runs whose last
+    evaluation is before that of other runs of their method and study. A variant with other settings, such as a
+    longer trainer.max_steps, is no measure: it is another method."""
     lines = [f"{run.path}: {problem}" for run in runs for problem in run.problems]
-    last: dict[str, int] = {}
+    last: dict[tuple[str, str, str], int] = {}
     for run in runs:
         if run.max_steps is not None and run.eval_steps:
-            last[run.model] = max(last.get(run.model, 0), run.eval_steps[-1])
+            group = (run.study, run.model, run.method)
+            last[group] = max(last.get(group, 0), run.eval_steps[-1])
     for run in runs:
-        if run.max_steps is None or not run.eval_steps or run.eval_steps[-1] >= last[run.model]:
+        if run.max_steps is None or not run.eval_steps:
             continue
-        if not any(p.startswith("no evaluation at step") for p in run.problems):
+        reached = last[(run.study, run.model, run.method)]
+        if run.eval_steps[-1] < reached and not any(p.startswith("no evaluation at step") for p in run.problems):
             lines.append(
-                f"{run.path}: last evaluation at step {run.eval_steps[-1]}, "
-                f"other {run.model} runs reach step {last[run.model]}"
+                f"{run.path}: last evaluation at step {run.eval_steps[-1]}, other runs of {run.method} in study "
+                f"{run.study} reach step {reached}"
             )
     return lines
 

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from atr_grpo import provenance, rundir
+from atr_grpo.errors import closest
 from atr_grpo.reporting import regrade
 from atr_grpo.reporting.runs import Run, RunSet, find_runs
 
@@ -33,7 +34,11 @@ def read_runs(parser: argparse.ArgumentParser, opts: argparse.Namespace) -> list
         found = sorted({run.study for run in runs if run.config})
         runs = [run for run in runs if run.study == opts.study]
         if not runs:
-            parser.error(f"--study {opts.study!r}: no run of it under {opts.runs}; studies found: {', '.join(found)}")
+            close = closest(opts.study, found)
+            guess = f"; did you mean {close!r}?" if close else ";"
+            parser.error(
+                f"--study {opts.study!r}: no run of it under {opts.runs}{guess} studies found: {', '.join(found)}"
+            )
     for run in runs:
         if not run.config:  # it cannot be placed in any table: say so here
             print(f"warning: {run.path}: {'; '.join(run.problems)}", file=sys.stderr)

@@ -301,7 +301,7 @@ def test_compare_of_identical_methods_finds_nothing(tree):
     )
     assert code == 0
     assert "| aime25 | pass@8 | 80.00 | 80.00 | +0.00 | +0.00, +0.00, +0.00 | – | 1 | 0.25 | 1 |  | – | – | – |" in out
-    assert "| aime25 | pass@8 | 80.00 | 80.00 | 0.50 | [0.50, 0.50] | 1 | 30 |" in out
+    assert "| aime25 | pass@8 | 80.00 | 80.00 | – | – | – | 30 |" in out  # the same samples: no P(A > B), no p
 
 
 def test_compare_at_an_earlier_step(tree):
@@ -352,9 +352,29 @@ def mismatched(tmp_path):
     return root
 
 
-def test_compare_refuses_unpaired_seeds_and_problems_naming_them(mismatched):
-    code, _, err = run_cli("compare", "atr", "clip", "--runs", mismatched, "--resamples", 200)
-    assert code == 2 and "pairing needs the same seeds: atr has [0], clip has [0, 1]" in err
+def test_compare_pairs_the_common_seeds_and_names_those_left_out(mismatched):
+    """atr has seed 0, clip seeds 0 and 1: one pair, whose smallest p (1) can mark nothing."""
+    code, out, err = run_cli("compare", "atr", "clip", "--runs", mismatched, "--resamples", 200, "--metric", "mean@8")
+    assert code == 0, err
+    assert "## atr − clip: pairs, qwen3-1.7b (seeds 0; evaluation steps 100)" in out
+    assert "| amc23 | mean@8 | 37.50 | 25.00 | +12.50 | +12.50 | – | 1 | 1 | 1 |  | – | – | – |" in out
+    assert (
+        "Paired on the seeds both methods have (0); left out: clip seed 1. The tables give this pair no test: they "
+        "pair only methods with the same seeds." in out
+    )
+    assert "with 1 seed (all 2^S sign patterns) the smallest attainable p is 1, so no difference can be marked" in out
+
+
+def test_compare_refuses_methods_with_no_common_seed(tmp_path):
+    root = tmp_path / "runs"
+    sampled_run(root, "pairs", "clip", 0, method_matrices(0, 0))
+    sampled_run(root, "pairs", "atr", 1, method_matrices(1, 1))
+    code, _, err = run_cli("compare", "atr", "clip", "--runs", root, "--resamples", 200)
+    assert code == 2
+    assert "pairs/qwen3-1.7b: pairing needs a seed both methods have: atr has [1], clip has [0]" in err
+
+
+def test_compare_refuses_unpaired_problems_naming_them(mismatched):
     code, _, err = run_cli("compare", "sapo", "clip", "--runs", mismatched, "--resamples", 200, "--benchmark", "aime24")
     assert code == 2
     assert "pairs__sapo__s1__model=qwen3-1.7b: aime24 problems differ from" in err and "(missing here: 29;" in err

@@ -60,6 +60,19 @@ def test_the_first_step_metric_and_sample_where_runs_part(tmp_path, capsys):
     assert "training parts at optimizer step 3 (clip/frac)" in out and "problem 1, sample 0, from character 8" in out
 
 
+def test_evaluations_that_agree_are_named_identical_and_left_out_of_the_table(tmp_path, capsys):
+    """Training parts, evaluations do not: one line says so, and only the metrics that differ are listed."""
+    a, b = _pair(tmp_path)
+    rows = [json.loads(line) for line in (b / "metrics.jsonl").read_text().splitlines()]
+    (b / "metrics.jsonl").write_text("".join(json.dumps(r | {"clip/frac": 0.02}) + "\n" for r in rows))
+    for path in (a, b):
+        _samples(path, 50, ["1 + 1 = 2.", "3 - 1 = 2."])
+    assert results_main(["diverge", str(a), str(b)]) == 0
+    out = capsys.readouterr().out
+    assert "evaluations: identical (steps 0, 50)" in out
+    assert out.splitlines()[-3:] == ["| metric | largest abs. difference |", "|---|---:|", "| train/clip/frac | 0.01 |"]
+
+
 def test_a_folder_that_is_not_a_run_is_refused(tmp_path, capsys):
     assert results_main(["diverge", str(tmp_path), str(tmp_path)]) == 2
     assert f"{tmp_path} is not a run directory" in capsys.readouterr().err
@@ -103,7 +116,8 @@ def test_a_run_cut_off_is_not_identical_to_the_whole_run(tmp_path, capsys):
     ]
     assert results_main(["diverge", str(a), str(b)]) == 0
     out = capsys.readouterr().out
-    assert "identical" not in out and "unequal lengths: training steps only in A: 97" in out
+    assert "identical:" not in out and "unequal lengths: training steps only in A: 97" in out
+    assert "the evaluations both runs have: identical (step 0)" in out
 
 
 def _seeded(path, run_seed, drawn_seed=None):

@@ -93,6 +93,19 @@ def test_figures_without_data_are_skipped_by_name(tmp_path, capsys):
     ]
 
 
+def test_figures_of_a_study_take_its_runs_as_the_tables_do(tmp_path, capsys):
+    """--study chose the runs: figure 2 and the curves draw them whatever their experiment, as table2 does."""
+    root = tmp_path / "runs"
+    for method in ("atr", "clip"):
+        run = make_run(root, "demo", "tiny", method, {"name": method}, 0, evals_of({0: (0.1,) * 3, 20: (0.2,) * 3}), 20)
+        add_parts(run, 0.5)
+    out = tmp_path / "figures"
+    assert main(["figures", "--runs", str(root), "--study", "demo", "--out", str(out)]) == 0
+    printed = capsys.readouterr()
+    assert_written([Path(line) for line in printed.out.splitlines()], ALL[:4])
+    assert "skipped figure 2" not in printed.err and "no runs of experiment 'table2'" not in printed.err
+
+
 def test_figure_functions_return_what_they_wrote(tree, tmp_path):
     figure = figures.figure2(find_runs(tree, "table2"), tmp_path, methods=["atr"])
     assert_written(figure, ["figure2_training_curves"])

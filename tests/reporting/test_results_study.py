@@ -8,6 +8,7 @@ import contextlib
 import io
 import json
 
+import pytest
 from helpers.run_trees import read_csv
 from helpers.sampled_runs import method_matrices, sampled_run
 from omegaconf import OmegaConf
@@ -185,6 +186,15 @@ def test_a_table_of_methods_takes_one_study(tmp_path):
     ]
 
 
+def test_a_misspelled_study_names_the_closest_study(tmp_path, capsys):
+    root = delta_study(tmp_path / "runs", "other")
+    with pytest.raises(SystemExit):
+        main(["table3", "--runs", str(root), "--study", "ablat", "--out", str(tmp_path / "out")])
+    assert f"--study 'ablat': no run of it under {root}; did you mean 'ablate'? studies found: ablate, other" in (
+        capsys.readouterr().err
+    )
+
+
 def test_comparing_identical_runs_says_they_are_identical_and_names_the_swept_value(tmp_path):
     root = tmp_path / "runs"
     for seed in range(2):
@@ -308,17 +318,21 @@ def test_each_results_command_checks_its_runs_for_repeats_once(tmp_path, monkeyp
         assert checked == [runs], argv[0]
 
 
+def alike_study(root, methods=("atr", "clip")):
+    """Two seeds of each method, all drawing the same evaluation samples; their training metrics differ slightly."""
+    for seed in range(2):
+        for shift, method in enumerate(methods):
+            path = sampled_run(root, "smoke", method, seed, method_matrices(1, seed))
+            rows = [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines()]
+            lines = [json.dumps(r | {"entropy": r["entropy"] + 1e-6 * shift}) + "\n" for r in rows]
+            (path / "metrics.jsonl").write_text("".join(lines))
+    return root
+
+
 def test_methods_that_drew_the_same_evaluation_samples_show_no_mde_and_name_a_short_run(tmp_path):
     """Two seeds, the same samples on both sides, training metrics slightly apart: the comparison says no test can
     show a difference, with the likely cause, and its interval and MDE are – (not [+0.00, +0.00] and 0.00)."""
-    root = tmp_path / "runs"
-    for seed in range(2):
-        for method in ("atr", "clip"):
-            path = sampled_run(root, "smoke", method, seed, method_matrices(1, seed))
-            if method == "atr":
-                rows = [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines()]
-                lines = [json.dumps(r | {"entropy": r["entropy"] + 1e-6}) + "\n" for r in rows]
-                (path / "metrics.jsonl").write_text("".join(lines))
+    root = alike_study(tmp_path / "runs")
     code, out, err = run_cli("compare", "atr", "clip", "--runs", root, "--resamples", RESAMPLES)
     assert code == 0, err
     expected = (
@@ -335,6 +349,41 @@ def test_methods_that_drew_the_same_evaluation_samples_show_no_mde_and_name_a_sh
     assert (
         "with 2 seeds (all 2^S sign patterns) the smallest attainable p is 0.5, so no difference can be marked" in out
     )
+
+
+def test_methods_that_all_drew_the_same_samples_are_named_in_one_warning(tmp_path):
+    """Three methods alike: one warning names them all, not one per pair."""
+    root = alike_study(tmp_path / "runs", ("atr", "clip", "my_clip"))
+    code, _, err = run_cli("timing", "--runs", root, "--out", tmp_path / "out")
+    assert code == 0, err
+    warnings = [line for line in err.splitlines() if "identical evaluations" in line]
+    assert warnings == [
+        "warning: smoke/qwen3-1.7b: identical evaluations: atr, clip and my_clip drew byte-identical evaluation "
+        "samples for every seed (seeds 0, 1), though their training metrics differ, so no test can show a difference "
+        "and no MDE is given; likely cause: too few training steps (100 steps) for the rules to act on what the "
+        "policy samples"
+    ]
+
+
+def test_methods_that_drew_the_same_samples_get_no_probability_of_improvement_or_problem_test(tmp_path):
+    """P(A > B) = ½ in [½, ½] and p (problems) = 1 would read as evidence of no difference: they are –."""
+    root = alike_study(tmp_path / "runs")
+    code, out, err = run_cli("compare", "atr", "clip", "--runs", root, "--resamples", RESAMPLES)
+    assert code == 0, err
+    assert "| amc23 | mean@8 | 37.50 | 37.50 | – | – | – | 30 |" in out
+
+
+def test_a_table_of_methods_that_drew_the_same_samples_bolds_no_tie_and_says_why(tmp_path):
+    root = alike_study(tmp_path / "runs")
+    out = tmp_path / "out"
+    code, _, err = run_cli("table3", "--runs", root, "--study", "smoke", "--out", out, "--resamples", RESAMPLES)
+    assert code == 0, err
+    md = (out / "table3.md").read_text()
+    assert "**" not in md and "textbf" not in (out / "table3.tex").read_text()
+    assert (
+        "_warning: smoke/qwen3-1.7b: identical evaluations: atr and clip drew byte-identical evaluation samples for "
+        "every seed (seeds 0, 1)"
+    ) in md
 
 
 def test_equal_nonzero_differences_get_no_interval_and_no_mde(tmp_path):

@@ -12,6 +12,7 @@ from itertools import combinations
 import pytest
 from conftest import REPO
 from helpers.run_trees import BENCHES, cell, evals_of, make_run, read_csv, write_passk_run
+from omegaconf import OmegaConf
 
 from atr_grpo.reporting.analyses import tables
 from atr_grpo.reporting.runs import find_runs
@@ -158,12 +159,35 @@ def test_missing_evaluations_are_reported_in_the_output_and_on_stderr(built):
     assert cell(rows, model="qwen3-8b", method="atr", benchmark="amc23", metric="mean@8")["final"] == "60.00"
 
 
-def test_a_run_that_stopped_before_the_others_is_reported(tmp_path, capsys):
+def test_a_run_that_stopped_before_the_other_seeds_of_its_method_is_reported(tmp_path, capsys):
+    """With no evaluation schedule to check against (eval.every_steps unset), the other seeds of the method say
+    where it should have reached."""
     root = tmp_path / "runs"
-    make_run(root, "table2", "m", "atr", {"name": "atr"}, 0, evals_of({50: (0.1,) * 3, 100: (0.2,) * 3}))
-    make_run(root, "table2", "m", "clip", {"name": "clip"}, 0, evals_of({50: (0.1,) * 3}), max_steps=50)
+    for seed, evals in ((0, {50: (0.1,) * 3, 100: (0.2,) * 3}), (1, {50: (0.1,) * 3})):
+        path = make_run(root, "table2", "m", "atr", {"name": "atr"}, seed, evals_of(evals))
+        config = OmegaConf.load(path / "config.yaml")
+        config.eval.every_steps = None
+        OmegaConf.save(config, path / "config.yaml")
     assert main(["table2", "--runs", str(root), "--out", str(tmp_path / "out")]) == 0
-    assert "last evaluation at step 50, other m runs reach step 100" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "atr__s1__model=m: last evaluation at step 50, other runs of atr in study table2 reach step 100" in err
+    assert "atr__s0__model=m: last evaluation" not in err
+
+
+def test_a_longer_variant_leaves_the_complete_runs_of_other_settings_complete(tmp_path, capsys):
+    """Runs of 4 steps evaluated as scheduled are complete, though a variant of 6 steps joins the study."""
+    root = tmp_path / "runs"
+    for method in ("atr", "clip"):
+        make_run(root, "table2", "m", method, {"name": method}, 0, evals_of({0: (0.1,) * 3, 4: (0.2,) * 3}), 4)
+    make_run(
+        root, "table2", "m", "atr", {"name": "atr"}, 0, evals_of({0: (0.1,) * 3, 6: (0.3,) * 3}), 6, name="atr-long"
+    )
+    out = tmp_path / "out"
+    assert main(["table2", "--runs", str(root), "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "last evaluation" not in err and "reach step" not in err
+    section = (out / "table2.md").read_text().split("## Missing evaluations and set-aside runs", 1)[1]
+    assert "last evaluation" not in section and "no evaluation at step" not in section
 
 
 def test_table3_mean_and_sample_std_over_seeds(built):

@@ -7,8 +7,9 @@ effect, the per-seed differences; then rliable's IQM of each method and P(A > B)
 a secondary column. The Holm family is fixed, not the rows printed: every method of the study and model
 compared with B in the same benchmark × metric column, which is the tables' family when B is `clip`; the
 random streams are named by `cells.comparison_key`. So the same comparison prints the same numbers here and in
-the tables. Runs are paired by seed and problems by id; a seed or a problem that A or B lacks stops the
-comparison with an error that names it (a family member that cannot be paired is left out, and named).
+the tables. Runs are paired by seed and problems by id: A and B on the seeds both have (the others named in a
+note; no common seed stops the comparison), and a problem that A or B lacks stops it with an error that names it
+(a family member that cannot be paired is left out, and named).
 
 A study is `study` in the runs' config.yaml (else their experiment); a method is named by its rule and the settings
 its launch changed (`runs.name_methods`), and two runs of one point and seed stop the comparison
@@ -54,6 +55,8 @@ class Row:
     warnings: list[str] = field(default_factory=list)  # what the comparison cannot show (`no_effect`)
     evaluation_sd: float = float("nan")  # a seed's difference from the draws alone, in points (`eval_noise`)
     detectable: tuple[float, float] = (math.nan, math.nan)  # (MDE, observed power) at `level` (`detectable`)
+    alike: bool = False  # every seed pair drew the same evaluation samples (`no_effect.evaluations_alike`)
+    seeds_left_out: str = ""  # the seeds only one method has, left out of the pairing (`common_seeds`)
 
 
 def _names(runs: list[Run], attribute: str) -> str:
@@ -127,19 +130,40 @@ def compare_methods(
         configured = list(dict.fromkeys(b for r in methods[method_a] + methods[method_b] for b in r.benchmarks))
         keys = _cell_keys(configured, benchmarks, f"{experiment}/{model}")
         k = methods[method_a][0].k
-        warnings = no_effect.pair_warnings(methods[method_a], methods[method_b])
+        pair, left_out = common_seeds(methods[method_a], methods[method_b], f"{experiment}/{model}")
+        warnings = no_effect.pair_warnings(*pair)
         warnings += no_effect.rule_warnings(methods[method_a] + methods[method_b])
+        alike = no_effect.evaluations_alike(*pair)
         for metric in metrics or defaults(k):
             for key in keys:
                 try:
                     row = _compare_cell(
-                        methods, method_a, method_b, metric, key, configured, resampling, endpoint, step
+                        methods, pair, method_a, method_b, metric, key, configured, resampling, endpoint, step
                     )
                 except cells.ScoreError as err:
                     raise CompareError(f"{experiment}/{model}, {key} {metric}: {err}") from None
-                row.warnings = warnings
+                row.warnings, row.alike, row.seeds_left_out = warnings, alike, left_out
                 rows.append(row)
     return rows
+
+
+def common_seeds(runs_a: list[Run], runs_b: list[Run], where: str) -> tuple[tuple[list[Run], list[Run]], str]:
+    """(the runs of A and of B on the seeds both have, the seeds left out in words: "" when none is); CompareError
+    when they share no seed. The tables' Holm family pairs only methods with the same seeds (`holm_against`)."""
+    seeds_a, seeds_b = ({run.seed for run in runs} for runs in (runs_a, runs_b))
+    common = seeds_a & seeds_b
+    if not common:
+        raise CompareError(
+            f"{where}: pairing needs a seed both methods have: {runs_a[0].method} has {sorted(seeds_a)}, "
+            f"{runs_b[0].method} has {sorted(seeds_b)}"
+        )
+    left = [
+        f"{runs[0].method} seed{'s' * (len(only) > 1)} {', '.join(map(str, sorted(only)))}"
+        for runs, only in ((runs_a, seeds_a - common), (runs_b, seeds_b - common))
+        if only
+    ]
+    pair = tuple([run for run in runs if run.seed in common] for runs in (runs_a, runs_b))
+    return pair, "; ".join(left)  # type: ignore[return-value]
 
 
 def _check_request(method_a: str, method_b: str, metrics: list[str] | None, step: int | None, endpoint: str) -> None:
@@ -190,6 +214,7 @@ def _cell_keys(configured: list[str], benchmarks: list[str] | None, where: str) 
 
 def _compare_cell(
     methods: dict[str, list[Run]],
+    pair: tuple[list[Run], list[Run]],
     method_a: str,
     method_b: str,
     metric: str,
@@ -199,8 +224,9 @@ def _compare_cell(
     endpoint: str,
     step: int | None,
 ) -> Row:
-    """A against B on one benchmark (or the Average) and metric, with its Holm adjustment (`holm_against`)."""
-    runs_a, runs_b = methods[method_a], methods[method_b]
+    """A against B on one benchmark (or the Average) and metric, paired on the runs of `pair` (their common seeds),
+    with its Holm adjustment over `methods` (`holm_against`)."""
+    runs_a, runs_b = pair
     experiment, model = runs_a[0].study, runs_a[0].model
     a = cells.cell_scores(runs_a, metric, key, configured, endpoint, step)
     b = cells.cell_scores(runs_b, metric, key, configured, endpoint, step)

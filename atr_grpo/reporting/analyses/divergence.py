@@ -1,10 +1,11 @@
 """Where two runs part: `python -m atr_grpo.results diverge RUN_A RUN_B`.
 
 For runs expected to be the same run (ATR under min semantics against clip_higher at ATR's exact box, Thm
-4.1–4.2), this reports the largest difference in every evaluation and training metric, and where they first
-differ: the first optimizer step whose logged metrics differ (and which metrics), the first evaluation step and
-benchmark whose samples differ (or, without per-sample files, whose summary metrics do), and there the first
-sample whose completion differs, with the character at which the two texts part. Byte-identical samples never
+4.1–4.2), this reports the largest difference in every evaluation and training metric that differs, and where they
+first differ: the first optimizer step whose logged metrics differ (and which metrics), the first evaluation step
+and benchmark whose samples differ (or, without per-sample files, whose summary metrics do), and there the first
+sample whose completion differs, with the character at which the two texts part; evaluations that never part are
+named identical, with their steps. Byte-identical samples never
 part, whatever their summary lines' metadata say; a line's `seed` (a training run's own seed) is not compared,
 and the seeds the samples were drawn with (`Run.drawn_seed`) are named when they differ. Training metrics are
 logged per optimizer step, so the step is as fine as the files allow; the per-token ratios of training are not
@@ -35,6 +36,8 @@ class Divergence:
     first_sample: dict[str, Any] | None = None  # problem_id, sample, offset, the two texts from there
     unequal: list[str] = field(default_factory=list)  # what only one run has: steps, evaluations, DONE
     seed_notes: list[str] = field(default_factory=list)  # drawn seeds that differ, and lines that do not record them
+    evaluation_steps: list[int] = field(default_factory=list)  # the steps both runs evaluated
+    same_evaluations: bool = True  # both runs evaluated the same steps and benchmarks
 
     @property
     def identical(self) -> bool:
@@ -131,6 +134,8 @@ def divergence(a: Run, b: Run) -> Divergence:
         if same is False or (same is None and differ):
             found.first_evaluation, found.first_sample = key, _first_sample(a, b, step, benchmark)
     found.seed_notes = _seed_notes(a, b, sorted(set(a.summary) & set(b.summary)))
+    found.evaluation_steps = sorted({step for step, _ in set(a.summary) & set(b.summary)})
+    found.same_evaluations = set(a.summary) == set(b.summary)
     return found
 
 
@@ -154,6 +159,10 @@ def report(a: Run, b: Run, found: Divergence) -> str:
     if found.first_training_step is not None:
         shown = ", ".join(found.first_training_metrics[:6])
         lines.append(f"training parts at optimizer step {found.first_training_step} ({shown})")
+    if found.first_evaluation is None and found.evaluation_steps and not found.identical:
+        which = "evaluations" if found.same_evaluations else "the evaluations both runs have"
+        steps = found.evaluation_steps
+        lines.append(f"{which}: identical (step{'s' * (len(steps) > 1)} {', '.join(map(str, steps))})")
     if found.first_evaluation is not None:
         step, benchmark = found.first_evaluation
         lines.append(f"evaluation parts at step {step}, {benchmark}")
@@ -164,8 +173,10 @@ def report(a: Run, b: Run, found: Divergence) -> str:
                 f"{s['offset']}: A {s['a']!r} / B {s['b']!r}"
             )
     lines += [f"note: {line}" for line in found.seed_notes]
-    lines += ["", "| metric | largest abs. difference |", "|---|---:|"]
-    lines += [f"| {key} | {gap:.3g} |" for key, gap in sorted(found.largest.items()) if key.startswith("eval/")]
-    worst = sorted(((gap, key) for key, gap in found.largest.items() if key.startswith("train/")), reverse=True)
-    lines += [f"| {key} | {gap:.3g} |" for gap, key in worst[:8]]
+    differ = {key: gap for key, gap in found.largest.items() if gap}  # a metric that agrees says nothing here
+    rows = [f"| {key} | {gap:.3g} |" for key, gap in sorted(differ.items()) if key.startswith("eval/")]
+    worst = sorted(((gap, key) for key, gap in differ.items() if key.startswith("train/")), reverse=True)
+    rows += [f"| {key} | {gap:.3g} |" for gap, key in worst[:8]]
+    if rows:
+        lines += ["", "| metric | largest abs. difference |", "|---|---:|", *rows]
     return "\n".join(lines) + "\n"

@@ -108,15 +108,30 @@ def _differing(a: Run, b: Run) -> list[str]:
     return [k for k in varying_keys([a, b]) if k != "method"]
 
 
+def evaluations_alike(runs_a: list[Run], runs_b: list[Run]) -> bool:
+    """Whether every seed pair of A and B drew the same evaluation samples: no test can tell them apart."""
+    pairs = seed_pairs(runs_a, runs_b)
+    return bool(pairs) and all(same_evaluations(a, b) for a, b in pairs)
+
+
+def drew_alike(runs_a: list[Run], runs_b: list[Run]) -> list[int]:
+    """The seeds of A against B when every seed drew the same evaluation samples though training differed in
+    some; [] otherwise."""
+    if not evaluations_alike(runs_a, runs_b):
+        return []
+    pairs = seed_pairs(runs_a, runs_b)
+    return [] if all(_same_training(a, b) for a, b in pairs) else [a.seed for a, _ in pairs]
+
+
 def pair_warnings(runs_a: list[Run], runs_b: list[Run]) -> list[str]:
     """What A against B cannot show: runs identical for some or every seed (and the one setting that had no
     effect, when they differ in one only)."""
-    pairs = seed_pairs(runs_a, runs_b)
-    drew_alike = [(a, b) for a, b in pairs if same_evaluations(a, b)]
-    same = [a.seed for a, b in drew_alike if _same_training(a, b)]
     method_a, method_b = runs_a[0].method, runs_b[0].method
-    if pairs and len(drew_alike) == len(pairs) and len(same) < len(pairs):
-        return [_same_samples_line(method_a, method_b, [a.seed for a, _ in drew_alike], pairs[0][0].max_steps)]
+    seeds = drew_alike(runs_a, runs_b)
+    if seeds:
+        return [_same_samples_line([method_a, method_b], seeds, runs_a[0].max_steps)]
+    pairs = seed_pairs(runs_a, runs_b)
+    same = [a.seed for a, b in pairs if identical(a, b)]
     if not same:
         return []
     if len(same) < len(pairs):
@@ -134,14 +149,18 @@ def pair_warnings(runs_a: list[Run], runs_b: list[Run]) -> list[str]:
     return [line]
 
 
-def _same_samples_line(method_a: str, method_b: str, seeds: list[int], max_steps: int | None) -> str:
+def _same_samples_line(methods: list[str], seeds: list[int], max_steps: int | None) -> str:
     """Every seed drew the same evaluation samples, though training differed: the likely cause is a short run."""
     steps = f" ({max_steps} steps)" if max_steps else ""
     return (
-        f"identical evaluations: {method_a} and {method_b} drew byte-identical evaluation samples for every seed "
+        f"identical evaluations: {_and(methods)} drew byte-identical evaluation samples for every seed "
         f"({_seeds(seeds)}), though their training metrics differ, so no test can show a difference and no MDE "
         f"is given; likely cause: too few training steps{steps} for the rules to act on what the policy samples"
     )
+
+
+def _and(names: list[str]) -> str:
+    return " and ".join(names) if len(names) < 3 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 def rule_warnings(runs: list[Run]) -> list[str]:
@@ -157,16 +176,44 @@ def rule_warnings(runs: list[Run]) -> list[str]:
     ]
 
 
-def study_warnings(runs: list[Run]) -> list[str]:
-    """For the tables: per study and model, each pair of methods whose runs are identical, and each rule that
-    never acted, as `<study>/<model>: <what>`."""
+def study_warnings(runs: list[Run], ties_only: bool = False) -> list[str]:
+    """For the tables: per study and model, each pair of methods whose runs are identical, each set of methods
+    that drew the same evaluation samples (one line for them all, not one per pair), and each rule that never
+    acted, as `<study>/<model>: <what>`. With `ties_only`, only the methods whose runs are alike for every seed of
+    both: their rows in a table are ties, which a table's notes explain."""
     groups: dict[tuple[str, str], dict[str, list[Run]]] = defaultdict(lambda: defaultdict(list))
     for run in runs:
         if run.config and run.is_training:
             groups[(run.study, run.model)][run.method].append(run)
     lines = []
     for (study, model), methods in sorted(groups.items()):
-        found = [line for a, b in combinations(sorted(methods), 2) for line in pair_warnings(methods[a], methods[b])]
-        found += rule_warnings([run for group in methods.values() for run in group])
+        alike: dict[tuple[int, ...], list[set[str]]] = defaultdict(list)
+        found = []
+        for a, b in combinations(sorted(methods), 2):
+            if ties_only and not (_same_seeds(methods[a], methods[b]) and evaluations_alike(methods[a], methods[b])):
+                continue
+            seeds = drew_alike(methods[a], methods[b])
+            if seeds:
+                _join(alike[tuple(seeds)], {a, b})
+            else:
+                found += pair_warnings(methods[a], methods[b])
+        for seeds, sets in alike.items():
+            for names in sets:
+                first = sorted(names)
+                found.append(_same_samples_line(first, list(seeds), methods[first[0]][0].max_steps))
+        if not ties_only:
+            found += rule_warnings([run for group in methods.values() for run in group])
         lines += [f"{study}/{model}: {line}" for line in found]
     return lines
+
+
+def _same_seeds(runs_a: list[Run], runs_b: list[Run]) -> bool:
+    return sorted(run.seed for run in runs_a) == sorted(run.seed for run in runs_b)
+
+
+def _join(sets: list[set[str]], pair: set[str]) -> None:
+    """Add a pair of methods to the sets it meets (merging them), or as a set of its own."""
+    met = [names for names in sets if names & pair]
+    for names in met:
+        sets.remove(names)
+    sets.append(set().union(pair, *met))

@@ -28,6 +28,7 @@ from typing import Any
 from atr_grpo.benchmarks import display_name, table_position
 from atr_grpo.evaluation.metrics import summarize
 from atr_grpo.reporting import cells, stats
+from atr_grpo.reporting.analyses.no_effect import study_warnings
 from atr_grpo.reporting.analyses.planned import PlannedResult
 from atr_grpo.reporting.analyses.uncertainty import (
     ALPHA,
@@ -108,6 +109,12 @@ def prepare(runs: list[Run]) -> tuple[list[Run], list[str], list[str]]:
     return kept, defaults(k), problems(kept)
 
 
+def tie_notes(runs: list[Run]) -> list[str]:
+    """The warnings that explain rows that tie: methods whose runs drew the same evaluation samples for every seed
+    (`no_effect`), which stderr alone would leave unexplained in the table."""
+    return [f"warning: {line}" for line in study_warnings(runs, ties_only=True)]
+
+
 def grouped(runs: list[Run]) -> dict[tuple[str, str], list[Run]]:
     groups: dict[tuple[str, str], list[Run]] = defaultdict(list)
     for run in runs:
@@ -143,6 +150,7 @@ def table2(runs: list[Run], resampling: stats.Resampling | None = None, alpha: f
     rows += _final_and_best_rows(groups, metrics, benches)
     resampling = resampling or stats.Resampling()
     notes += add_uncertainty(rows, "final", _table2_scores(groups, benches), resampling, alpha, missing)
+    notes += tie_notes(runs)
     columns = ["model", "method", "benchmark", "metric", "final", "best", *UNCERTAINTY_COLUMNS]
     formats = dict.fromkeys(P_COLUMNS, P_FORMAT)
     return Table("table2", columns, sort_rows(rows, "table2"), missing, notes, formats, alpha)
@@ -286,6 +294,7 @@ def table3(
 
     resampling = resampling or stats.Resampling()
     notes += add_uncertainty(rows, "mean", scores_of, resampling, alpha, missing)
+    notes += tie_notes(runs)
     columns = ["model", "method", "benchmark", "metric", "mean", "std", "n_seeds", *UNCERTAINTY_COLUMNS]
     formats = dict.fromkeys(P_COLUMNS, P_FORMAT)
     return Table("table3", columns, sort_rows(rows, "table3"), missing, notes, formats, alpha)

@@ -9,7 +9,7 @@ from pathlib import Path
 from atr_grpo.reporting import plan
 from atr_grpo.reporting.analyses import tables
 from atr_grpo.reporting.commands import options
-from atr_grpo.reporting.commands.tables import TABLES, make_parser
+from atr_grpo.reporting.commands.tables import experiment_of, make_parser
 from atr_grpo.reporting.methods import UnknownMethod, method_named
 from atr_grpo.reporting.render import figures, writers
 from atr_grpo.reporting.runs import MissingSamples, Run, repeat_free
@@ -34,7 +34,7 @@ def run(opts: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         return 2
     try:
         with writers.staged(out) as stage:
-            written, skipped = build_figures(runs, opts.runs, stage, opts.experiment, methods)
+            written, skipped = build_figures(runs, opts.runs, stage, opts.experiment, methods, opts.study)
             written = [out / path.relative_to(stage) for path in written]
     except (ResultsError, writers.OutputError, plan.PlanError) as err:
         print(f"error: {err}", file=sys.stderr)
@@ -47,12 +47,18 @@ def run(opts: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 
 def build_figures(
-    runs: list[Run], runs_dir: Path, out_dir: Path, experiment: str | None = None, methods: list[str] | None = None
+    runs: list[Run],
+    runs_dir: Path,
+    out_dir: Path,
+    experiment: str | None = None,
+    methods: list[str] | None = None,
+    study: str | None = None,
 ) -> tuple[list[Path], list[str]]:
-    """Every figure whose data exist; returns (files written, figures skipped with the reason)."""
+    """Every figure whose data exist, each from the runs its table takes (`experiment_of`); returns (files written,
+    figures skipped with the reason)."""
     written, skipped = figures.figure1(out_dir), []
     try:
-        curves = repeat_free(select(runs, runs_dir, experiment or "table2"))
+        curves = repeat_free(select(runs, runs_dir, experiment_of("table2", experiment, study)))
         written += figures.figure2(curves, out_dir, methods=methods)
         written += figures.figure_clipping(curves, out_dir, methods=methods)
         try:
@@ -65,7 +71,7 @@ def build_figures(
         for stem in ("figure2_training_curves", "clipping_curves", "parts_curves"):
             writers.remove_stale(out_dir, stem)
     try:
-        chosen = select(runs, runs_dir, experiment or TABLES["delta"])
+        chosen = select(runs, runs_dir, experiment_of("delta", experiment, study))
         reason = tables.one_delta_reason(tables.delta_groups(chosen))
         if reason is not None:
             raise ResultsError(reason)
@@ -74,7 +80,7 @@ def build_figures(
         skipped.append(f"figure3_delta: {err}")
         writers.remove_stale(out_dir, "figure3_delta")
     try:
-        table = tables.passk_table(select(runs, runs_dir, experiment or TABLES["passk"]))
+        table = tables.passk_table(select(runs, runs_dir, experiment_of("passk", experiment, study)))
         if not table.rows:
             raise ResultsError("the runs have no per-sample files")
         written += figures.figure4(table, out_dir, methods)

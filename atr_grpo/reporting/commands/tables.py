@@ -81,6 +81,14 @@ RUN_TABLES = {
     "bounds": endpoints.bounds_table,
     "timing": timing_table,
 }
+
+
+def experiment_of(name: str, experiment: str | None, study: str | None) -> str | None:
+    """The experiment whose runs table or figure `name` takes: --experiment, else every experiment once --study
+    chose the runs, else the table's own (`TABLES`)."""
+    return experiment or (None if study else TABLES[name])
+
+
 COMMANDS = (*TABLES, "all", "figures", "compare", "regrade", "pack", "diverge")
 # tables whose rows are methods compared within one study (its Holm family): they take the runs of one study
 STUDY_TABLES = ("table2", "table3", "seeds", "seeds_auc", "delta", "passk")
@@ -192,7 +200,7 @@ def _studies_apart(name: str, runs: list[Run], opts: argparse.Namespace) -> list
     belong to several studies (none with --study, or when the runs form one study, whose files stay in OUT)."""
     if name not in STUDY_TABLES or opts.study is not None:
         return []
-    studies = sorted({run.study for run in select(runs, opts.runs, opts.experiment or TABLES[name])})
+    studies = sorted({run.study for run in select(runs, opts.runs, experiment_of(name, opts.experiment, None))})
     unsafe = [study for study in studies if "/" in study or study.startswith(".")]
     if len(studies) > 1 and unsafe:
         raise ResultsError(f"study {unsafe[0]!r} cannot name a folder of --out; --study NAME tabulates one study")
@@ -214,7 +222,7 @@ def build_table(
     """Write one table from the runs of its experiment (every experiment, once --study chose the runs), into
     `folder` of `out_dir` when one is named; raises ResultsError when there are none, or when a table of methods
     would mix studies."""
-    chosen = select(runs, runs_dir, experiment or (None if study else TABLES[name]))
+    chosen = select(runs, runs_dir, experiment_of(name, experiment, study))
     studies = sorted({run.study for run in chosen})
     if name in STUDY_TABLES and len(studies) > 1:
         raise ResultsError(

@@ -68,10 +68,17 @@ def _robust_table(block: list[Row], method_a: str, method_b: str, resampling: st
     ]
     for r in block:
         d = r.difference
+        shown = (
+            ["–"] * 3  # the same samples on both sides: ½, [½, ½] and p = 1 would read as evidence of no difference
+            if r.alike
+            else [
+                f"{d.improvement:.2f}",
+                f"[{d.improvement_low:.2f}, {d.improvement_high:.2f}]",
+                stats.format_p(d.p_problems, d.p_problems_floor),
+            ]
+        )
         lines.append(
-            f"| {r.benchmark} | {r.metric} | {d.iqm_a:.2f} | {d.iqm_b:.2f} | {d.improvement:.2f} "
-            f"| [{d.improvement_low:.2f}, {d.improvement_high:.2f}] "
-            f"| {stats.format_p(d.p_problems, d.p_problems_floor)} | {d.problems} |"
+            f"| {r.benchmark} | {r.metric} | {d.iqm_a:.2f} | {d.iqm_b:.2f} | {' | '.join(shown)} | {d.problems} |"
         )
     return lines
 
@@ -111,6 +118,11 @@ def _block_notes(block: list[Row], method_a: str, method_b: str, resampling: sta
             f"No spread: the per-seed differences of {', '.join(flat)} are all equal (within "
             f"{cells.SPREAD_TOLERANCE:g} points), so their t-interval, paired t-test and MDE are not shown (–): equal "
             "differences over a few seeds do not make a difference exact."
+        )
+    if block[0].seeds_left_out:
+        lines.append(
+            f"Paired on the seeds both methods have ({', '.join(map(str, block[0].difference.seeds))}); left out: "
+            f"{block[0].seeds_left_out}. The tables give this pair no test: they pair only methods with the same seeds."
         )
     lines.append(f"Seeds: {seed_design_note([len(r.difference.seeds) for r in block], resampling, alpha)}.")
     lines.append("")

@@ -184,11 +184,12 @@ def _paper_grid(table: Table) -> tuple[list[tuple[str, str]], list[tuple[str, st
     value = "final" if table.name == "table2" else "mean"
     keys = list(dict.fromkeys((r["benchmark"], r["metric"]) for r in table.rows))
     keys.sort(key=lambda bm: (column_order(bm[0]), bm[1]))
-    top: dict[tuple, float] = {}
+    values: dict[tuple, list[float]] = defaultdict(list)
     for r in table.rows:
         if r["method"] != BASE and not math.isnan(r[value]):
-            column = (r["model"], r["benchmark"], r["metric"])
-            top[column] = max(top.get(column, -math.inf), r[value])
+            values[(r["model"], r["benchmark"], r["metric"])].append(r[value])
+    # the best value of each column; none where every method ties (no method is best)
+    top = {column: max(found) for column, found in values.items() if len(found) < 2 or min(found) < max(found)}
     cells: dict[tuple[str, str], dict[tuple[str, str], Cell]] = defaultdict(dict)
     for r in table.rows:
         main = _fmt(r[value])
