@@ -344,6 +344,8 @@ def test_methods_that_drew_the_same_evaluation_samples_show_no_mde_and_name_a_sh
     row = next(line for line in out.splitlines() if line.startswith("| amc23 | mean@8 |"))
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[4:7] == ["+0.00", "+0.00, +0.00", "–"]  # difference, per seed, CI
+    assert cells[7:9] == ["–", "0.5"]  # p (seeds): no test applies; smallest p: what the design allows
+    assert cells[9:12] == ["–", "", "–"]  # p (Holm), †, p (paired t)
     assert cells[-2:] == ["–", "–"]  # MDE, power
     assert "No spread: the per-seed differences of amc23 mean@8, aime24 mean@8" in out
     assert (

@@ -6,6 +6,7 @@ only written."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 from atr_grpo.reporting import cells, stats
@@ -47,7 +48,7 @@ def _seed_table(block: list[Row], method_a: str, method_b: str, resampling: stat
         "|---|---|---:|---:|---:|---|---|---:|---:|---:|:-:|---:|---:|---:|",
     ]
     for r in block:
-        cells_ = seed_level_cells(r.difference, r.p_holm, alpha, r.detectable)
+        cells_ = seed_level_cells(r.difference, r.p_holm, alpha, r.detectable, alike=r.alike)
         lines.append(f"| {r.benchmark} | {r.metric} | {r.mean_a:.2f} | {r.mean_b:.2f} | {' | '.join(cells_)} |")
     return lines
 
@@ -177,9 +178,15 @@ def _reads(steps: list[tuple[int, ...]]) -> str:
     return "[" + ", ".join("+".join(map(str, read)) for read in steps) + "]"
 
 
-def seed_level_cells(d: cells.Difference, p_holm: float, alpha: float, mde_and_power: tuple[float, float]) -> list[str]:
+def seed_level_cells(
+    d: cells.Difference, p_holm: float, alpha: float, mde_and_power: tuple[float, float], alike: bool = False
+) -> list[str]:
     """The seed-level columns of a comparison as text, shared by `compare` and the `seeds` table; `mde_and_power`
-    is what `detectable` gave when the comparison's family was built, printed here and not computed again."""
+    is what `detectable` gave when the comparison's family was built, printed here and not computed again. `alike`:
+    both methods drew the same samples for every seed, so no test applies and its p-values print as –."""
+    if alike:
+        p_holm = float("nan")
+        d = replace(d, p_value=float("nan"), p_t=float("nan"))
     floor = None if d.p_exact else d.p_floor
     mark = "†" if stats.significant(p_holm, alpha) else ""
     interval = "–" if d.ci_low != d.ci_low else f"[{d.ci_low:+.2f}, {d.ci_high:+.2f}]"
