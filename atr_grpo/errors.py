@@ -2,7 +2,7 @@
 package and imports only the standard library."""
 
 import difflib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 
 class ConfigError(ValueError):
@@ -14,3 +14,10 @@ def closest(typed: str, allowed: Iterable[str]) -> str | None:
     none is close enough to be a typo of it."""
     matches = difflib.get_close_matches(typed, list(allowed), n=1)
     return matches[0] if matches else None
+
+
+def did_you_mean(typed: str, allowed: Iterable[str], show: Callable[[str], str] = str) -> str:
+    """The tail a refusal puts before its list of allowed names: `; did you mean 'atr'?` when one is close to what was
+    typed (`closest`; `show` spells it as the user should type it), else `;`."""
+    close = closest(typed, allowed)
+    return f"; did you mean {show(close)!r}?" if close else ";"

@@ -35,7 +35,7 @@ from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBase
 
 from atr_grpo.config import unknown_key_message
 from atr_grpo.config_hydra import CONF_DIR, register_configs
-from atr_grpo.errors import ConfigError, closest
+from atr_grpo.errors import ConfigError, did_you_mean
 
 CONFIG_ERRORS = (ConfigError, HydraException, OmegaConfBaseException)
 # what `check_sweep` validated in this process: (config name, a job's overrides) → (its resolved YAML, its object)
@@ -93,9 +93,8 @@ def _missing_option_message(error: MissingConfigException, source: Path | None) 
     list named it, when that is not the primary config)."""
     group, _, name = str(error.missing_cfg_file).rpartition("/")
     options = [str(option) for option in error.options or ()]
-    close = closest(name, options)
     where = f" (in the defaults of {source})" if source else ""
-    guess = f"; did you mean {close!r}?" if close else ";"
+    guess = did_you_mean(name, options)
     return f"invalid config: {group}={name}: no such {group} config{where}{guess} allowed: {', '.join(options)}"
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from atr_grpo import rundir
-from atr_grpo.errors import closest
+from atr_grpo.errors import did_you_mean
 
 
 class UnknownMethod(ValueError):
@@ -34,6 +34,5 @@ def method_named(typed: str, names: Iterable[str], option: str = "method") -> st
         raise UnknownMethod(f"{option} {typed!r} names several methods: {', '.join(found)}")
     every = sorted(n for same in forms.values() for n in same)
     shown = [n if rundir.ascii_method(n) == n else f"{n} (ASCII: {rundir.ascii_method(n)})" for n in every]
-    close = closest(typed_form(typed), forms)
-    guess = f"; did you mean {sorted(forms[close])[0]!r}?" if close else ";"
+    guess = did_you_mean(typed_form(typed), forms, show=lambda form: sorted(forms[form])[0])
     raise UnknownMethod(f"{option} {typed!r}: no such method{guess} methods: {', '.join(shown) or 'none'}")

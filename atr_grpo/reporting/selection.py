@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from atr_grpo import provenance, rundir
-from atr_grpo.errors import closest
+from atr_grpo.errors import did_you_mean
 from atr_grpo.reporting import regrade
 from atr_grpo.reporting.runs import Run, RunSet, find_runs
 
@@ -34,8 +34,7 @@ def read_runs(parser: argparse.ArgumentParser, opts: argparse.Namespace) -> list
         found = sorted({run.study for run in runs if run.config})
         runs = [run for run in runs if run.study == opts.study]
         if not runs:
-            close = closest(opts.study, found)
-            guess = f"; did you mean {close!r}?" if close else ";"
+            guess = did_you_mean(opts.study, found)
             parser.error(
                 f"--study {opts.study!r}: no run of it under {opts.runs}{guess} studies found: {', '.join(found)}"
             )

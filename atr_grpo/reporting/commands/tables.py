@@ -40,7 +40,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from atr_grpo.errors import closest
+from atr_grpo.errors import did_you_mean
 from atr_grpo.reporting import plan, stats
 from atr_grpo.reporting.analyses import binding, endpoints, gates, seeds, tables
 from atr_grpo.reporting.analyses.no_effect import study_warnings
@@ -104,9 +104,7 @@ def main(argv: list[str]) -> int:
 def unknown_command(typed: str) -> str:
     """`unknown subcommand 'comapre'; did you mean 'compare'? allowed: table2, ...` (a guess only when one is
     close)."""
-    close = closest(typed, COMMANDS)
-    guess = f"; did you mean {close!r}?" if close else ";"
-    return f"unknown subcommand {typed!r}{guess} allowed: {', '.join(COMMANDS)}"
+    return f"unknown subcommand {typed!r}{did_you_mean(typed, COMMANDS)} allowed: {', '.join(COMMANDS)}"
 
 
 def make_parser() -> argparse.ArgumentParser:
