@@ -3,8 +3,9 @@
 `SweepSummary` is a Hydra callback (registered in conf/train.yaml). Each job the sweep ran in this process (Hydra's
 basic launcher) is a row: its number, its run directory and its status, printed once the sweep ends, so that a
 sweep's outcome is read in one place rather than scrolled for. A launcher whose jobs run elsewhere (SLURM) reports
-them there. Hydra writes the sweep's config to `<sweep dir>/multirun.yaml`, which the next sweep into the same folder
-overwrites: each sweep's is also kept under a name of its own (`layout.sweep_config_copy`).
+them there. Hydra writes the sweep's config to `<sweep dir>/multirun.yaml` (the folder above run_dir,
+conf/train.yaml), which the next sweep into the same folder overwrites: each sweep's is also kept under a name of its
+own (`layout.sweep_config_copy`); the table ends with that folder.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ class SweepSummary(Callback):
             shutil.copyfile(written, layout.sweep_config_copy(sweep_dir, time.strftime("%Y%m%d-%H%M%S")))
         if self.rows:
             print(sweep_table(self.rows))
+            print(f"{layout.SWEEP_CONFIG_FILE} kept in {sweep_dir}")
         self.rows = []
 
 
