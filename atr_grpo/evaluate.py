@@ -145,6 +145,7 @@ def evaluate(cfg: EvaluateConfig, config_yaml: str | None = None) -> dict[str, f
             force=cfg.force,
             metadata={"model": cfg.model.name, "adapter": requested["adapter"]},  # the adapter as an absolute path
             show_progress=console_is_terminal(),  # bars redraw in place: on a terminal only
+            log_skips=False,  # each result read back is said above (`reused:`)
         )
 
 

@@ -3,6 +3,7 @@ refused, naming the key and both values, before anything loads; only an identica
 and the console says so."""
 
 import json
+import logging
 
 import pytest
 from helpers.scripted_generation import FakeTokenizer, ScriptedGenerator
@@ -111,11 +112,13 @@ def test_another_problem_count_is_refused_and_never_answered_from_the_store(tmp_
     assert "(eval.temperature: stored 0.3, requested 0.5); use another out_dir" in message
 
 
-def test_an_identical_request_is_read_from_the_store_and_says_so(tmp_path, scripted, capsys):
+def test_an_identical_request_is_read_from_the_store_and_says_so_once(tmp_path, scripted, capsys, caplog):
     out_dir = tmp_path / "out"
     first = evaluate_module.evaluate(config(out_dir, "eval.max_problems=3"))
     assert scripted == [None] and "reused" not in capsys.readouterr().out
+    caplog.set_level(logging.INFO)
     again = evaluate_module.evaluate(config(out_dir, "eval.max_problems=3"))
+    assert "already in" not in caplog.text  # no log line repeats the `reused:` line
     assert again == first and scripted == [None]  # no model built for a result read back
     out = capsys.readouterr().out
     assert f"reused: step 0, amc23: read from {out_dir}, evaluated earlier under this same request" in out
