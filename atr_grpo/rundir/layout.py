@@ -69,7 +69,7 @@ def step_name(step: int) -> str:
 
 
 def step_of(name: str) -> int | None:
-    """The step of a `step_<N>` folder name; None for any other name."""
+    """The step of a `step_<N:06d>` folder name; None for any other name."""
     prefix, _, number = name.partition("_")
     return int(number) if prefix + "_" == STEP_PREFIX and number.isdigit() else None
 
@@ -127,7 +127,7 @@ def eval_step_dir(run_dir: str | Path, step: int) -> Path:
 
 
 def sample_file_in(folder: str | Path, step: int, benchmark: str) -> Path:
-    """`<folder>/step_<N>/<benchmark>.jsonl`: the per-sample file of one evaluation below an eval or regrade
+    """`<folder>/step_<N:06d>/<benchmark>.jsonl`: the per-sample file of one evaluation below an eval or regrade
     folder."""
     return Path(folder) / step_name(step) / f"{benchmark}{SAMPLES_SUFFIX}"
 
