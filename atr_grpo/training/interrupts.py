@@ -84,11 +84,13 @@ def interrupted_message(run_dir: str | Path, stage_name: str = START_UP) -> str:
 
 def evaluation_interrupted_message(out_dir: str | Path, stage_name: str = START_UP) -> str:
     """The one line of a standalone evaluation: the part interrupted, the evaluations its folder keeps (the lines of
-    eval/summary.jsonl, each committed whole), and how to go on (those are read back, the rest evaluated)."""
+    eval/summary.jsonl, each committed whole), and how to go on: resume (those are read back, the rest evaluated),
+    or start again when none is kept."""
     summary = summary_path(out_dir)
     try:
         done = [f"step {line['step']} {line['benchmark']}" for line in summary_lines(summary)]
     except (OSError, ValueError):  # a damaged file is named when the evaluation is relaunched
         done = []
     kept = f"kept in {summary}: {', '.join(done)}" if done else f"no evaluation kept yet in {summary}"
-    return f"interrupted during {stage_name} of the evaluation into {out_dir}; {kept}; run the same command to resume"
+    how = "resume" if done else "start it again"
+    return f"interrupted during {stage_name} of the evaluation into {out_dir}; {kept}; run the same command to {how}"

@@ -106,6 +106,13 @@ def test_a_run_interrupted_before_its_first_step_says_so_and_that_it_starts_agai
     )
 
 
+def test_an_evaluation_interrupted_before_its_first_result_says_it_starts_again(tmp_path):
+    assert interrupts.evaluation_interrupted_message(tmp_path, "loading the model") == (
+        f"interrupted during loading the model of the evaluation into {tmp_path}; no evaluation kept yet in "
+        f"{tmp_path / 'eval' / 'summary.jsonl'}; run the same command to start it again"
+    )
+
+
 def test_an_interrupt_before_the_run_folder_names_no_folder_and_says_what_its_part_lost(tmp_path):
     with pytest.raises(KeyboardInterrupt) as interrupt:
         with interrupts.stage("building the tiny base model", loses="its pretraining so far is lost"):
