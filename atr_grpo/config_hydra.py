@@ -5,6 +5,7 @@ Hydra itself is imported only inside `register_configs`."""
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,9 @@ def register_configs() -> None:
     OmegaConf.register_new_resolver("atr_run_name", rundir.run_name, replace=True)
     OmegaConf.register_new_resolver("atr_cache", lambda name: str(cache_dir(name)), replace=True)
     OmegaConf.register_new_resolver("atr_rank_suffix", log_suffix, replace=True)
+    # a sweep's folders (conf/train.yaml): each job writes in its run_dir, the sweep in the folder above it
+    OmegaConf.register_new_resolver("atr_abspath", os.path.abspath, replace=True)
+    OmegaConf.register_new_resolver("atr_parent", lambda path: str(Path(path).parent), replace=True)
     # ATR's box under min semantics, exact (Thm 4.1-4.2): `clipping.eps_low: ${atr_kl3_eps_low:0.07}`
     OmegaConf.register_new_resolver(
         "atr_kl3_eps_low", lambda delta: 1.0 - kl3_ratio_bounds(float(delta))[0], replace=True

@@ -292,7 +292,7 @@ class EvalConfig:
     # longest prompt + max_tokens, from the adapter saved at each evaluated step (the paper's 32,768-token
     # budget on one GPU); or `during` training, on the live model (HF generate, or Unsloth's engine)
     when: str = "after"  # after | during
-    keep_adapters: bool = False  # keep eval/adapters/step_<N> once step N is evaluated (final_adapter stays)
+    keep_adapters: bool = False  # keep eval/adapters/step_<N:06d> once step N is evaluated (final_adapter stays)
     # step 0 evaluated once per starting adapter and evaluation settings, and copied into every run that starts
     # from it (eval.when=during): the samples are the same ones, since every run evaluates step 0 alike
     share_start: bool = False

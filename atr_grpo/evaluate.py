@@ -6,7 +6,7 @@ per benchmark in `eval/summary.jsonl`. One folder holds one model: a second mode
 sampling setting is refused before anything loads (`evaluation/store.py`). A (step, benchmark) already there under
 the same request is read back, and the console says so, unless `force=true`.
 The base model is step 0. An adapter's step is `step=N`, or read from where its run saved it
-(`checkpoints/checkpoint-<N>`, `eval/adapters/step_<N>`, `final_adapter` with the run's DONE file, an SFT adapter:
+(`checkpoints/checkpoint-<N>`, `eval/adapters/step_<N:06d>`, `final_adapter` with the run's DONE file, an SFT adapter:
 0); an adapter from anywhere else without `step=` is refused before any model loads.
 
     python -m atr_grpo.evaluate model=qwen3-1.7b out_dir=results/evals/qwen3-1.7b-base
@@ -145,6 +145,7 @@ def evaluate(cfg: EvaluateConfig, config_yaml: str | None = None) -> dict[str, f
             force=cfg.force,
             metadata={"model": cfg.model.name, "adapter": requested["adapter"]},  # the adapter as an absolute path
             show_progress=console_is_terminal(),  # bars redraw in place: on a terminal only
+            log_skips=False,  # each result read back is said above (`reused:`)
         )
 
 

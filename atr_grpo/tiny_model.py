@@ -22,6 +22,7 @@ from atr_grpo.cache import cache_dir
 from atr_grpo.config_inputs import TinyModelConfig
 from atr_grpo.data.arithmetic import draw_chain
 from atr_grpo.data.prompts import DEFAULT_SYSTEM_PROMPT, format_answer
+from atr_grpo.training.interrupts import stage
 
 log = logging.getLogger(__name__)
 
@@ -167,7 +168,8 @@ def materialize_tiny(cfg: TinyModelConfig, cache_root: str | Path | None = None)
         return target
     with rundir.file_lock(target.with_name(target.name + ".lock")):
         if not (target / "config.json").exists():  # built by another process while we waited
-            _build_tiny(cfg, target)
+            with stage("building the tiny base model", loses="the tiny base model's pretraining so far is lost"):
+                _build_tiny(cfg, target)
     return target
 
 

@@ -37,6 +37,7 @@ def main(cfg: DictConfig) -> None:
     except ConfigError as err:
         print(err, file=sys.stderr)
         sys.exit(2)
+    from atr_grpo import multirun
     from atr_grpo.rundir import RunFileError
     from atr_grpo.training.interrupts import interrupted_message, interrupted_stage
     from atr_grpo.training.pipeline import EXIT_EVALUATIONS_INCOMPLETE, RunDirError, run_pipeline
@@ -54,6 +55,7 @@ def main(cfg: DictConfig) -> None:
         sys.exit(1)
     except KeyboardInterrupt as interrupt:  # Ctrl-C: one line, no traceback; the run continues from its checkpoint
         print(interrupted_message(train_cfg.run_dir, interrupted_stage(interrupt)), file=sys.stderr)
+        multirun.interrupted()  # in a sweep: the table of its jobs
         sys.exit(EXIT_INTERRUPTED)
     if outcome is None:  # a launched run's other processes: their part ended with training
         return

@@ -7,7 +7,7 @@ training (skipped if that step was just handled).
 
 What, at such a step:
 1. `save_fn(step)`, on every process (a model sharded over the processes is saved by all of them; the main
-   one writes): keep the adapter of that step (eval/adapters/step_<N>), so that the step can be evaluated,
+   one writes): keep the adapter of that step (eval/adapters/step_<N:06d>), so that the step can be evaluated,
    or evaluated again, from the file whatever happens next;
 2. `evaluate_fn(step)`, on the main process, when evaluating during training; without one (eval.when=after)
    the saved adapter waits for the evaluation stage that runs after training;

@@ -175,11 +175,13 @@ def run_evaluation(
     force: bool = False,
     metadata: dict[str, Any] | None = None,
     show_progress: bool = True,
+    log_skips: bool = True,
 ) -> dict[str, float]:
     """Evaluate every benchmark at `step` into `run_dir/eval/`; returns the logger's flat metrics dict.
 
     A (step, benchmark) already in eval/summary.jsonl is not evaluated again (its recorded values are
-    returned) unless `force`. `metadata` (e.g. the model and adapter) is added to each summary line.
+    returned) unless `force`, with a log line each unless `log_skips` is off (the caller said so already).
+    `metadata` (e.g. the model and adapter) is added to each summary line.
     """
     _check_request(benchmarks, sampling, k)
     done = read_summary(run_dir)
@@ -187,7 +189,8 @@ def run_evaluation(
     for benchmark in benchmarks:
         key = (step, benchmark.name)
         if key in done and not force:
-            log.info("step %d, %s: already in %s; skipped", step, benchmark.name, rundir.SUMMARY_FILE)
+            if log_skips:
+                log.info("step %d, %s: already in %s; skipped", step, benchmark.name, rundir.SUMMARY_FILE)
             rows[benchmark.name] = done[key]
             continue
         path = sample_file(run_dir, step, benchmark.name)

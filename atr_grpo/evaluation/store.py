@@ -76,14 +76,16 @@ def check_request(out_dir: str | Path, requested: dict[str, Any]) -> None:
     models = sorted({_model_text(row.get("model"), _absolute(row.get("adapter"))) for row in lines})
     if len(models) > 1:
         raise ConfigError(
-            f"invalid config: out_dir {folder} already holds several models ({'; '.join(models)}), written before one "
-            "folder held one model; its results cannot be extended: use another out_dir"
+            f"out_dir {folder} already holds several models ({'; '.join(models)}), written before one folder held one "
+            "model; its results cannot be extended: use another out_dir"
         )
     if stored is None and lines:  # summary lines only: their model and adapter
         stored = {"model.name": lines[0].get("model"), "adapter": _absolute(lines[0].get("adapter"))}
     differing = [key for key in REQUEST_KEYS if key in (stored or {}) and stored[key] != requested[key]]
     if differing:
-        raise ConfigError(_refusal(folder, stored, requested, differing, "one model and one request"))
+        raise ConfigError(
+            _refusal(folder, stored, requested, differing, "another evaluation", "one model and one request")
+        )
 
 
 def _check_run_checkpoint(folder: Path, config: dict[str, Any], requested: dict[str, Any]) -> None:
@@ -95,15 +97,35 @@ def _check_run_checkpoint(folder: Path, config: dict[str, Any], requested: dict[
         differing.append("adapter")
         stored["adapter"] = f"a checkpoint inside {folder}"
     if differing:
-        raise ConfigError(_refusal(folder, stored, requested, differing, "its own checkpoints and its settings"))
+        raise ConfigError(
+            _refusal(folder, stored, requested, differing, "a training run", "its own checkpoints and its settings")
+        )
 
 
-def _refusal(folder: Path, stored: dict[str, Any], requested: dict[str, Any], keys: list[str], holds: str) -> str:
-    values = "; ".join(f"{key}: stored {stored[key]!r}, requested {requested[key]!r}" for key in keys)
-    return (
-        f"invalid config: out_dir {folder} holds {_model_text(stored.get('model.name'), stored.get('adapter'))} and "
-        f"takes {holds}; this request differs ({values}); use another out_dir. Nothing was loaded or written"
+def _refusal(
+    folder: Path, stored: dict[str, Any], requested: dict[str, Any], keys: list[str], holds: str, takes: str
+) -> str:
+    """The folder is what refuses, not the config: what it holds, each key with its stored and requested value."""
+    values = "; ".join(
+        f"{key}: stored {_shown(key, stored[key])}, requested {_shown(key, requested[key])}" for key in keys
     )
+    model = _model_text(stored.get("model.name"), stored.get("adapter"))
+    return (
+        f"out_dir {folder} already holds {holds} ({model}) and takes {takes}; this request differs ({values}); "
+        "use another out_dir. Nothing was loaded or written"
+    )
+
+
+def _shown(key: str, value: Any) -> str:
+    """A request's value as a refusal prints it: a sha256 by its first 12 hex digits (eval/request.json keeps it
+    whole), a null max_problems or adapter with what it means."""
+    if key == "adapter_sha256" and isinstance(value, str):
+        return value[:12]
+    if key == "eval.max_problems" and value is None:
+        return "null (all problems)"
+    if key == "adapter" and value is None:
+        return "null (the base model)"
+    return repr(value)
 
 
 def read_request(out_dir: str | Path) -> dict[str, Any] | None:

@@ -1,6 +1,6 @@
 """`python -m atr_grpo.results pack --runs DIR`: compress the per-sample evaluation files of run directories.
 
-`eval/step_<N>/<benchmark>.jsonl` becomes `<benchmark>.jsonl.gz`, which every reader takes in its place (a
+`eval/step_<N:06d>/<benchmark>.jsonl` becomes `<benchmark>.jsonl.gz`, which every reader takes in its place (a
 run tree to commit, such as results/mini/runs/, stays small). Lossless and checked: the compressed file is
 written beside the original, decompressed and compared byte for byte, and only then is the original removed.
 Deterministic: the gzip header carries no time and no name, so packing the same file twice gives the same bytes.

@@ -43,7 +43,7 @@ STAGE_DECISION_FILE = "stage_decision.json"  # a parent's backend decision, ther
 FINAL_ADAPTER = "final_adapter"
 WANDB_ID_FILE = "wandb_run_id"
 WANDB_EVAL_FILE = "wandb_eval.jsonl"
-SWEEP_CONFIG_FILE = "multirun.yaml"  # Hydra's, in a sweep's folder (results/runs/<experiment>/), rewritten per sweep
+SWEEP_CONFIG_FILE = "multirun.yaml"  # Hydra's, in a sweep's folder (above run_dir), rewritten per sweep
 WANDB_DIR = "wandb"  # W&B's own folder (its `dir` is the run directory): offline-run-<time>-<id>/ per process
 CHECKPOINT_DIR = "checkpoints"
 DELTA_STATE_FILE = "delta_control.json"  # adaptive δ's state, inside each checkpoint
@@ -69,7 +69,7 @@ def step_name(step: int) -> str:
 
 
 def step_of(name: str) -> int | None:
-    """The step of a `step_<N>` folder name; None for any other name."""
+    """The step of a `step_<N:06d>` folder name; None for any other name."""
     prefix, _, number = name.partition("_")
     return int(number) if prefix + "_" == STEP_PREFIX and number.isdigit() else None
 
@@ -127,7 +127,7 @@ def eval_step_dir(run_dir: str | Path, step: int) -> Path:
 
 
 def sample_file_in(folder: str | Path, step: int, benchmark: str) -> Path:
-    """`<folder>/step_<N>/<benchmark>.jsonl`: the per-sample file of one evaluation below an eval or regrade
+    """`<folder>/step_<N:06d>/<benchmark>.jsonl`: the per-sample file of one evaluation below an eval or regrade
     folder."""
     return Path(folder) / step_name(step) / f"{benchmark}{SAMPLES_SUFFIX}"
 

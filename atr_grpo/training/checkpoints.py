@@ -149,7 +149,7 @@ def commit(checkpoint: Path) -> None:
 def adapter_step(adapter: str | Path) -> tuple[int, str]:
     """(the training step of a run's adapter, how it was read), from where the run saved it:
     `checkpoints/checkpoint-<N>` (N, checked against its trainer_state.json when there is one),
-    `eval/adapters/step_<N>` (N), `final_adapter` (the step in the run's DONE file), or an SFT adapter (0: GRPO
+    `eval/adapters/step_<N:06d>` (N), `final_adapter` (the step in the run's DONE file), or an SFT adapter (0: GRPO
     starts from it). Raises ValueError, naming the key `step`, for an adapter saved anywhere else."""
     from atr_grpo.rundir import layout, records
 

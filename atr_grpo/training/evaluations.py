@@ -1,7 +1,7 @@
 """The evaluations of a training run (eval.every_steps, the end, and step 0), in one of two ways.
 
 eval.when=after (the paper's default on a GPU). At each scheduled step the training process only saves the
-adapter (eval/adapters/step_<N>). After training, `evaluate_saved_adapters` runs in a process of its own (the
+adapter (eval/adapters/step_<N:06d>). After training, `evaluate_saved_adapters` runs in a process of its own (the
 training process has exited, so its GPU memory, Unsloth's colocated engine included, is free) and evaluates
 every waiting adapter with one vLLM engine sized for the longest prompt + eval.max_tokens: the paper's
 32,768-token budget on the same single GPU. An adapter is deleted once its evaluation is recorded (unless
@@ -71,7 +71,7 @@ def save_trainable(trainer: Any, directory: Path) -> None:
 
 
 def save_adapter(trainer: Any, run_dir: Path, step: int) -> Path:
-    """The trainable adapter into eval/adapters/step_<N>, written whole or not at all (called on every process)."""
+    """The trainable adapter into eval/adapters/step_<N:06d>, written whole or not at all (called on every process)."""
     target = adapter_dir(run_dir, step)
     staging = layout.staging_dir(target)
     main = distributed.is_main()

@@ -205,12 +205,13 @@ def preflight(cfg: TrainConfig) -> Decision:
     from atr_grpo.training.evaluations import check_evaluation_fits
     from atr_grpo.training.vllm_server import check_rollout_server
 
-    check_kernel_choice()
-    decision = decide(cfg)
-    check_lora_targets(cfg.model)
-    check_processes(cfg)
-    check_evaluation_fits(cfg, decision.evaluation_backend)
-    check_rollout_server(cfg.rollout, decision.rollout_engine)
+    with interrupts.stage("the checks before the run"):
+        check_kernel_choice()
+        decision = decide(cfg)
+        check_lora_targets(cfg.model)
+        check_processes(cfg)
+        check_evaluation_fits(cfg, decision.evaluation_backend)
+        check_rollout_server(cfg.rollout, decision.rollout_engine)
     return decision
 
 

@@ -58,7 +58,7 @@ def train(run_dir, *overrides) -> subprocess.CompletedProcess:
 def interrupted_line(run_dir, stage: str) -> str:
     return (
         f"interrupted during {stage} of {run_dir} (before the first GRPO step); no checkpoint yet; "
-        "run the same command to resume"
+        "run the same command to start it again"
     )
 
 
@@ -153,6 +153,45 @@ def test_ctrl_c_while_the_config_is_checked_ends_in_one_line(tmp_path):
         "interrupted during start-up, before the run began; run the same command to start it"
     ]
     assert not run_dir.exists()
+
+
+def test_ctrl_c_while_the_tiny_base_model_is_built_names_that_part_and_the_pretraining_lost(tmp_path):
+    """A SIGINT while the tiny base model pretrains (in a cache of its own, before the run is set up): exit status
+    130, one line naming that part and the pretraining lost; the folder holds Hydra's log alone."""
+    run_dir = tmp_path / "run"
+    replaced = "atr_grpo.tiny_model._build_tiny"
+    command = [sys.executable, "-c", INTERRUPTED_IN, replaced, *TRAIN[3:], f"run_dir={run_dir}", "eval=none"]
+    env = {**os.environ, "ATR_GRPO_CACHE": str(tmp_path / "cache")}
+    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=900, env=env)
+    assert result.returncode == 130, result.stderr[-4000:]
+    assert "Traceback" not in result.stdout + result.stderr
+    assert result.stderr.splitlines()[-1] == (
+        f"interrupted during building the tiny base model of {run_dir} (before the first GRPO step); the tiny base "
+        "model's pretraining so far is lost; no checkpoint yet; run the same command to start it again"
+    )
+    assert [path.name for path in run_dir.iterdir()] == ["train.log"]
+
+
+def test_ctrl_c_in_a_sweep_ends_with_its_table_the_job_interrupted_and_those_not_started(tmp_path):
+    """A SIGINT in the first job of a three-job `-m` sweep: exit status 130, the job's line, then the sweep's table:
+    that job interrupted, the others not started (by the overrides that set them apart)."""
+    replaced = "atr_grpo.training.pipeline.preflight"
+    sweep = ["-m", *TRAIN[3:], "eval=none", "seed=0,1,2", f"run_dir={tmp_path}/${{run_name}}"]
+    result = subprocess.run(
+        [sys.executable, "-c", INTERRUPTED_IN, replaced, *sweep], cwd=REPO, capture_output=True, text=True, timeout=900
+    )
+    assert result.returncode == 130, result.stderr[-4000:]
+    assert "Traceback" not in result.stdout + result.stderr
+    run_dir = tmp_path / "smoke__atr__s0__eval=none"
+    assert [line.split() for line in result.stderr.splitlines()[-6:]] == [
+        f"interrupted during start-up of {run_dir} (before the first GRPO step); no checkpoint yet; run the same "
+        "command to start it again".split(),
+        ["sweep", "of", "3", "jobs:"],
+        ["job", "run", "dir", "status"],
+        ["1", str(run_dir), "interrupted"],
+        ["2", "seed=1", "not", "started"],
+        ["3", "seed=2", "not", "started"],
+    ]
 
 
 def test_ctrl_c_during_the_sft_stage_ends_in_one_line(tmp_path, tiny_model_dir):

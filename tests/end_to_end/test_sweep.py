@@ -11,6 +11,7 @@ from conftest import REPO
 from omegaconf import OmegaConf
 
 from atr_grpo import rundir
+from atr_grpo.rundir import layout
 
 pytestmark = pytest.mark.slow
 
@@ -52,6 +53,7 @@ def test_a_sweep_ends_with_a_table_of_its_jobs_run_dirs_and_statuses(two_sweeps)
         ["job", "run", "dir", "status"],
         ["1", str(folder / name.format(0)), "finished"],
         ["2", str(folder / name.format(1)), "finished"],
+        ["multirun.yaml", "kept", "in", str(folder)],
     ]
 
 
@@ -61,3 +63,21 @@ def test_each_sweep_into_a_folder_keeps_its_config(two_sweeps):
     assert all(sweep.returncode == 0 for sweep in sweeps)
     kept = sorted(folder.glob("multirun.*.yaml"))
     assert len(kept) == 2 and all(path.read_text() == (folder / "multirun.yaml").read_text() for path in kept)
+
+
+def test_a_sweep_given_only_run_dir_writes_each_run_in_its_run_dir(tmp_path, tiny_model_dir):
+    """`run_dir=<folder>/${run_name}` alone (as docs/rules.md writes it): each job's train.log is in its run_dir,
+    multirun.yaml in the folder above them, and nothing lands in the checkout's results/runs/."""
+    runs = REPO / "results" / "runs"
+    before = sorted(runs.rglob("*")) if runs.exists() else []
+    overrides = ["experiment=smoke", "seed=0,1", "eval=none", "logger=none", "trainer.max_steps=1"]
+    cmd = [sys.executable, "-m", "atr_grpo.train", "-m", *overrides, f"run_dir={tmp_path}/runs/${{run_name}}"]
+    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    name = "smoke__atr__s{}__eval=none,trainer.max_steps=1"
+    for seed in (0, 1):
+        run_dir = tmp_path / "runs" / name.format(seed)
+        assert (run_dir / rundir.DONE_FILE).exists() and "training" in (run_dir / "train.log").read_text()
+    assert (tmp_path / "runs" / layout.SWEEP_CONFIG_FILE).is_file()
+    assert f"multirun.yaml kept in {tmp_path / 'runs'}" in done.stdout
+    assert (sorted(runs.rglob("*")) if runs.exists() else []) == before

@@ -3,6 +3,7 @@ refused, naming the key and both values, before anything loads; only an identica
 and the console says so."""
 
 import json
+import logging
 
 import pytest
 from helpers.scripted_generation import FakeTokenizer, ScriptedGenerator
@@ -80,8 +81,10 @@ def test_a_second_model_into_one_folder_is_refused_naming_both_before_anything_l
     monkeypatch.setattr(evaluate_module, "build_generator", lambda *a: pytest.fail("a model was loaded"))
     monkeypatch.setattr(evaluate_module.engines, "load_benchmarks", lambda *a: pytest.fail("benchmarks loaded"))
     message = refused(out_dir, f"adapter={adapter}", "step=4")
-    assert f"out_dir {out_dir} holds the base model tiny and takes one model and one request" in message
-    assert f"adapter: stored None, requested '{adapter.resolve()}'" in message
+    assert message.startswith(  # the folder refuses, not the config
+        f"out_dir {out_dir} already holds another evaluation (the base model tiny) and takes one model and one request"
+    )
+    assert f"adapter: stored null (the base model), requested '{adapter.resolve()}'" in message
     assert "use another out_dir. Nothing was loaded or written" in message
 
 
@@ -91,11 +94,12 @@ def test_another_adapter_or_a_changed_one_is_refused(tmp_path, scripted, monkeyp
     other = adapter_with_weights(tmp_path / "other")
     monkeypatch.setattr(evaluate_module, "build_generator", lambda *a: pytest.fail("a model was loaded"))
     message = refused(out_dir, f"adapter={other}", "step=40")
-    assert f"holds tiny with adapter {clip.resolve()}" in message
+    assert f"holds another evaluation (tiny with adapter {clip.resolve()})" in message
     assert f"adapter: stored '{clip.resolve()}', requested '{other.resolve()}'" in message
+    stored = weights_sha256(clip)
     adapter_with_weights(clip, b"trained further")  # the same folder, other weights
     message = refused(out_dir, f"adapter={clip}", "step=40")
-    assert "adapter_sha256: stored '" in message and "adapter: stored" not in message
+    assert f"(adapter_sha256: stored {stored[:12]}, requested {weights_sha256(clip)[:12]}); " in message
 
 
 def test_another_problem_count_is_refused_and_never_answered_from_the_store(tmp_path, scripted, monkeypatch):
@@ -108,11 +112,13 @@ def test_another_problem_count_is_refused_and_never_answered_from_the_store(tmp_
     assert "(eval.temperature: stored 0.3, requested 0.5); use another out_dir" in message
 
 
-def test_an_identical_request_is_read_from_the_store_and_says_so(tmp_path, scripted, capsys):
+def test_an_identical_request_is_read_from_the_store_and_says_so_once(tmp_path, scripted, capsys, caplog):
     out_dir = tmp_path / "out"
     first = evaluate_module.evaluate(config(out_dir, "eval.max_problems=3"))
     assert scripted == [None] and "reused" not in capsys.readouterr().out
+    caplog.set_level(logging.INFO)
     again = evaluate_module.evaluate(config(out_dir, "eval.max_problems=3"))
+    assert "already in" not in caplog.text  # no log line repeats the `reused:` line
     assert again == first and scripted == [None]  # no model built for a result read back
     out = capsys.readouterr().out
     assert f"reused: step 0, amc23: read from {out_dir}, evaluated earlier under this same request" in out
@@ -132,8 +138,10 @@ def test_a_folder_from_before_the_record_is_read_from_its_config_and_summary_lin
     out_dir, clip = tmp_path / "old", adapter_with_weights(tmp_path / "clip")
     legacy_folder(out_dir, (0, "tiny", None))
     monkeypatch.setattr(evaluate_module, "build_generator", lambda *a: pytest.fail("a model was loaded"))
-    assert f"adapter: stored None, requested '{clip.resolve()}'" in refused(out_dir, f"adapter={clip}", "step=4")
-    assert "(eval.max_problems: stored None, requested 3)" in refused(out_dir, "eval.max_problems=3")
+    assert f"adapter: stored null (the base model), requested '{clip.resolve()}'" in refused(
+        out_dir, f"adapter={clip}", "step=4"
+    )
+    assert "(eval.max_problems: stored null (all problems), requested 3)" in refused(out_dir, "eval.max_problems=3")
     mixed = tmp_path / "mixed"
     legacy_folder(mixed, (0, "tiny", None), (4, "tiny", str(clip)))
     message = refused(mixed)

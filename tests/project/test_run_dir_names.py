@@ -96,3 +96,17 @@ def done(run_dir):
 def test_unrelated_strings_are_not_names():
     source = 'x = ("eval", "eval/*", "configs.yaml", "my_env.json", "step_time", "DONE!", "mean@8", "a/b")\n'
     assert spelled_names(source) == []
+
+
+def test_the_docs_spell_a_step_folder_as_layout_names_it():
+    """`layout.step_name` pads the step to six digits (step_000004): README, docs and docstrings write
+    `step_<N:06d>`, never `step_<N>`, which reads as step_4."""
+    assert layout.step_name(4) == "step_000004"
+    files = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md")), *sorted((REPO / "atr_grpo").rglob("*.py"))]
+    unpadded = [
+        f"{path.relative_to(REPO)}:{number}"
+        for path in files
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if "step_<N>" in line
+    ]
+    assert unpadded == []

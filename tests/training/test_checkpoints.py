@@ -98,10 +98,29 @@ def test_an_interrupted_run_says_in_one_line_its_stage_its_step_its_checkpoint_a
     assert interrupts.interrupted_message(tmp_path, "GRPO training") == expected
 
 
-def test_a_run_interrupted_before_its_first_step_says_so(tmp_path):
+def test_a_run_interrupted_before_its_first_step_says_so_and_that_it_starts_again(tmp_path):
+    """No checkpoint kept: there is nothing to resume, the same command starts the run again."""
     assert interrupts.interrupted_message(tmp_path) == (
         f"interrupted during start-up of {tmp_path} (before the first GRPO step); no checkpoint yet; "
-        "run the same command to resume"
+        "run the same command to start it again"
+    )
+
+
+def test_an_evaluation_interrupted_before_its_first_result_says_it_starts_again(tmp_path):
+    assert interrupts.evaluation_interrupted_message(tmp_path, "loading the model") == (
+        f"interrupted during loading the model of the evaluation into {tmp_path}; no evaluation kept yet in "
+        f"{tmp_path / 'eval' / 'summary.jsonl'}; run the same command to start it again"
+    )
+
+
+def test_an_interrupt_before_the_run_folder_names_no_folder_and_says_what_its_part_lost(tmp_path):
+    with pytest.raises(KeyboardInterrupt) as interrupt:
+        with interrupts.stage("building the tiny base model", loses="its pretraining so far is lost"):
+            raise KeyboardInterrupt
+    stage = interrupts.interrupted_stage(interrupt.value)
+    assert interrupts.interrupted_message(tmp_path / "run", stage) == (
+        "interrupted during building the tiny base model, before the run folder was made; its pretraining so far "
+        "is lost; run the same command to start it"
     )
 
 
