@@ -133,15 +133,9 @@ def evaluate(cfg: EvaluateConfig, config_yaml: str | None = None) -> dict[str, f
             generator,
             tokenizer,
             benchmarks,
-            engines.sampling_config(ev, step),  # the step read from the adapter too
-            cfg.out_dir,
-            step,
-            system_prompt=cfg.prompt.system,
-            enable_thinking=cfg.prompt.enable_thinking,
-            k=ev.k,
-            grader_workers=ev.grader_workers,
-            grader_timeout=ev.grader_timeout,
-            credit_inside_think=ev.credit_inside_think,
+            run_dir=cfg.out_dir,
+            step=step,
+            **engines.run_options(ev, cfg.prompt, step),  # the step read from the adapter too
             force=cfg.force,
             metadata={"model": cfg.model.name, "adapter": requested["adapter"]},  # the adapter as an absolute path
             show_progress=console_is_terminal(),  # bars redraw in place: on a terminal only

@@ -45,6 +45,20 @@ def sampling_config(eval_cfg: EvalConfig, step: int) -> Any:
     )
 
 
+def run_options(eval_cfg: EvalConfig, prompt: Any, step: int) -> dict[str, Any]:
+    """What an evaluation's config decides in `run_evaluation`, beside the model and the benchmarks: the sampling of
+    step `step`, the prompt, k and the grader. Training's evaluations and `python -m atr_grpo.evaluate` share it."""
+    return {
+        "sampling": sampling_config(eval_cfg, step),
+        "system_prompt": prompt.system,
+        "enable_thinking": prompt.enable_thinking,
+        "k": eval_cfg.k,
+        "grader_workers": eval_cfg.grader_workers,
+        "grader_timeout": eval_cfg.grader_timeout,
+        "credit_inside_think": eval_cfg.credit_inside_think,
+    }
+
+
 def load_benchmarks(eval_cfg: EvalConfig, data: DataConfig | None = None) -> list[Any]:
     """The configured benchmarks. `arithmetic` holds the held-out problems of the synthetic task: `data`'s when
     it is that task (a training run), else the task of conf/data/arithmetic.yaml (`benchmarks.arithmetic`)."""

@@ -97,15 +97,9 @@ def _run(cfg: TrainConfig, generator: Any, tokenizer: Any, benchmarks: list[Any]
             generator,
             tokenizer,
             benchmarks,
-            engines.sampling_config(ev, step),
-            run_dir,
-            step,
-            system_prompt=cfg.prompt.system,
-            enable_thinking=cfg.prompt.enable_thinking,
-            k=ev.k,
-            grader_workers=ev.grader_workers,
-            grader_timeout=ev.grader_timeout,
-            credit_inside_think=ev.credit_inside_think,
+            run_dir=run_dir,
+            step=step,
+            **engines.run_options(ev, cfg.prompt, step),
             metadata=_metadata(cfg, step),
             show_progress=console_is_terminal(),  # transient bars (generation, grading) on a terminal only
         )

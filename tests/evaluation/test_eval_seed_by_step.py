@@ -31,7 +31,9 @@ def test_the_sampling_seed_follows_the_step_only_when_asked():
 def test_a_training_evaluation_samples_with_its_steps_seed(monkeypatch, tmp_path):
     cfg = train_config(["experiment=smoke", "seed=4", "eval.seed=${seed}", "eval.seed_by_step=true"])
     seen = []
-    monkeypatch.setattr(atr_grpo.evaluation, "run_evaluation", lambda *args, **kw: seen.append(args[3].seed) or {})
+    monkeypatch.setattr(
+        atr_grpo.evaluation, "run_evaluation", lambda *args, **kw: seen.append(kw["sampling"].seed) or {}
+    )
     for step in (0, 2):
         evaluations._run(cfg, object(), object(), [], tmp_path, step)
     assert seen == [step_seed(4, 0), step_seed(4, 2)]
