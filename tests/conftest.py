@@ -3,7 +3,8 @@
 Nothing the tests build lands in the checkout: the cache root (`ATR_GRPO_CACHE`: the tiny base model, the SFT
 adapters) and Unsloth's compiled-loss sources go to `$ATR_GRPO_TEST_CACHE`, by default
 `~/.cache/atr-grpo/tests` (under `$XDG_CACHE_HOME` when set), shared by repeated runs so the tiny model is built
-once. Subprocesses started by the tests inherit the same variables.
+once. Subprocesses started by the tests inherit the same variables. A session that leaves a new file or change in the
+checkout fails, naming it (`checkout_changes`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,9 @@ import importlib.util
 import json
 import math
 import os
+import re
+import subprocess
+import sys
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -239,8 +243,36 @@ def pytest_runtest_logreport(report):
     _timed[report.nodeid] = _timed.get(report.nodeid, 0.0) + report.duration
 
 
+# What a test run may leave in the checkout: Python's and the tools' caches, the environments, the device carries.
+CHECKOUT_NOISE = re.compile(
+    r"(^|/)(__pycache__|\.pytest_cache|\.ruff_cache|\.ipynb_checkpoints|\.venv[^/]*|[^/]*\.egg-info|\.whl|\.gl)(/|$)"
+    r"|\.py[cod]$"
+)
+_checkout_before: set[str] = set()
+
+
+def checkout_changes() -> set[str]:
+    """The checkout's changed, untracked and ignored paths (`git status --ignored`), caches left out; empty outside
+    a git checkout."""
+    listing = subprocess.run(
+        ["git", "status", "--porcelain", "--ignored"], cwd=REPO, capture_output=True, text=True, check=False
+    ).stdout
+    return {line[3:] for line in listing.splitlines() if not CHECKOUT_NOISE.search(line[3:])}
+
+
+def pytest_sessionstart(session):
+    if not hasattr(session.config, "workerinput"):  # the controller, or pytest alone
+        _checkout_before.update(checkout_changes())
+
+
 def pytest_sessionfinish(session):
-    if hasattr(session.config, "workerinput") or not _timed:  # an xdist worker: the controller records
+    if hasattr(session.config, "workerinput"):  # an xdist worker: the controller checks and records
+        return
+    written = sorted(checkout_changes() - _checkout_before)
+    if written:  # a test wrote into the checkout (a results folder, a committed table): the suite fails
+        print(f"\nthe tests wrote into the checkout: {', '.join(written)}", file=sys.stderr)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    if not _timed:
         return
     durations = {**_recorded_durations(), **{nodeid: round(seconds, 2) for nodeid, seconds in _timed.items()}}
     DURATIONS.parent.mkdir(parents=True, exist_ok=True)

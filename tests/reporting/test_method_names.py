@@ -93,7 +93,15 @@ def test_every_command_takes_a_method_name_in_its_ascii_form(tmp_path, monkeypat
     asked = []
     monkeypatch.setattr(figures, "build_figures", lambda *args: asked.append(args[4]) or ([], []))
     code, _, err = run_cli(
-        "figures", "--runs", root, "--experiment", "sweep", "--methods", "clip__trainer.max_steps=40,atr"
+        "figures",
+        "--runs",
+        root,
+        "--experiment",
+        "sweep",
+        "--methods",
+        "clip__trainer.max_steps=40,atr",
+        "--out",
+        tmp_path / "out",
     )
     assert code == 0, err
     assert asked == [[LONGER, "atr"]]
