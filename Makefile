@@ -133,6 +133,10 @@ reproduce-power: install ## CPU experiment power2: clip at 3 widths, clip_higher
 	$(REPRODUCE) power2 $(if $(filter 1 true yes,$(DRY_RUN)),,--jobs 2 --runs results/power2/runs \
 		--out $(if $(RERUN_ON),$(NEED_OUT),results/power2) --methods clip,clip-eps0.329,clip-eps0.422,clip_higher,atr) $(ARGS)
 
+reproduce-power3: install ## CPU experiment power3: clip, atr, clip 0.329, clip at 2x lr, clip 0.6 x seeds 10-19 (~2 h)
+	$(REPRODUCE) power3 $(if $(filter 1 true yes,$(DRY_RUN)),,--jobs 2 --runs results/power3/runs \
+		--out $(if $(RERUN_ON),$(NEED_OUT),results/power3) --methods clip,atr,clip-eps0.329,clip-eps0.6) $(ARGS)
+
 # ---- tables and figures of any experiment: `make tables EXPERIMENT=power` ----
 # EXPERIMENT=NAME takes that experiment's runs for every table and figure (without it each takes the paper's
 # experiment: table2, table3, ablate_delta, passk_curve). They are read from RUNS and written to OUT/tables and
@@ -157,4 +161,4 @@ clean: ## Remove caches (never touches results/runs)
 	find . -name __pycache__ -type d -prune -not -path './.venv/*' -exec rm -rf {} +
 
 .PHONY: help install lint format test test-fast test-rule clean demo bench-loss bench-train bench-eval bench-grader bench-stats bench-wait \
-	install-verl test-verl reproduce-mini reproduce-power reproduce-table2 reproduce-table3 ablate-delta passk-curve reproduce-rivals tables figures
+	install-verl test-verl reproduce-mini reproduce-power reproduce-power3 reproduce-table2 reproduce-table3 ablate-delta passk-curve reproduce-rivals tables figures

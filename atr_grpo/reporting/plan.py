@@ -78,7 +78,8 @@ KEYS = (
     "primary",
     "secondary",
 )
-OPTIONAL_KEYS = ("study", "gates", "secondary_metrics")
+OPTIONAL_KEYS = ("study", "gates", "secondary_metrics", "final_evaluation")
+FINAL_KEYS = ("folder", "temperature", "top_p")
 GATE_KEYS = ("max_residual_correlation", "max_mde_share_of_margin")
 AMENDMENT_KEYS = ("amends", "date", "deviation", "gates")
 AMENDMENT_NAME = re.compile(r"plan_amendment_(\d{4}-\d{2}-\d{2})\.yaml")
@@ -104,6 +105,16 @@ class Gates:
 
     max_residual_correlation: float  # validity: |r̄| of the cross-seed evaluation residuals must be below it
     max_mde_share_of_margin: float  # precision: each planned comparison's MDE ≤ this × the equivalence margin
+
+
+@dataclass(frozen=True)
+class FinalEvaluation:
+    """One more evaluation of each run's final adapter at other sampling settings (`python -m atr_grpo.final_eval`),
+    written to `<run>/<folder>/`; the primary comparison on it is one more secondary."""
+
+    folder: str  # a folder name inside each run folder
+    temperature: float
+    top_p: float
 
 
 @dataclass(frozen=True)
@@ -136,10 +147,11 @@ class Plan:
     amendments: tuple[Amendment, ...] = ()
     secondary_metrics: tuple[str, ...] = ()  # the primary comparison on these metrics, as secondaries
     study: str | None = None  # None: the one study of the experiment's runs
+    final_evaluation: FinalEvaluation | None = None
 
     def level(self, role: str) -> float:
         """The level a comparison's test uses: α for the primary, Holm's first step among the secondaries."""
-        secondaries = len(self.secondary) + len(self.secondary_metrics)
+        secondaries = len(self.secondary) + len(self.secondary_metrics) + (self.final_evaluation is not None)
         return self.alpha if role == PRIMARY else stats.holm_level(self.alpha, secondaries)
 
     def hypotheses(self) -> list[tuple[str, Comparison, str]]:
@@ -215,6 +227,7 @@ def load_plan(path: str | Path) -> Plan:
         raise _bad(path, "secondary", raw["secondary"], "comparisons that differ from each other and from the primary")
     gates = _gates(raw["gates"], path) if "gates" in raw else None
     secondary_metrics = _secondary_metrics(raw.get("secondary_metrics", []), metric, path)
+    final = _final_evaluation(raw["final_evaluation"], path) if "final_evaluation" in raw else None
     amendments = load_amendments(path)
     if amendments:
         gates = amendments[-1].gates
@@ -234,6 +247,7 @@ def load_plan(path: str | Path) -> Plan:
         amendments=amendments,
         secondary_metrics=secondary_metrics,
         study=study,
+        final_evaluation=final,
     )
 
 
@@ -243,6 +257,21 @@ def _secondary_metrics(value: Any, metric: str, path: Path) -> tuple[str, ...]:
     if not ok or len(set(value)) != len(value) or metric in value:
         raise _bad(path, "secondary_metrics", value, f"a list of distinct metrics other than {metric!r}: {EXPECTED}")
     return tuple(value)
+
+
+def _final_evaluation(value: Any, path: Path) -> FinalEvaluation:
+    """`final_evaluation`: a folder name and the sampling of the final adapters' evaluation."""
+    if not isinstance(value, dict) or sorted(value) != sorted(FINAL_KEYS):
+        raise _bad(path, "final_evaluation", value, f"a mapping with exactly the keys {', '.join(FINAL_KEYS)}")
+    folder = value["folder"]
+    if not isinstance(folder, str) or not re.fullmatch(r"[A-Za-z0-9_.-]+", folder) or folder in (".", "..", "eval"):
+        raise _bad(path, "final_evaluation.folder", folder, "a folder name (letters, digits, _ . -) other than eval")
+    temperature, top_p = _number(value["temperature"]), _number(value["top_p"])
+    if temperature is None or not 0 < temperature < math.inf:
+        raise _bad(path, "final_evaluation.temperature", value["temperature"], "a number > 0")
+    if top_p is None or not 0 < top_p <= 1:
+        raise _bad(path, "final_evaluation.top_p", value["top_p"], "a number in (0, 1]")
+    return FinalEvaluation(folder, temperature, top_p)
 
 
 def _gates(value: Any, path: Path, key: str = "gates") -> Gates:

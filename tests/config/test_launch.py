@@ -275,7 +275,7 @@ PLANS_BEFORE_THE_FOLD = {
 
 
 # Every experiment with a plan; power2's, which narrows the grid for one entry, is expanded in test_launch_narrowed.py.
-PLANS = sorted([*PLANS_BEFORE_THE_FOLD, "power2"])
+PLANS = sorted([*PLANS_BEFORE_THE_FOLD, "power2", "power3"])
 
 
 @pytest.mark.parametrize("name", sorted(PLANS_BEFORE_THE_FOLD))
