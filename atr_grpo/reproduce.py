@@ -1,6 +1,7 @@
 """`python -m atr_grpo.reproduce PLAN --runs DIR --out DIR [--rerun] [--jobs N] [--methods a,b]`: run a CPU
 experiment's plan, then rebuild its tables and figures and pack its per-sample files (`make reproduce-mini`,
-`make reproduce-power`).
+`make reproduce-power`). When the experiment's analysis plan (plan.yaml beside --runs) names a final evaluation,
+`python -m atr_grpo.final_eval` runs it between the training runs and the tables (`make reproduce-power3`).
 
 Without --rerun the runs go to the experiment's own folder (--runs, e.g. results/mini/runs), where finished runs
 are kept and not re-run: on a clone with committed runs this rebuilds the tables from them, and the last line
@@ -14,7 +15,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from atr_grpo import launch, results
+from atr_grpo import final_eval, launch, results
+from atr_grpo.reporting.plan import PlanError, default_path, load_plan
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,6 +43,16 @@ def main(argv: list[str] | None = None) -> int:
     tally = launch.run_plan(plan, list(opts.overrides), False, opts.jobs, runs if opts.rerun else None)
     if tally.refused:
         return 2
+    analysis = default_path(opts.runs)  # the committed plan, beside the experiment's own run folder
+    try:
+        final = load_plan(analysis).final_evaluation if analysis.is_file() else None
+    except PlanError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if final is not None:
+        status = final_eval.main(["--runs", str(runs), "--plan", str(analysis), "--jobs", str(opts.jobs)])
+        if status:
+            return status
     shared = ["--runs", str(runs), "--experiment", experiment]
     status = results.main(["all", *shared, "--out", str(opts.out / "tables")])
     figures = ["figures", *shared, "--out", str(opts.out / "figures")]

@@ -51,6 +51,9 @@ def pack_runs(root: str | Path) -> list[tuple[Path, int, int]]:
     """Pack every per-sample file of every run directory under `root`; returns (file, before, after) each."""
     done = []
     for run_dir in rundir.find_run_dirs(root):
-        for path in layout.sample_files(run_dir):
-            done.append((path, *pack_file(path)))
+        # the run's own evaluations, then those of a standalone evaluation inside it (a plan's final evaluation)
+        inner = sorted(p for p in run_dir.iterdir() if p.is_dir() and layout.request_path(p).is_file())
+        for folder in (run_dir, *inner):
+            for path in layout.sample_files(folder):
+                done.append((path, *pack_file(path)))
     return done

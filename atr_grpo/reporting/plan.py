@@ -116,6 +116,9 @@ class FinalEvaluation:
     temperature: float
     top_p: float
 
+    def describe(self) -> str:
+        return f"{self.folder}: the final adapters at temperature {self.temperature:g}, top-p {self.top_p:g}"
+
 
 @dataclass(frozen=True)
 class Amendment:
@@ -149,13 +152,18 @@ class Plan:
     study: str | None = None  # None: the one study of the experiment's runs
     final_evaluation: FinalEvaluation | None = None
 
+    @property
+    def secondary_count(self) -> int:
+        """The secondaries of the family: the comparisons, the secondary metrics and the final evaluation."""
+        return len(self.secondary) + len(self.secondary_metrics) + (self.final_evaluation is not None)
+
     def level(self, role: str) -> float:
         """The level a comparison's test uses: α for the primary, Holm's first step among the secondaries."""
-        secondaries = len(self.secondary) + len(self.secondary_metrics) + (self.final_evaluation is not None)
-        return self.alpha if role == PRIMARY else stats.holm_level(self.alpha, secondaries)
+        return self.alpha if role == PRIMARY else stats.holm_level(self.alpha, self.secondary_count)
 
     def hypotheses(self) -> list[tuple[str, Comparison, str]]:
-        """(role, comparison, metric) of every planned test, the primary first, then the secondaries in order."""
+        """(role, comparison, metric) of every planned test on the runs' own evaluations, the primary first, then
+        the secondaries in order; the final evaluation's test (`final_evaluation`) comes after them."""
         return [
             (PRIMARY, self.primary, self.metric),
             *((SECONDARY, comparison, self.metric) for comparison in self.secondary),

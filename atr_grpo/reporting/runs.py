@@ -52,11 +52,26 @@ class Run:
     grader: str | None = None  # a regrade tag: read eval/regrade/<tag>/ instead of the original verdicts
     label: str | None = None  # the method's name (`name_methods`); None: the config's label
     launch: dict[str, Any] = field(default_factory=dict)  # env.json: the launch's command line and start time
+    # a folder inside the run whose eval/ is read instead of the run's own (a plan's final evaluation); None: eval/
+    evaluations: str | None = None
     _cache: dict[tuple, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def _section(self, name: str) -> dict[str, Any]:
         value = self.config.get(name)
         return value if isinstance(value, dict) else {}
+
+    @property
+    def eval_root(self) -> Path:
+        """The folder whose eval/ holds this run's evaluations: the run's own, or its `evaluations` folder."""
+        return self.path if self.evaluations is None else self.path / self.evaluations
+
+    def evaluated_again(self, folder: str) -> Run:
+        """This training run, its evaluations read from `<run>/<folder>/eval/` (written by `atr_grpo.final_eval`):
+        the same method, seed and settings, so its comparisons pair as the run's own do."""
+        run = Run(self.path, self.config, grader=self.grader, label=self.label, launch=self.launch, evaluations=folder)
+        if not run.summary:
+            run.problems.append(f"no evaluation in {folder}/ (python -m atr_grpo.final_eval writes it)")
+        return run
 
     @property
     def experiment(self) -> str:
@@ -135,13 +150,15 @@ class Run:
         from atr_grpo.evaluation.schedule import Schedule
 
         schedule = Schedule.of(self._section("eval"))
-        return None if self.max_steps is None or schedule is None else schedule.steps(self.max_steps)
+        if self.evaluations is not None or self.max_steps is None or schedule is None:
+            return None
+        return schedule.steps(self.max_steps)
 
     @cached_property
     def summary(self) -> dict[tuple[int, str], dict[str, Any]]:
         if self.grader is None:
-            return read_summary(self.path, whole=True)
-        return read_summary_file(regrade.summary_path(self.path, self.grader), whole=True)
+            return read_summary(self.eval_root, whole=True)
+        return read_summary_file(regrade.summary_path(self.eval_root, self.grader), whole=True)
 
     def drawn_seed(self, step: int, benchmark: str) -> tuple[Any, bool]:
         """(the seed one evaluation's samples were drawn with, whether its summary line records it). A line from
@@ -174,13 +191,13 @@ class Run:
         key = ("samples", step, benchmark)
         if key not in self._cache:
             if self.grader is None:
-                path = find_sample_file(self.path, step, benchmark)
+                path = find_sample_file(self.eval_root, step, benchmark)
                 wanted = f"{layout.sample_file('', step, benchmark)}(.gz)"
             else:
-                path = regrade.verdict_file(self.path, self.grader, step, benchmark)
-                wanted, path = str(path.relative_to(self.path)), path if path.exists() else None
+                path = regrade.verdict_file(self.eval_root, self.grader, step, benchmark)
+                wanted, path = str(path.relative_to(self.eval_root)), path if path.exists() else None
             if path is None:
-                raise MissingSamples(f"{self.path}: no per-sample file {wanted}")
+                raise MissingSamples(f"{self.eval_root}: no per-sample file {wanted}")
             by_problem: dict[str, dict[int, tuple[bool, str | None]]] = defaultdict(dict)
             for record in rundir.iter_jsonl(path, whole=True):
                 verdict = (bool(record["correct"]), record.get("status"))

@@ -20,7 +20,7 @@ class ResultsError(RuntimeError):
 def read_runs(parser: argparse.ArgumentParser, opts: argparse.Namespace) -> list[Run]:
     """The runs under --runs, read with --grader's verdicts; a bad --runs or --grader is a usage error."""
     if not opts.runs.is_dir():
-        parser.error(f"--runs {opts.runs} is not a directory")
+        opts.runs = _own_folder(parser, opts)
     grader = getattr(opts, "grader", None)
     if grader is not None:
         found = sorted({tag for path in rundir.find_run_dirs(opts.runs) for tag in regrade.tags(path)})
@@ -42,6 +42,22 @@ def read_runs(parser: argparse.ArgumentParser, opts: argparse.Namespace) -> list
         if not run.config:  # it cannot be placed in any table: say so here
             print(f"warning: {run.path}: {'; '.join(run.problems)}", file=sys.stderr)
     return runs
+
+
+DEFAULT_RUNS = Path("results/runs")
+
+
+def _own_folder(parser: argparse.ArgumentParser, opts: argparse.Namespace) -> Path:
+    """With --runs left at its default and absent, the folder of the --study or --experiment named, where
+    `reproduce` writes it (results/NAME/runs), said on stderr; else a usage error that lists the run folders here."""
+    name = opts.study or opts.experiment
+    own = Path("results") / name / "runs" if name else None
+    if opts.runs == DEFAULT_RUNS and own is not None and own.is_dir():
+        print(f"reading {own}: the runs of {name} (--runs {DEFAULT_RUNS} is absent)", file=sys.stderr)
+        return own
+    found = sorted(str(p) for p in Path("results").glob("*/runs") if p.is_dir())
+    listed = f"; run folders here: {', '.join(found)}" if found else ""
+    parser.error(f"--runs {opts.runs} is not a directory{listed}")
 
 
 def of_experiment(runs: list[Run], experiment: str | None) -> list[Run]:

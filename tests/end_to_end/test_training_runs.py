@@ -397,3 +397,54 @@ def test_resume_true_needs_a_run_and_stray_files_are_not_overwritten(tmp_path):
     with pytest.raises(RunDirError, match="refusing"):
         smoke(stray, ["eval=none"])
     assert (stray / rundir.METRICS_FILE).read_text() == '{"step": 1}\n'
+
+
+def test_final_eval_evaluates_the_final_adapter_at_the_plans_sampling(atr_run, tmp_path, capsys):
+    """`python -m atr_grpo.final_eval`: the run's final adapter at the plan's temperature and top-p, with the draws of
+    its final step, into <run>/<folder>/eval/; the run's own files untouched; a second call keeps it; another
+    temperature is refused, naming the key and both values."""
+    import shutil
+
+    import yaml
+
+    from atr_grpo import final_eval
+    from atr_grpo.evaluation.sampling import step_seed
+
+    run = tmp_path / "runs" / atr_run.name
+    shutil.copytree(atr_run, run, ignore=shutil.ignore_patterns(rundir.CHECKPOINT_DIR))
+    own = (run / "eval" / "summary.jsonl").read_text()
+    plan = {
+        "experiment": "smoke",
+        "seeds": [0],
+        "endpoint": "final",
+        "metric": "mean@8",
+        "benchmark": "arithmetic",
+        "test": "seed_sign_flip",
+        "alpha": 0.05,
+        "equivalence_margin": 1.0,
+        "primary": ["atr", "clip"],
+        "secondary": [],
+        "final_evaluation": {"folder": "final_eval", "temperature": 0.3, "top_p": 0.95},
+    }
+    (tmp_path / "plan.yaml").write_text(yaml.safe_dump(plan))
+    assert final_eval.main(["--runs", str(tmp_path / "runs")]) == 0
+    config = OmegaConf.load(run / rundir.CONFIG_FILE)
+    (line,) = [json.loads(x) for x in (run / "final_eval" / "eval" / "summary.jsonl").read_text().splitlines()]
+    assert (line["step"], line["benchmark"], line["n"]) == (4, "arithmetic", config.eval.n)
+    drawn = step_seed(config.eval.seed, 4) if config.eval.seed_by_step else config.eval.seed
+    (own_final,) = [json.loads(x) for x in own.splitlines() if json.loads(x)["step"] == 4]
+    assert line["drawn_seed"] == drawn == own_final["drawn_seed"]  # the draws of the run's own final evaluation
+    request = json.loads((run / "final_eval" / "eval" / "request.json").read_text())
+    assert (request["eval.temperature"], request["eval.top_p"]) == (0.3, 0.95)
+    assert request["adapter"] == str((run / "final_adapter").resolve()) and len(request["adapter_sha256"]) == 64
+    samples = (run / "final_eval" / "eval" / "step_000004" / "arithmetic.jsonl").read_text().splitlines()
+    assert len(samples) == line["num_problems"] * config.eval.n
+    assert (run / "eval" / "summary.jsonl").read_text() == own
+    capsys.readouterr()
+    assert final_eval.main(["--runs", str(tmp_path / "runs")]) == 0
+    assert "of 0 runs; 1 evaluated before, kept" in capsys.readouterr().out
+    plan["final_evaluation"]["temperature"] = 0.5
+    (tmp_path / "plan.yaml").write_text(yaml.safe_dump(plan))
+    assert final_eval.main(["--runs", str(tmp_path / "runs")]) == 1
+    err = capsys.readouterr().err
+    assert "eval.temperature: stored 0.3, requested 0.5" in err and "final_evaluation.folder, final_eval" in err

@@ -26,3 +26,11 @@ def kept_by_git(folder):
 def table_cells(line):
     """The stripped cells of one line of a Markdown table."""
     return [cell.strip() for cell in line.strip("|").split("|")]
+
+
+def section_lines(text, heading):
+    """The lines of the Markdown section that starts with `heading` (a `## ` line), up to the next `## ` line."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(heading))
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+    return lines[start:end]

@@ -64,3 +64,36 @@ def test_rerun_refuses_the_committed_folder(recorded, capsys):
     with pytest.raises(SystemExit):
         reproduce.main(["power", "--runs", "results/power/runs", "--out", "results/power", "--rerun"])
     assert "--rerun needs a fresh folder" in capsys.readouterr().err and recorded["launch"] == []
+
+
+def test_a_plan_with_a_final_evaluation_runs_it_between_the_runs_and_the_tables(recorded, monkeypatch, tmp_path):
+    """plan.yaml beside --runs names a final evaluation: `final_eval` runs on the runs, at the jobs given, before
+    any table; when it fails, no table is built and its status is the command's."""
+    import yaml
+
+    from atr_grpo import final_eval
+
+    plan = {
+        "experiment": "power",
+        "seeds": [0],
+        "endpoint": "auc",
+        "metric": "mean@8",
+        "benchmark": "arithmetic",
+        "test": "seed_sign_flip",
+        "alpha": 0.05,
+        "equivalence_margin": 0.5,
+        "primary": ["atr", "clip"],
+        "secondary": [],
+        "final_evaluation": {"folder": "final_eval", "temperature": 0.3, "top_p": 0.95},
+    }
+    (tmp_path / "plan.yaml").write_text(yaml.safe_dump(plan))
+    runs = tmp_path / "runs"
+    calls = []
+    monkeypatch.setattr(final_eval, "main", lambda argv: calls.append((argv, len(recorded["results"]))) or 0)
+    assert reproduce.main(["power", "--runs", str(runs), "--out", str(tmp_path), "--jobs", "2"]) == 0
+    assert calls == [(["--runs", str(runs), "--plan", str(tmp_path / "plan.yaml"), "--jobs", "2"], 0)]
+    assert [argv[0] for argv in recorded["results"]] == ["all", "figures", "pack"]
+    recorded["results"].clear()
+    monkeypatch.setattr(final_eval, "main", lambda argv: 1)
+    assert reproduce.main(["power", "--runs", str(runs), "--out", str(tmp_path)]) == 1
+    assert recorded["results"] == []

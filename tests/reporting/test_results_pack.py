@@ -50,3 +50,22 @@ def test_pack_never_replaces_a_different_compressed_file(tmp_path):
     with pytest.raises(PackError, match="exists with other content"):
         pack_runs(root)
     assert path.exists() and path.read_bytes() != data, "neither file was changed"
+
+
+def test_pack_packs_a_final_evaluation_inside_a_run_and_nothing_else_there(tmp_path):
+    """A standalone evaluation inside a run folder (it has eval/request.json: a plan's final evaluation) is packed
+    with the run's own files; a folder without a request is not an evaluation, and is left alone."""
+    from helpers.sampled_runs import counts_matrix, write_sample_file
+
+    from atr_grpo.rundir import layout
+
+    run = sampled_run(tmp_path / "runs", "power3", "clip", 10, method_matrices(0, 0))
+    final = layout.sample_file(run / "final_eval", 128, "aime24")
+    write_sample_file(final, counts_matrix([3] * 30))
+    layout.request_path(run / "final_eval").write_text("{}")
+    stray = layout.sample_file(run / "notes", 128, "aime24")
+    write_sample_file(stray, counts_matrix([3] * 30))
+    data = final.read_bytes()
+    packed = [p for p, _, _ in pack_runs(tmp_path / "runs")]
+    assert final in packed and stray not in packed and stray.exists()
+    assert gzip.decompress(final.with_name(final.name + ".gz").read_bytes()) == data and not final.exists()

@@ -329,6 +329,21 @@ def test_no_runs_fails_clearly(tmp_path, capsys):
     assert "is not a directory" in capsys.readouterr().err
 
 
+def test_without_runs_the_studys_own_folder_is_read_and_said(tmp_path, monkeypatch, capsys):
+    """--runs left at results/runs, which is absent: --study NAME reads results/NAME/runs and says so; with no
+    such folder the error lists the run folders there are."""
+    from helpers.run_trees import make_run
+
+    monkeypatch.chdir(tmp_path)
+    make_run(tmp_path / "results" / "power3" / "runs", "power3", "tiny", "clip", {"name": "clip"}, 10, {})
+    assert main(["timing", "--study", "power3", "--out", str(tmp_path / "out")]) == 0
+    assert "reading results/power3/runs: the runs of power3 (--runs results/runs is absent)" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["timing", "--study", "power4"])
+    err = capsys.readouterr().err
+    assert "--runs results/runs is not a directory; run folders here: results/power3/runs" in err
+
+
 def test_absent_experiment_names_the_ones_found(tree, tmp_path, capsys):
     assert main(["passk", "--runs", str(tree), "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err

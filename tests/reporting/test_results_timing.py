@@ -128,3 +128,24 @@ def test_a_run_that_ran_once_keeps_the_table_without_a_stretches_column(tmp_path
     table = timing_table(find_runs(tmp_path / "runs"))
     assert table.columns[-1] == "other_s" and table.rows[0]["wall_s"] == 100.0
     assert not any("resumed" in note for note in table.notes)
+
+
+def test_the_notes_give_the_experiments_span_and_the_evaluations_inside_the_run_folders(tmp_path):
+    """First start to last end: the earliest env.json start_time to the latest start + DONE's seconds, so runs at
+    once count once; then the evaluations of the standalone folders inside the runs (a plan's final evaluation)."""
+    starts = {"clip": "2026-12-05T10:00:00+0000", "atr": "2026-12-05T10:30:00+0000"}
+    for method, seconds in (("clip", 600.0), ("atr", 1200.0)):  # atr ends at 10:50
+        path = timed_run(tmp_path, method, 0, step0_shared=False, done_seconds=seconds)
+        (path / layout.ENV_FILE).write_text(json.dumps({"start_time": starts[method]}))
+        final = path / "final_eval"
+        layout.request_path(final).parent.mkdir(parents=True)
+        layout.request_path(final).write_text("{}")
+        line = {"step": 4, "benchmark": "arithmetic", "time_s": 45.0}
+        layout.summary_path(final).write_text(json.dumps(line) + "\n")
+    notes = timing_table(find_runs(tmp_path)).notes
+    (span,) = [note for note in notes if note.startswith("first start to last end")]
+    assert span.startswith("first start to last end: 50.0 min (2026-12-05 10:00 UTC and on;")
+    assert "the wall time of these 2 runs" in span
+    (inner,) = [note for note in notes if note.startswith("evaluations inside the run folders")]
+    assert inner.startswith("evaluations inside the run folders (final_eval/, e.g. a plan's final evaluation): 2 of")
+    assert "1.5 min of evaluation in all" in inner

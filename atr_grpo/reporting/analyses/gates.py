@@ -150,8 +150,9 @@ def check(runs: list[Run], plan: Plan, results: list[PlannedResult]) -> GateResu
     for model in sorted({r.model for r in runs}):
         of_model = [r for r in runs if r.model == model and r.method in methods]
         validity[model] = _validity(of_model, plan)
-    # the margin is in points of the plan's metric: a test on one of `secondary_metrics` is not gated
-    precision = [_precision(r, runs, plan) for r in results if not r.metric]
+    # the margin is in points of the plan's metric at its endpoint: a test on one of `secondary_metrics`, or on the
+    # final evaluation (another endpoint and sampling), is not gated
+    precision = [_precision(r, runs, plan) for r in results if not r.metric and not r.evaluations]
     return GateResult(validity, precision)
 
 

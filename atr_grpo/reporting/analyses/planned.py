@@ -16,10 +16,11 @@ from dataclasses import dataclass
 
 from atr_grpo.reporting import cells, stats
 from atr_grpo.reporting.analyses import compare
-from atr_grpo.reporting.plan import PRIMARY, Comparison, Plan, PlanError, gatekept
+from atr_grpo.reporting.plan import PRIMARY, SECONDARY, Comparison, Plan, PlanError, gatekept
 from atr_grpo.reporting.runs import AVERAGE, Run, repeat_free
 
 DIFFERS, EQUIVALENT, NOT_ESTABLISHED, NOT_TESTED = "differs", "equivalent", "not established", "not tested"
+FINAL = "final"  # the endpoint of a plan's final evaluation: its one evaluated step
 
 
 @dataclass(frozen=True)
@@ -36,11 +37,13 @@ class PlannedResult:
     mde: float
     power: float  # to detect the observed difference; nan when it differs
     metric: str = ""  # the metric tested, when not the plan's own (a `secondary_metrics` entry)
+    evaluations: str = ""  # the plan's final evaluation folder, when the test reads it (at the final endpoint)
 
     @property
     def label(self) -> str:
-        """The comparison, with its metric when that is not the plan's own."""
-        return f"{self.comparison.label} ({self.metric})" if self.metric else self.comparison.label
+        """The comparison, with its metric when that is not the plan's own, and the final evaluation it reads."""
+        label = f"{self.comparison.label} ({self.metric})" if self.metric else self.comparison.label
+        return f"{label} [{self.evaluations}, final]" if self.evaluations else label
 
     def describe(self) -> str:
         """The verdict in words, with the number that decides it."""
@@ -78,22 +81,27 @@ def _analyse_model(runs: list[Run], plan: Plan, resampling: stats.Resampling) ->
     benchmarks = list(dict.fromkeys(b for r in runs for b in r.benchmarks))
     if plan.benchmark != AVERAGE and plan.benchmark not in benchmarks:
         raise PlanError(f"{plan.path}: benchmark {plan.benchmark!r}; the runs evaluate {', '.join(benchmarks)}")
-    hypotheses = plan.hypotheses()
+    # (role, comparison, metric, endpoint, the final evaluation's folder or "")
+    hypotheses = [(role, comparison, metric, plan.endpoint, "") for role, comparison, metric in plan.hypotheses()]
+    if plan.final_evaluation is not None:
+        hypotheses.append((SECONDARY, plan.primary, plan.metric, FINAL, plan.final_evaluation.folder))
     differences, p_values = [], []
-    for _, comparison, metric in hypotheses:
-        sides = [_method_runs(runs, method, plan) for method in (comparison.a, comparison.b)]
-        key = cells.comparison_key(experiment, model, comparison.a, comparison.b, metric, plan.benchmark, plan.endpoint)
+    for _, comparison, metric, endpoint, folder in hypotheses:
+        sides = [_method_runs(runs, method, plan, folder) for method in (comparison.a, comparison.b)]
+        experiment_key = f"{experiment}/{folder}" if folder else experiment  # its own random streams
+        key = cells.comparison_key(experiment_key, model, comparison.a, comparison.b, metric, plan.benchmark, endpoint)
         try:
-            scores = [cells.cell_scores(s, metric, plan.benchmark, benchmarks, plan.endpoint) for s in sides]
+            scores = [cells.cell_scores(s, metric, plan.benchmark, benchmarks, endpoint) for s in sides]
             difference = cells.compare(*scores, resampling, key, (comparison.a, comparison.b))
         except cells.ScoreError as err:
-            raise PlanError(f"{plan.path}: {comparison.label} ({metric}) on {model}: {err}") from None
+            where = f" in {folder}/" if folder else ""
+            raise PlanError(f"{plan.path}: {comparison.label} ({metric}){where} on {model}: {err}") from None
         differences.append(difference)
         p_values.append(difference.p_value if plan.test == "seed_sign_flip" else difference.p_t)
     p_primary, p_secondary, gate_open = gatekept(p_values[0], p_values[1:], plan.alpha)
     return [
-        _result(model, role, comparison, difference, p, adjusted, plan, role == PRIMARY or gate_open, metric)
-        for (role, comparison, metric), difference, p, adjusted in zip(
+        _result(model, role, comparison, difference, p, adjusted, plan, role == PRIMARY or gate_open, metric, folder)
+        for (role, comparison, metric, _, folder), difference, p, adjusted in zip(
             hypotheses, differences, p_values, [p_primary, *p_secondary]
         )
     ]
@@ -116,9 +124,18 @@ def _of_study(runs: list[Run], plan: Plan) -> list[Run]:
     return chosen
 
 
-def _method_runs(runs: list[Run], method: str, plan: Plan) -> list[Run]:
-    """The runs of `method`, which must be exactly the plan's seeds."""
+def _method_runs(runs: list[Run], method: str, plan: Plan, folder: str = "") -> list[Run]:
+    """The runs of `method`, which must be exactly the plan's seeds; with `folder`, each evaluated again there
+    (`Run.evaluated_again`), and PlanError when a run has no such evaluation."""
     found = [r for r in runs if r.method == method]
+    if folder:
+        found = [r.evaluated_again(folder) for r in found]
+        missing = [r.path.name for r in found if not r.summary]
+        if missing:
+            raise PlanError(
+                f"{plan.path}: final_evaluation: no evaluation in {folder}/ of {', '.join(missing)}; "
+                f"`python -m atr_grpo.final_eval --runs {runs[0].path.parent}` writes it"
+            )
     if not found:
         methods = ", ".join(sorted({r.method for r in runs}))
         raise PlanError(f"{plan.path}: no runs of method {method!r} in study {runs[0].study} (methods: {methods})")
@@ -142,6 +159,7 @@ def _result(
     plan: Plan,
     tested: bool,
     metric: str,
+    folder: str = "",
 ) -> PlannedResult:
     level = plan.level(role)
     significant = tested and stats.significant(p_adjusted, plan.alpha)
@@ -166,6 +184,7 @@ def _result(
         mde=mde,
         power=power,
         metric="" if metric == plan.metric else metric,
+        evaluations=folder,
     )
 
 
@@ -183,6 +202,8 @@ def apply_to_rows(
         ):
             continue
         for result in results:
+            if result.evaluations:  # the final evaluation's test: not a row of the runs' own evaluations
+                continue
             tested = result.metric or plan.metric
             if (result.model, result.comparison, tested) == (row.model, Comparison(method_a, method_b), row.metric):
                 row.p_holm, row.family, row.level, row.planned = result.p_adjusted, family, result.level, result
@@ -196,9 +217,11 @@ def planned_lines(results: list[PlannedResult], plan: Plan, commit: str) -> list
         f"## Analysis plan: {plan.path.name} of {plan.experiment} (commit {commit[:12]})",
         "",
         f"{plan.metric} on {plan.benchmark} at the {plan.endpoint} endpoint; test: {plan.test}; α {alpha:g}; "
-        f"the primary at α alone, the {len(plan.hypotheses()) - 1} secondaries by Holm among themselves only if the "
+        f"the primary at α alone, the {plan.secondary_count} secondaries by Holm among themselves only if the "
         f"primary rejects (serial gatekeeping); equivalence margin ±{margin:g} points; seeds "
         f"{', '.join(map(str, plan.seeds))}.",
+        *(["", f"Final evaluation: {plan.final_evaluation.describe()} (the row marked [{plan.final_evaluation.folder}, "
+           "final])."] if plan.final_evaluation else []),
         "",
         "| model | role | comparison | difference | 95% CI (t, seeds) | p | adjusted p | level | MDE (80%) "
         f"| power (observed) | TOST ±{margin:g} p | (1 − 2·level) CI (TOST) | verdict |",

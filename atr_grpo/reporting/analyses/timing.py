@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +105,7 @@ def timing_table(runs: list[Run]) -> Table:
             f"{len(walls)} finished runs: {sum(walls):.0f} s of run time in all, median {statistics.median(walls):.1f} "
             f"s a run ({min(walls):.1f}–{max(walls):.1f}); with several runs at once the command's wall time is less"
         )
+    notes += _span_notes(kept)
     if resumed:
         listed = ", ".join(f"{row['method']} seed {row['seed']} ({row['stretches']})" for row in resumed)
         notes.append(
@@ -123,3 +124,42 @@ def _no_wall(row: dict[str, Any]) -> str:
         stretches = row["stretches"]
         return f"no wall time (not finished, or a stretch of its {stretches} without a start time in {layout.ENV_FILE})"
     return "no DONE (not finished)"
+
+
+def _span_notes(runs: list[Run]) -> list[str]:
+    """The experiment's wall time, from the first run's start to the last run's end (its last stretch's start plus
+    DONE's seconds), and the time of the evaluations inside the run folders (a plan's final evaluation), which ran
+    after them."""
+    spans = []
+    for run in runs:
+        starts, done = stretch_starts(run), records.read_done(run.path)
+        seconds = metric_number(done.seconds) if done is not None else None
+        if starts and all(start is not None for start in starts) and seconds is not None:
+            spans.append((starts[0], starts[-1].timestamp() + seconds))
+    notes = []
+    if len(spans) > 1:
+        first, last = min(start for start, _ in spans), max(end for _, end in spans)
+        minutes = (last - first.timestamp()) / 60
+        notes.append(
+            f"first start to last end: {minutes:.1f} min ({first.astimezone(timezone.utc):%Y-%m-%d %H:%M} UTC and "
+            f"on; {layout.ENV_FILE} start_time, then the last stretch's start + {layout.DONE_FILE}'s seconds): the "
+            f"wall time of these {len(spans)} runs, runs at once and the base model built by the first one included"
+        )
+    inner = [(folder.name, row) for run in runs for folder, row in _inner_evaluations(run)]
+    if inner:
+        names = ", ".join(sorted({name for name, _ in inner}))
+        seconds = sum(metric_number(row.get("time_s")) or 0.0 for _, row in inner)
+        notes.append(
+            f"evaluations inside the run folders ({names}/, e.g. a plan's final evaluation): {len(inner)} of them, "
+            f"{seconds / 60:.1f} min of evaluation in all (their wall time, or less with several at once), after "
+            "the runs"
+        )
+    return notes
+
+
+def _inner_evaluations(run: Run) -> list[tuple[Path, dict[str, Any]]]:
+    """(folder, summary line) of each evaluation in a standalone evaluation folder inside the run (eval/request.json)."""
+    from atr_grpo.evaluation.outputs import read_summary
+
+    folders = sorted(p for p in Path(run.path).iterdir() if p.is_dir() and layout.request_path(p).is_file())
+    return [(folder, row) for folder in folders for row in read_summary(folder).values()]

@@ -12,6 +12,7 @@ from atr_grpo.reporting import plan, stats
 from atr_grpo.reporting.analyses import planned, tables
 from atr_grpo.reporting.methods import UnknownMethod, method_named
 from atr_grpo.reporting.runs import Run
+from atr_grpo.reporting.selection import DEFAULT_RUNS
 
 
 def resample_count(text: str) -> int:
@@ -37,7 +38,10 @@ def level(text: str) -> float:
 
 def add_run_options(parser: argparse.ArgumentParser, statistics: bool = True) -> None:
     """--runs, --experiment and --study; with `statistics`, the resampling, --alpha, --plan and --grader too."""
-    parser.add_argument("--runs", type=Path, default=Path("results/runs"), help="where the run directories are")
+    parser.add_argument(
+        "--runs", type=Path, default=DEFAULT_RUNS, help="where the run directories are (default: results/runs, else "
+        "results/NAME/runs of the --study or --experiment NAME)"
+    )
     parser.add_argument("--experiment", default=None, help="take the runs of this experiment only")
     parser.add_argument(
         "--study", default=None, help="take the runs of this study only (config `study`, else the experiment)"
