@@ -135,7 +135,8 @@ reproduce-power: install ## CPU experiment power2: clip at 3 widths, clip_higher
 
 reproduce-power3: install ## CPU experiment power3: clip, atr, clip 0.329, clip at 2x lr, clip 0.6 x seeds 10-19 (~2 h)
 	$(REPRODUCE) power3 $(if $(filter 1 true yes,$(DRY_RUN)),,--jobs 2 --runs results/power3/runs \
-		--out $(if $(RERUN_ON),$(NEED_OUT),results/power3) --methods clip,atr,clip-eps0.329,clip-eps0.6) $(ARGS)
+		--out $(if $(RERUN_ON),$(NEED_OUT),results/power3) \
+		--methods clip,atr,clip-eps0.329,clip__trainer.learning_rate=0.0002,clip-eps0.6) $(ARGS)
 
 # ---- tables and figures of any experiment: `make tables EXPERIMENT=power` ----
 # EXPERIMENT=NAME takes that experiment's runs for every table and figure (without it each takes the paper's

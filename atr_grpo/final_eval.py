@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m atr_grpo.final_eval", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--runs", type=Path, required=True, help="the experiment's run folder, e.g. results/power3/runs")
+    parser.add_argument("--runs", type=Path, required=True, help="the experiment's run folder (results/NAME/runs)")
     parser.add_argument("--plan", type=Path, default=None, help="the analysis plan (default: plan.yaml beside --runs)")
     parser.add_argument("--jobs", type=int, default=1, help="runs evaluated at once, one thread each (default 1)")
     opts = parser.parse_args(argv)
