@@ -72,7 +72,8 @@ def evaluate_run(run: Path, final: FinalEvaluation, threads: int) -> str:
     metrics = evaluate(cfg)
     mean = metrics.get(f"eval/average/{Metric('mean', cfg.eval.k)}")
     shown = "–" if mean is None else f"{100 * mean:.2f} %"
-    return f"{run.name}: step {cfg.step} at temperature {final.temperature:g}, top-p {final.top_p:g}: Mean@{cfg.eval.k} {shown}"
+    sampling = f"temperature {final.temperature:g}, top-p {final.top_p:g}"
+    return f"{run.name}: step {cfg.step} at {sampling}: Mean@{cfg.eval.k} {shown}"
 
 
 def evaluated(run: Path, final: FinalEvaluation, step: int) -> bool:
@@ -148,7 +149,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(future.result(), flush=True)
             except (ValueError, SystemExit) as err:  # a refused request names the key and both values
                 failed += 1
-                where = f" (out_dir is the plan's final_evaluation.folder, {final.folder})" if "out_dir" in str(err) else ""
+                where = (
+                    f" (out_dir is the plan's final_evaluation.folder, {final.folder})" if "out_dir" in str(err) else ""
+                )
                 print(f"failed: {run.name}: {err}{where}", file=sys.stderr, flush=True)
     done = len(ready) - failed + len(kept)
     print(f"{plan.experiment}: {done} of {len(runs)} runs evaluated in {final.folder}/", flush=True)

@@ -10,7 +10,7 @@ import pytest
 import yaml
 from helpers.run_trees import BENCHES, read_csv
 from helpers.sampled_runs import PROBLEMS, SAMPLES, counts_matrix, mean_and_pass, sampled_run, write_sample_file
-from test_analysis_plan import PLAN, commit_all, git, run_cli, write_plan
+from test_analysis_plan import commit_all, git, run_cli, write_plan
 
 from atr_grpo.reporting import plan
 from atr_grpo.rundir import files, layout

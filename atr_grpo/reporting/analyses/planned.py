@@ -220,8 +220,15 @@ def planned_lines(results: list[PlannedResult], plan: Plan, commit: str) -> list
         f"the primary at α alone, the {plan.secondary_count} secondaries by Holm among themselves only if the "
         f"primary rejects (serial gatekeeping); equivalence margin ±{margin:g} points; seeds "
         f"{', '.join(map(str, plan.seeds))}.",
-        *(["", f"Final evaluation: {plan.final_evaluation.describe()} (the row marked [{plan.final_evaluation.folder}, "
-           "final])."] if plan.final_evaluation else []),
+        *(
+            [
+                "",
+                f"Final evaluation: {plan.final_evaluation.describe()} "
+                f"(the row marked [{plan.final_evaluation.folder}, final]).",
+            ]
+            if plan.final_evaluation
+            else []
+        ),
         "",
         "| model | role | comparison | difference | 95% CI (t, seeds) | p | adjusted p | level | MDE (80%) "
         f"| power (observed) | TOST ±{margin:g} p | (1 − 2·level) CI (TOST) | verdict |",

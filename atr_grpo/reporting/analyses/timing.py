@@ -158,7 +158,8 @@ def _span_notes(runs: list[Run]) -> list[str]:
 
 
 def _inner_evaluations(run: Run) -> list[tuple[Path, dict[str, Any]]]:
-    """(folder, summary line) of each evaluation in a standalone evaluation folder inside the run (eval/request.json)."""
+    """(folder, summary line) of each evaluation in a standalone evaluation folder inside the run (one with an
+    eval/request.json)."""
     from atr_grpo.evaluation.outputs import read_summary
 
     folders = sorted(p for p in Path(run.path).iterdir() if p.is_dir() and layout.request_path(p).is_file())

@@ -39,8 +39,11 @@ def level(text: str) -> float:
 def add_run_options(parser: argparse.ArgumentParser, statistics: bool = True) -> None:
     """--runs, --experiment and --study; with `statistics`, the resampling, --alpha, --plan and --grader too."""
     parser.add_argument(
-        "--runs", type=Path, default=DEFAULT_RUNS, help="where the run directories are (default: results/runs, else "
-        "results/NAME/runs of the --study or --experiment NAME)"
+        "--runs",
+        type=Path,
+        default=DEFAULT_RUNS,
+        help="where the run directories are (default: results/runs, else "
+        "results/NAME/runs of the --study or --experiment NAME)",
     )
     parser.add_argument("--experiment", default=None, help="take the runs of this experiment only")
     parser.add_argument(
