@@ -185,8 +185,21 @@ def fit_name(name: str) -> str:
 
 
 def sweep_run_name(base: str, overrides: list[str]) -> str:
-    """The run name of a multirun job with `overrides` whose name without them is `base`."""
-    return fit_name(base + sweep_suffix(overrides))
+    """The run name of a multirun job launched with `overrides` whose name without them is `base`: each override as
+    Hydra's sweeper hands it to the job (`as_swept`), so `lr=2.0e-4` names the run `lr=0.0002`, as the job does."""
+    return fit_name(base + sweep_suffix(as_swept(overrides)))
+
+
+def as_swept(overrides: list[str]) -> list[str]:
+    """`overrides` spelled as Hydra's basic sweeper passes a one-value override to its job: `key=value`, the value
+    parsed and written back (`2.0e-4` → `0.0002`, `'a'` → `a`); a `+`/`~` prefix stays."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_overrides(list(overrides))
+    return [
+        o.input_line if o.is_sweep_override() else f"{o.get_key_element()}={o.get_value_element_as_str()}"
+        for o in parsed
+    ]
 
 
 def run_name(base: str) -> str:

@@ -372,7 +372,7 @@ def test_a_twelve_override_sweep_gets_names_that_fit_a_file_name():
     assert len(set(names)) == 33 and max(len(name.encode()) for name in names) <= 255
     for job, name in zip(jobs, names):
         cfg = train_config(job)
-        full = f"mini__{cfg.method}__s{cfg.seed}" + sweep_suffix(job)
+        full = f"mini__{cfg.method}__s{cfg.seed}" + sweep_suffix(swept(job))
         assert len(full.encode()) > 255  # unshortened: "File name too long"
         start, _, digest = name.rpartition("__")
         assert full.startswith(start) and len(start) > 200
@@ -380,11 +380,30 @@ def test_a_twelve_override_sweep_gets_names_that_fit_a_file_name():
     assert len(dry_run("mini", *TWELVE)) == 33  # every job validated, and launched
 
 
+def swept(job):
+    """The overrides Hydra's basic sweeper hands the one job of `python -m atr_grpo.train -m <job>`."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    ((only,),) = BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(job), None)
+    return only
+
+
 def test_a_multirun_job_resolves_the_name_the_launcher_expects(monkeypatch):
     job = ["experiment=mini", "clipping=atr", "clipping.delta=0.05", "seed=1", *TWELVE]
     expected = launch.run_dir_of(job).name
-    monkeypatch.setattr(naming, "multirun_suffix", lambda: sweep_suffix(job))  # as inside the Hydra job
+    monkeypatch.setattr(naming, "multirun_suffix", lambda: sweep_suffix(swept(job)))  # as inside the Hydra job
     assert compose(job).run_name == expected and len(expected.encode()) == 255
+
+
+def test_the_launcher_expects_the_value_as_the_sweeper_spells_it():
+    """`trainer.learning_rate=2.0e-4` reaches the job as `0.0002`, which its run name shows: the launcher looks
+    for that folder, so a finished run is found and not launched again (a clone's `make reproduce-power3`)."""
+    job = ["experiment=power3", "clipping=clip", "trainer.learning_rate=2.0e-4", "seed=10"]
+    assert swept(job)[2] == "trainer.learning_rate=0.0002"
+    target = launch.run_dir_of(job)
+    assert target.name == "power3__clip__s10__trainer.learning_rate=0.0002"
+    assert target.name in {p.name for p in (CONF.parent / "results" / "power3" / "runs").iterdir()}
 
 
 def test_long_names_keep_their_start_and_get_a_stable_hash():
