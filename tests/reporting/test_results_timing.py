@@ -145,7 +145,7 @@ def test_the_notes_give_the_experiments_span_and_the_evaluations_inside_the_run_
     notes = timing_table(find_runs(tmp_path)).notes
     (span,) = [note for note in notes if note.startswith("first start to last end")]
     assert span.startswith("first start to last end: 50.0 min (2026-12-05 10:00 UTC and on;")
-    assert "the wall time of these 2 runs" in span
+    assert "the wall time of these 2 runs, runs at once counted once" in span
     (inner,) = [note for note in notes if note.startswith("evaluations inside the run folders")]
     assert inner.startswith("evaluations inside the run folders (final_eval/, e.g. a plan's final evaluation): 2 of")
     assert "1.5 min of evaluation in all" in inner

@@ -128,7 +128,7 @@ def _no_wall(row: dict[str, Any]) -> str:
 
 def _span_notes(runs: list[Run]) -> list[str]:
     """The experiment's wall time, from the first run's start to the last run's end (its last stretch's start plus
-    DONE's seconds), and the time of the evaluations inside the run folders (a plan's final evaluation), which ran
+    DONE's seconds; a start is recorded once the base model is there), and the time of the evaluations inside the run folders (a plan's final evaluation), which ran
     after them."""
     spans = []
     for run in runs:
@@ -143,7 +143,8 @@ def _span_notes(runs: list[Run]) -> list[str]:
         notes.append(
             f"first start to last end: {minutes:.1f} min ({first.astimezone(timezone.utc):%Y-%m-%d %H:%M} UTC and "
             f"on; {layout.ENV_FILE} start_time, then the last stretch's start + {layout.DONE_FILE}'s seconds): the "
-            f"wall time of these {len(spans)} runs, runs at once and the base model built by the first one included"
+            f"wall time of these {len(spans)} runs, runs at once counted once; a start_time is written once the run's "
+            "base model is there, so a base model built by the first run is not in it"
         )
     inner = [(folder.name, row) for run in runs for folder, row in _inner_evaluations(run)]
     if inner:
