@@ -128,8 +128,8 @@ def _no_wall(row: dict[str, Any]) -> str:
 
 def _span_notes(runs: list[Run]) -> list[str]:
     """The experiment's wall time, from the first run's start to the last run's end (its last stretch's start plus
-    DONE's seconds; a start is recorded once the base model is there), and the time of the evaluations inside the run folders (a plan's final evaluation), which ran
-    after them."""
+    DONE's seconds; a start is recorded once the base model is there), and the time of the evaluations inside the
+    run folders (a plan's final evaluation), which ran after them."""
     spans = []
     for run in runs:
         starts, done = stretch_starts(run), records.read_done(run.path)
