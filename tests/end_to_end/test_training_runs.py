@@ -406,6 +406,7 @@ def test_final_eval_evaluates_the_final_adapter_at_the_plans_sampling(atr_run, t
     import shutil
 
     import yaml
+    from helpers.plans import plan_with_final_evaluation
 
     from atr_grpo import final_eval
     from atr_grpo.evaluation.sampling import step_seed
@@ -413,19 +414,7 @@ def test_final_eval_evaluates_the_final_adapter_at_the_plans_sampling(atr_run, t
     run = tmp_path / "runs" / atr_run.name
     shutil.copytree(atr_run, run, ignore=shutil.ignore_patterns(rundir.CHECKPOINT_DIR))
     own = (run / "eval" / "summary.jsonl").read_text()
-    plan = {
-        "experiment": "smoke",
-        "seeds": [0],
-        "endpoint": "final",
-        "metric": "mean@8",
-        "benchmark": "arithmetic",
-        "test": "seed_sign_flip",
-        "alpha": 0.05,
-        "equivalence_margin": 1.0,
-        "primary": ["atr", "clip"],
-        "secondary": [],
-        "final_evaluation": {"folder": "final_eval", "temperature": 0.3, "top_p": 0.95},
-    }
+    plan = plan_with_final_evaluation(experiment="smoke", endpoint="final", equivalence_margin=1.0)
     (tmp_path / "plan.yaml").write_text(yaml.safe_dump(plan))
     assert final_eval.main(["--runs", str(tmp_path / "runs")]) == 0
     config = OmegaConf.load(run / rundir.CONFIG_FILE)

@@ -34,3 +34,16 @@ def section_lines(text, heading):
     start = next(i for i, line in enumerate(lines) if line.startswith(heading))
     end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
     return lines[start:end]
+
+
+def assert_tables_rebuild(runs, experiment, tables, out, required):
+    """`results all` on the committed runs writes into `out` exactly the committed `tables`, byte for byte, and
+    they hold the `required` files."""
+    from atr_grpo import results
+
+    assert results.main(["all", "--runs", str(runs), "--experiment", experiment, "--out", str(out)]) == 0
+    committed = files_under(tables)
+    assert set(required) <= set(committed)
+    assert files_under(out) == committed
+    for name in committed:
+        assert (out / name).read_bytes() == (tables / name).read_bytes(), name

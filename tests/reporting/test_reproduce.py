@@ -70,22 +70,11 @@ def test_a_plan_with_a_final_evaluation_runs_it_between_the_runs_and_the_tables(
     """plan.yaml beside --runs names a final evaluation: `final_eval` runs on the runs, at the jobs given, before
     any table; when it fails, no table is built and its status is the command's."""
     import yaml
+    from helpers.plans import plan_with_final_evaluation
 
     from atr_grpo import final_eval
 
-    plan = {
-        "experiment": "power",
-        "seeds": [0],
-        "endpoint": "auc",
-        "metric": "mean@8",
-        "benchmark": "arithmetic",
-        "test": "seed_sign_flip",
-        "alpha": 0.05,
-        "equivalence_margin": 0.5,
-        "primary": ["atr", "clip"],
-        "secondary": [],
-        "final_evaluation": {"folder": "final_eval", "temperature": 0.3, "top_p": 0.95},
-    }
+    plan = plan_with_final_evaluation()
     (tmp_path / "plan.yaml").write_text(yaml.safe_dump(plan))
     runs = tmp_path / "runs"
     calls = []

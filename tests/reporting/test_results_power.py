@@ -17,7 +17,7 @@ import re
 
 import pytest
 from conftest import REPO
-from helpers.committed_results import files_under, kept_by_git, table_cells
+from helpers.committed_results import assert_tables_rebuild, kept_by_git, table_cells
 
 from atr_grpo import results
 from atr_grpo.reporting import stats
@@ -75,13 +75,8 @@ def test_the_experiment_meets_its_design():
 
 @pytest.mark.slow
 def test_the_committed_tables_rebuild_byte_for_byte(tmp_path):
-    out = tmp_path / "tables"
-    assert results.main(["all", "--runs", str(RUNS), "--experiment", "power", "--out", str(out)]) == 0
-    committed = files_under(TABLES)
-    assert {"seeds.csv", "seeds_auc.csv", "seeds_auc.md", "endpoints.csv", "bounds.csv"} <= set(committed)
-    assert files_under(out) == committed
-    for name in committed:
-        assert (out / name).read_bytes() == (TABLES / name).read_bytes(), name
+    required = {"seeds.csv", "seeds_auc.csv", "seeds_auc.md", "endpoints.csv", "bounds.csv"}
+    assert_tables_rebuild(RUNS, "power", TABLES, tmp_path / "tables", required)
 
 
 def test_compare_prints_the_seeds_auc_tables_numbers(capsys):

@@ -16,7 +16,7 @@ import json
 
 import pytest
 from conftest import REPO
-from helpers.committed_results import files_under, kept_by_git, section_lines
+from helpers.committed_results import assert_tables_rebuild, kept_by_git, section_lines
 from helpers.run_trees import read_csv
 
 from atr_grpo import results
@@ -144,13 +144,8 @@ def test_the_identity_check_matches_atr_in_every_evaluation(seed):
 
 @pytest.mark.slow
 def test_the_committed_tables_rebuild_byte_for_byte(tmp_path):
-    out = tmp_path / "tables"
-    assert results.main(["all", "--runs", str(RUNS), "--experiment", "power2", "--out", str(out)]) == 0
-    committed = files_under(TABLES)
-    assert {"plan.csv", "plan.md", "gates.csv", "seeds_auc.csv", "endpoints.csv", "bounds.csv"} <= set(committed)
-    assert files_under(out) == committed
-    for name in committed:
-        assert (out / name).read_bytes() == (TABLES / name).read_bytes(), name
+    required = {"plan.csv", "plan.md", "gates.csv", "seeds_auc.csv", "endpoints.csv", "bounds.csv"}
+    assert_tables_rebuild(RUNS, "power2", TABLES, tmp_path / "tables", required)
 
 
 def test_compare_prints_the_plans_table_as_the_docs_quote_it(capsys):

@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 
 import pytest
 from conftest import REPO
-from helpers.committed_results import files_under, kept_by_git, section_lines
+from helpers.committed_results import assert_tables_rebuild, kept_by_git, section_lines
 
 from atr_grpo import results
 from atr_grpo.evaluation.sampling import step_seed
@@ -91,13 +91,8 @@ def test_the_final_evaluation_is_the_plans_sampling_with_the_draws_of_step_128()
 
 @pytest.mark.slow
 def test_the_committed_tables_rebuild_byte_for_byte(tmp_path):
-    out = tmp_path / "tables"
-    assert results.main(["all", "--runs", str(RUNS), "--experiment", "power3", "--out", str(out)]) == 0
-    committed = files_under(TABLES)
-    assert {"plan.csv", "plan.md", "gates.csv", "parts.csv", "timing.md"} <= set(committed)
-    assert files_under(out) == committed
-    for name in committed:
-        assert (out / name).read_bytes() == (TABLES / name).read_bytes(), name
+    required = {"plan.csv", "plan.md", "gates.csv", "parts.csv", "timing.md"}
+    assert_tables_rebuild(RUNS, "power3", TABLES, tmp_path / "tables", required)
 
 
 def test_compare_prints_the_plans_rows_as_the_log_quotes_them(capsys):
